@@ -1,0 +1,251 @@
+//! `RealFs`: the real filesystem, with real `fdatasync`/`fsync` and real directory fsync.
+//!
+//! Durability is whatever the kernel and the disk give for these calls; the crate contract
+//! (see the crate documentation) is what callers may rely on. A failed sync is reported and
+//! never retried here: after fsyncgate, a retry can report success for data that is gone.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "RealFs is the one implementation of the storage seam that touches std::fs"
+)]
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::{Boundary, DirEntry, Error, File, FileKind, Fs, Metadata, OpKind, OpenOptions, Result};
+
+/// The real filesystem.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealFs;
+
+impl RealFs {
+    /// The real filesystem.
+    pub const fn new() -> Self {
+        RealFs
+    }
+}
+
+/// An open file of the real filesystem.
+#[derive(Debug)]
+pub struct RealFile {
+    file: fs::File,
+    path: PathBuf,
+}
+
+fn context(op: OpKind, path: &Path, boundary: Option<Boundary>) -> impl FnOnce(io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        op,
+        path,
+        boundary,
+        source,
+    }
+}
+
+impl Fs for RealFs {
+    type File = RealFile;
+
+    fn open(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<RealFile> {
+        let file = fs::OpenOptions::new()
+            .read(options.read)
+            .write(options.write || options.create || options.create_new || options.truncate)
+            .create(options.create)
+            .create_new(options.create_new)
+            .truncate(options.truncate)
+            .open(path)
+            .map_err(context(OpKind::Open, path, Some(boundary)))?;
+        Ok(RealFile {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        fs::rename(from, to).map_err(context(OpKind::Rename, to, Some(boundary)))
+    }
+
+    fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        fs::remove_file(path).map_err(context(OpKind::RemoveFile, path, Some(boundary)))
+    }
+
+    fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        fs::create_dir(path).map_err(context(OpKind::CreateDir, path, Some(boundary)))
+    }
+
+    fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        fs::remove_dir(path).map_err(context(OpKind::RemoveDir, path, Some(boundary)))
+    }
+
+    fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        let on_error = || context(OpKind::SyncDir, path, Some(boundary));
+        let dir = fs::File::open(path).map_err(on_error())?;
+        dir.sync_all().map_err(on_error())
+    }
+
+    fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>> {
+        let on_error = || context(OpKind::ReadDir, path, None);
+        let mut entries = Vec::new();
+        for entry in fs::read_dir(path).map_err(on_error())? {
+            let entry = entry.map_err(on_error())?;
+            let name = entry.file_name().into_string().map_err(|name| {
+                Error::io(
+                    OpKind::ReadDir,
+                    path,
+                    None,
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("entry name {name:?} is not UTF-8"),
+                    ),
+                )
+            })?;
+            let kind = if entry.file_type().map_err(on_error())?.is_dir() {
+                FileKind::Dir
+            } else {
+                FileKind::File
+            };
+            entries.push(DirEntry { name, kind });
+        }
+        entries.sort();
+        Ok(entries)
+    }
+
+    fn metadata(&self, path: &Path) -> Result<Metadata> {
+        let on_error = || context(OpKind::Metadata, path, None);
+        let metadata = fs::metadata(path).map_err(on_error())?;
+        Ok(Metadata {
+            len: metadata.len(),
+            kind: if metadata.is_dir() {
+                FileKind::Dir
+            } else {
+                FileKind::File
+            },
+            modified: metadata.modified().map_err(on_error())?,
+        })
+    }
+
+    fn process_id(&self) -> u32 {
+        std::process::id()
+    }
+
+    fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
+        proc_start_ms(pid)
+    }
+}
+
+/// Reads a process's start time from `/proc/<pid>/stat` (field 22, clock ticks since boot) and
+/// `/proc/stat` (`btime`). A zombie counts as not running: it holds nothing any more.
+fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
+    let stat_path = PathBuf::from(format!("/proc/{pid}/stat"));
+    let stat = match fs::read_to_string(&stat_path) {
+        Ok(stat) => stat,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(Error::io(OpKind::Read, &stat_path, None, error)),
+    };
+    let malformed = |what: &str| {
+        Error::io(
+            OpKind::Read,
+            &stat_path,
+            None,
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("malformed /proc stat: {what}"),
+            ),
+        )
+    };
+    // The command name (field 2) may contain spaces and parentheses; fields resume after the
+    // last ')'. Field 3 is the state, field 22 the start time.
+    let after_name = stat.rsplit_once(')').ok_or_else(|| malformed("no ')'"))?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let state = fields.first().ok_or_else(|| malformed("no state"))?;
+    if matches!(*state, "Z" | "X" | "x") {
+        return Ok(None);
+    }
+    let start_ticks: u64 = fields
+        .get(19)
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(|| malformed("no start time"))?;
+    let boot_path = Path::new("/proc/stat");
+    let boot = fs::read_to_string(boot_path).map_err(context(OpKind::Read, boot_path, None))?;
+    let boot_secs: u64 = boot
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| malformed("no btime in /proc/stat"))?;
+    let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
+    Ok(Some(
+        boot_secs * 1000 + start_ticks * 1000 / ticks_per_second,
+    ))
+}
+
+impl File for RealFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
+        let on_error = || context(OpKind::Append, &self.path, Some(boundary));
+        let end = self.file.metadata().map_err(on_error())?.len();
+        self.file.write_all_at(data, end).map_err(on_error())
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
+        self.file.write_all_at(data, offset).map_err(context(
+            OpKind::WriteAt,
+            &self.path,
+            Some(boundary),
+        ))
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        loop {
+            match self.file.read_at(buf, offset) {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                result => return result.map_err(context(OpKind::Read, &self.path, None)),
+            }
+        }
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(context(OpKind::Metadata, &self.path, None))?
+            .len())
+    }
+
+    fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
+        self.file
+            .set_len(len)
+            .map_err(context(OpKind::SetLen, &self.path, Some(boundary)))
+    }
+
+    fn sync_data(&self, boundary: Boundary) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(context(OpKind::SyncData, &self.path, Some(boundary)))
+    }
+
+    fn sync_all(&self, boundary: Boundary) -> Result<()> {
+        self.file
+            .sync_all()
+            .map_err(context(OpKind::SyncAll, &self.path, Some(boundary)))
+    }
+
+    fn try_lock(&self) -> Result<bool> {
+        match self.file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(fs::TryLockError::WouldBlock) => Ok(false),
+            Err(fs::TryLockError::Error(error)) => {
+                Err(Error::io(OpKind::Lock, &self.path, None, error))
+            }
+        }
+    }
+
+    fn unlock(&self) -> Result<()> {
+        self.file
+            .unlock()
+            .map_err(context(OpKind::Lock, &self.path, None))
+    }
+}

@@ -1,0 +1,584 @@
+//! Post-crash images: what a [`SimFs`](super::SimFs) may look like after the process dies.
+//!
+//! A *process kill* loses only user-space state: the image is the volatile view, everything the
+//! kernel accepted. A *power loss* keeps the durable state plus some subset of the pending
+//! changes. The pending changes are cut into *pieces*:
+//!
+//! - a data write becomes one piece per 512-byte chunk it touches, carrying the chunk's content
+//!   right after that write (so a chunk written twice can survive as old, first or second);
+//! - a change of length (an extension or a truncation) is a piece of its own, so an extension
+//!   can survive without its data and read back as zeros;
+//! - the name changes of one op (create, unlink, or both sides of a rename) are one piece.
+//!
+//! Pieces survive independently (rule R4). Applying a chosen subset in issue order to the durable
+//! state gives an image. With at most [`EXHAUSTIVE_PIECES_MAX`] pieces every subset is produced.
+//! Beyond that the images are structured families plus seeded samples:
+//!
+//! - prefix: the first `i` pending changes, for every `i`;
+//! - single omission: everything except one piece, for every piece;
+//! - torn: every change before a write, then that write cut at each 512- and 4096-byte boundary
+//!   inside it and at a few byte positions (first, middle, last and seeded ones), its extension
+//!   kept (so the torn end reads as zeros or a partial line);
+//! - sampled: seeded random subsets.
+//!
+//! Images are deduplicated by a SHA-256 over their paths, kinds and contents.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+
+use super::{DataChange, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk_bytes, to_usize};
+use crate::plan::mix;
+
+/// Up to this many pending pieces, a power loss yields every subset (2^12 = 4096 images before
+/// deduplication).
+pub const EXHAUSTIVE_PIECES_MAX: usize = 12;
+
+/// Cap on the cut positions tried per write in one torn family, so one huge write cannot
+/// dominate a sweep.
+const TORN_CUTS_PER_FAMILY_MAX: usize = 64;
+
+/// Seeded byte-granularity cuts per write, beyond first, middle and last.
+const TORN_BYTE_CUTS_SEEDED: usize = 2;
+
+/// How the process died.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CrashMode {
+    /// The process was killed: everything the kernel accepted survives.
+    ProcessKill,
+    /// The machine lost power: only durable state and some pending changes survive.
+    PowerLoss,
+}
+
+impl CrashMode {
+    /// The mode's short name (`kill`, `power`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            CrashMode::ProcessKill => "kill",
+            CrashMode::PowerLoss => "power",
+        }
+    }
+}
+
+impl fmt::Display for CrashMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One node of an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageNode {
+    /// A directory.
+    Dir,
+    /// A file and its bytes.
+    File(Arc<Vec<u8>>),
+}
+
+/// A whole filesystem after a crash: every reachable path and what it holds.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Image {
+    nodes: BTreeMap<String, ImageNode>,
+    hash: [u8; 32],
+}
+
+impl Image {
+    /// Every path (`/a/b`, relative to the filesystem root), sorted, parents before children.
+    pub fn nodes(&self) -> &BTreeMap<String, ImageNode> {
+        &self.nodes
+    }
+
+    /// The bytes of the file at `path`, if it is a file in this image.
+    pub fn file(&self, path: &str) -> Option<&[u8]> {
+        match self.nodes.get(path) {
+            Some(ImageNode::File(bytes)) => Some(bytes.as_slice()),
+            _ => None,
+        }
+    }
+
+    /// Whether `path` exists (as a file or directory) in this image.
+    pub fn contains(&self, path: &str) -> bool {
+        self.nodes.contains_key(path)
+    }
+
+    /// The content hash that identifies this image.
+    pub fn hash(&self) -> [u8; 32] {
+        self.hash
+    }
+
+    /// The content hash as lowercase hex.
+    pub fn hash_hex(&self) -> String {
+        hex::encode(self.hash)
+    }
+}
+
+impl fmt::Debug for Image {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut list = f.debug_map();
+        for (path, node) in &self.nodes {
+            match node {
+                ImageNode::Dir => list.entry(path, &"<dir>"),
+                ImageNode::File(bytes) => list.entry(path, &String::from_utf8_lossy(bytes)),
+            };
+        }
+        list.finish()
+    }
+}
+
+/// The images of one crash point.
+#[derive(Clone, Debug)]
+pub struct CrashImages {
+    /// How the process died.
+    pub mode: CrashMode,
+    /// Distinct images, in generation order.
+    pub images: Vec<Image>,
+    /// Images generated before deduplication.
+    pub generated: usize,
+    /// Whether every subset of the pending pieces was produced.
+    pub exhaustive: bool,
+    /// Pending pieces at the crash point.
+    pub pending_pieces: usize,
+}
+
+/// What survives of one piece in one image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    Skip,
+    Apply,
+    /// Only the bytes this piece's write put before this file offset survive.
+    Upto(u64),
+}
+
+#[derive(Clone, Debug)]
+enum PieceKind {
+    Chunk {
+        ino: Ino,
+        start: u64,
+        snapshot: Vec<u8>,
+        written: (u64, u64),
+    },
+    Size {
+        ino: Ino,
+        len: u64,
+    },
+    Names {
+        pending: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Piece {
+    /// Index of the pending change this piece comes from.
+    op: usize,
+    kind: PieceKind,
+}
+
+/// The pending changes of a state, cut into pieces.
+#[derive(Debug)]
+pub(crate) struct Pieces {
+    list: Vec<Piece>,
+    ops: usize,
+}
+
+impl Pieces {
+    pub(crate) fn collect(state: &State) -> Pieces {
+        let chunk = chunk_bytes();
+        let mut list = Vec::new();
+        let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
+        for (op, pending) in state.pending.iter().enumerate() {
+            match pending {
+                Pending::Names { .. } => list.push(Piece {
+                    op,
+                    kind: PieceKind::Names { pending: op },
+                }),
+                Pending::Data { ino, change } => {
+                    let buf = replay
+                        .entry(*ino)
+                        .or_insert_with(|| match &state.inodes[ino].node {
+                            Node::File(file) => file.durable.as_ref().clone(),
+                            Node::Dir(_) => {
+                                unreachable!("data changes are only recorded for files")
+                            }
+                        });
+                    let len_before = buf.len() as u64;
+                    apply_change(buf, change);
+                    let len_after = buf.len() as u64;
+                    let (touched, written) = match change {
+                        DataChange::Write { offset, bytes } => {
+                            let end = offset + bytes.len() as u64;
+                            ((*offset).min(len_before)..end, (*offset, end))
+                        }
+                        DataChange::SetLen { len } => (
+                            len_before.min(*len)..len_before.max(*len),
+                            (len_before, len_before),
+                        ),
+                    };
+                    if !touched.is_empty() {
+                        let first = touched.start / chunk;
+                        let last = touched.end.div_ceil(chunk);
+                        for index in first..last {
+                            let start = index * chunk;
+                            let snapshot_end = (start + chunk).min(len_after);
+                            let snapshot = if start < snapshot_end {
+                                buf[to_usize(start)..to_usize(snapshot_end)].to_vec()
+                            } else {
+                                Vec::new()
+                            };
+                            let written = (written.0.max(start), written.1.min(start + chunk));
+                            list.push(Piece {
+                                op,
+                                kind: PieceKind::Chunk {
+                                    ino: *ino,
+                                    start,
+                                    snapshot,
+                                    written,
+                                },
+                            });
+                        }
+                    }
+                    if len_after != len_before {
+                        list.push(Piece {
+                            op,
+                            kind: PieceKind::Size {
+                                ino: *ino,
+                                len: len_after,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        Pieces {
+            list,
+            ops: state.pending.len(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// Builds images of one state, caching the hashes of files that no piece touches.
+struct Builder<'a> {
+    state: &'a State,
+    pieces: &'a Pieces,
+    durable_hashes: BTreeMap<Ino, [u8; 32]>,
+    seen: HashSet<[u8; 32]>,
+    images: Vec<Image>,
+    generated: usize,
+}
+
+pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
+    match mode {
+        CrashMode::ProcessKill => {
+            let image = volatile_image(state);
+            CrashImages {
+                mode,
+                images: vec![image],
+                generated: 1,
+                exhaustive: true,
+                pending_pieces: 0,
+            }
+        }
+        CrashMode::PowerLoss => {
+            let pieces = Pieces::collect(state);
+            let mut builder = Builder {
+                state,
+                pieces: &pieces,
+                durable_hashes: BTreeMap::new(),
+                seen: HashSet::new(),
+                images: Vec::new(),
+                generated: 0,
+            };
+            let count = pieces.len();
+            let exhaustive = count <= EXHAUSTIVE_PIECES_MAX;
+            if exhaustive {
+                for mask in 0u32..(1u32 << count) {
+                    let choices: Vec<Choice> = (0..count)
+                        .map(|i| {
+                            if mask & (1 << i) != 0 {
+                                Choice::Apply
+                            } else {
+                                Choice::Skip
+                            }
+                        })
+                        .collect();
+                    builder.add(&choices);
+                }
+            } else {
+                builder.families();
+            }
+            CrashImages {
+                mode,
+                images: builder.images,
+                generated: builder.generated,
+                exhaustive,
+                pending_pieces: count,
+            }
+        }
+    }
+}
+
+impl Builder<'_> {
+    fn families(&mut self) {
+        let count = self.pieces.len();
+        let list = &self.pieces.list;
+        // Prefix: the first `cut` pending changes, whole.
+        for cut in 0..=self.pieces.ops {
+            let choices: Vec<Choice> = list
+                .iter()
+                .map(|piece| {
+                    if piece.op < cut {
+                        Choice::Apply
+                    } else {
+                        Choice::Skip
+                    }
+                })
+                .collect();
+            self.add(&choices);
+        }
+        // Single omission.
+        for omitted in 0..count {
+            let choices: Vec<Choice> = (0..count)
+                .map(|i| {
+                    if i == omitted {
+                        Choice::Skip
+                    } else {
+                        Choice::Apply
+                    }
+                })
+                .collect();
+            self.add(&choices);
+        }
+        // Torn writes.
+        let seed = mix(self.state.plan.seed, self.state.op_count);
+        for (op, pending) in self.state.pending.iter().enumerate() {
+            let Pending::Data {
+                change: DataChange::Write { offset, bytes },
+                ..
+            } = pending
+            else {
+                continue;
+            };
+            let (lo, hi) = (*offset, *offset + bytes.len() as u64);
+            for cut in torn_cuts(lo, hi, mix(seed, op as u64)) {
+                let choices: Vec<Choice> = list
+                    .iter()
+                    .map(|piece| match (&piece.kind, piece.op.cmp(&op)) {
+                        (_, std::cmp::Ordering::Less) => Choice::Apply,
+                        (_, std::cmp::Ordering::Greater) => Choice::Skip,
+                        (PieceKind::Chunk { start, .. }, _) if start + chunk_bytes() <= cut => {
+                            Choice::Apply
+                        }
+                        (PieceKind::Chunk { start, .. }, _) if *start >= cut => Choice::Skip,
+                        (PieceKind::Chunk { .. }, _) => Choice::Upto(cut),
+                        (PieceKind::Size { .. } | PieceKind::Names { .. }, _) => Choice::Apply,
+                    })
+                    .collect();
+                self.add(&choices);
+            }
+        }
+        // Seeded samples.
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x5A3F));
+        for _ in 0..self.state.sampled_images {
+            let choices: Vec<Choice> = (0..count)
+                .map(|_| {
+                    if rng.random::<bool>() {
+                        Choice::Apply
+                    } else {
+                        Choice::Skip
+                    }
+                })
+                .collect();
+            self.add(&choices);
+        }
+    }
+
+    fn add(&mut self, choices: &[Choice]) {
+        self.generated += 1;
+        let image = self.materialize(choices);
+        if self.seen.insert(image.hash) {
+            self.images.push(image);
+        }
+    }
+
+    /// Applies the chosen pieces, in issue order, to the durable state.
+    fn materialize(&mut self, choices: &[Choice]) -> Image {
+        let state = self.state;
+        let mut entries: BTreeMap<Ino, BTreeMap<String, Ino>> = BTreeMap::new();
+        let mut contents: BTreeMap<Ino, (Vec<u8>, u64)> = BTreeMap::new();
+        for (piece, choice) in self.pieces.list.iter().zip(choices) {
+            if *choice == Choice::Skip {
+                continue;
+            }
+            match &piece.kind {
+                PieceKind::Names { pending } => {
+                    let Pending::Names { changes } = &state.pending[*pending] else {
+                        unreachable!("name pieces point at name changes");
+                    };
+                    for change in changes {
+                        let dir = entries
+                            .entry(change.dir)
+                            .or_insert_with(|| state.dir(change.dir).durable.clone());
+                        match change.target {
+                            Some(target) => dir.insert(change.name.clone(), target),
+                            None => dir.remove(&change.name),
+                        };
+                    }
+                }
+                PieceKind::Size { ino, len } => {
+                    contents
+                        .entry(*ino)
+                        .or_insert_with(|| durable_content(state, *ino))
+                        .1 = *len;
+                }
+                PieceKind::Chunk {
+                    ino,
+                    start,
+                    snapshot,
+                    written,
+                } => {
+                    let (buf, _) = contents
+                        .entry(*ino)
+                        .or_insert_with(|| durable_content(state, *ino));
+                    let start_at = to_usize(*start);
+                    match *choice {
+                        Choice::Apply => {
+                            let snapshot_end = start_at + snapshot.len();
+                            if buf.len() < snapshot_end {
+                                buf.resize(snapshot_end, 0);
+                            }
+                            buf[start_at..snapshot_end].copy_from_slice(snapshot);
+                            // The chunk past the snapshot was beyond the end of file: zeros.
+                            let chunk_end = (start_at + to_usize(chunk_bytes())).min(buf.len());
+                            if snapshot_end < chunk_end {
+                                buf[snapshot_end..chunk_end].fill(0);
+                            }
+                        }
+                        Choice::Upto(cut) => {
+                            let (lo, hi) = (written.0, written.1.min(cut));
+                            if lo < hi {
+                                let (lo, hi) = (to_usize(lo), to_usize(hi));
+                                if buf.len() < hi {
+                                    buf.resize(hi, 0);
+                                }
+                                buf[lo..hi]
+                                    .copy_from_slice(&snapshot[lo - start_at..hi - start_at]);
+                            }
+                        }
+                        Choice::Skip => {}
+                    }
+                }
+            }
+        }
+        let mut nodes = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        // Depth-first over the surviving entries; the map sorts the paths afterwards.
+        while let Some((dir, prefix)) = stack.pop() {
+            let dir_entries = entries.get(&dir).unwrap_or(&state.dir(dir).durable);
+            for (name, &ino) in dir_entries {
+                let path = format!("{prefix}/{name}");
+                match &state.inodes[&ino].node {
+                    Node::Dir(_) => {
+                        nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
+                        stack.push((ino, path));
+                    }
+                    Node::File(file) => {
+                        let (bytes, hash) = match contents.remove(&ino) {
+                            Some((mut buf, len)) => {
+                                buf.resize(to_usize(len), 0);
+                                let hash: [u8; 32] = Sha256::digest(&buf).into();
+                                (Arc::new(buf), hash)
+                            }
+                            None => {
+                                let hash = *self.durable_hashes.entry(ino).or_insert_with(|| {
+                                    Sha256::digest(file.durable.as_slice()).into()
+                                });
+                                (Arc::clone(&file.durable), hash)
+                            }
+                        };
+                        nodes.insert(path, (ImageNode::File(bytes), hash));
+                    }
+                }
+            }
+        }
+        finish(nodes)
+    }
+}
+
+/// Seals an image: its hash covers every path, its kind, and its content hash.
+fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
+    let mut hasher = Sha256::new();
+    for (path, (node, content_hash)) in &nodes {
+        hasher.update(path.as_bytes());
+        hasher.update([0, u8::from(matches!(node, ImageNode::File(_)))]);
+        hasher.update(content_hash);
+    }
+    Image {
+        nodes: nodes
+            .into_iter()
+            .map(|(path, (node, _))| (path, node))
+            .collect(),
+        hash: hasher.finalize().into(),
+    }
+}
+
+fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
+    match &state.inodes[&ino].node {
+        Node::File(file) => (file.durable.as_ref().clone(), file.durable.len() as u64),
+        Node::Dir(_) => unreachable!("data pieces are only recorded for files"),
+    }
+}
+
+/// The cut positions (file offsets strictly inside `lo..hi`) of the torn families of one write.
+fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
+    let mut cuts = Vec::new();
+    if hi <= lo + 1 {
+        return cuts;
+    }
+    for align in [chunk_bytes(), 4096] {
+        let first = (lo / align + 1) * align;
+        let aligned: Vec<u64> = (first..hi).step_by(to_usize(align)).collect();
+        let stride = aligned.len().div_ceil(TORN_CUTS_PER_FAMILY_MAX).max(1);
+        cuts.extend(aligned.into_iter().step_by(stride));
+    }
+    let len = hi - lo;
+    cuts.extend([lo + 1, lo + len / 2, hi - 1]);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for _ in 0..TORN_BYTE_CUTS_SEEDED {
+        cuts.push(rng.random_range(lo + 1..hi));
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}
+
+/// The image of everything the kernel accepted: the volatile view.
+fn volatile_image(state: &State) -> Image {
+    let mut nodes = BTreeMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        for (name, &ino) in &state.dir(dir).volatile {
+            let path = format!("{prefix}/{name}");
+            match &state.inodes[&ino].node {
+                Node::Dir(_) => {
+                    nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
+                    stack.push((ino, path));
+                }
+                Node::File(file) => {
+                    let hash: [u8; 32] = Sha256::digest(&file.volatile).into();
+                    nodes.insert(
+                        path,
+                        (ImageNode::File(Arc::new(file.volatile.clone())), hash),
+                    );
+                }
+            }
+        }
+    }
+    finish(nodes)
+}

@@ -1,0 +1,1065 @@
+//! `SimFs`: a deterministic in-memory filesystem with a crash model (DESIGN.md section 5).
+//!
+//! # State
+//!
+//! Durable and volatile state are kept apart:
+//!
+//! - per file inode, the *durable* bytes (what survives any crash) and the *volatile* bytes
+//!   (what reads return);
+//! - per directory inode, the *durable* entries and the *volatile* entries;
+//! - one ordered list of *pending* changes since the last barrier that covered them: data
+//!   changes (a write, a length change) of one inode, and name changes (create, unlink, rename)
+//!   grouped per op so a rename stays atomic.
+//!
+//! # Rules
+//!
+//! - R1 A write changes the volatile bytes at once and is pending until `sync_data`/`sync_all`
+//!   of that inode applies the inode's pending data changes to its durable bytes.
+//! - R2 A name change updates the volatile entries at once and is pending until `sync_dir` of a
+//!   directory it touches applies the whole change to the durable entries.
+//! - R3 A rename is one pending change: after a crash both names are as before, or both as after.
+//! - R4 At a power loss, any subset of the pending changes survives, at 512-byte chunk
+//!   granularity for data; an extension may survive without its data (as zeros). See `image`.
+//! - R5 Dropping a file handle makes nothing durable.
+//! - A failed sync (an injected `Eio`/`Enospc` on a sync op) drops the inode's pending data
+//!   changes without applying them: reads still show the data, the durable bytes never get it,
+//!   and the next sync succeeds (fsyncgate).
+//!
+//! # Determinism
+//!
+//! Inode numbers, the logical clock (one millisecond per mutating op), short-write lengths and
+//! sampled crash images all derive from the fault plan's seed and the op sequence, and every map
+//! is ordered, so the same seed and the same calls give the same trace and the same images.
+
+mod image;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+pub use image::{CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode};
+
+use crate::plan::mix;
+use crate::trace::TraceEntry;
+use crate::{
+    Boundary, DirEntry, Error, Fault, FaultPlan, File, FileKind, Fs, Metadata, OpKind, OpenOptions,
+    Result, Trace,
+};
+
+/// The granularity at which a power loss may keep or lose pending data (a disk sector).
+pub const fn chunk_bytes() -> u64 {
+    512
+}
+
+/// How many sampled images a power-loss crash adds when the pending set is too large to
+/// enumerate every subset.
+const SAMPLED_IMAGES_DEFAULT: usize = 64;
+
+/// The pid a new `SimFs` reports for its own process.
+const PROCESS_ID_DEFAULT: u32 = 1000;
+
+pub(crate) type Ino = u64;
+
+const ROOT_INO: Ino = 0;
+
+#[derive(Clone, Debug)]
+pub(crate) struct FileNode {
+    durable: Arc<Vec<u8>>,
+    volatile: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DirNode {
+    durable: BTreeMap<String, Ino>,
+    volatile: BTreeMap<String, Ino>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Node {
+    File(FileNode),
+    Dir(DirNode),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Inode {
+    node: Node,
+    modified_ms: u64,
+}
+
+/// A change to one inode's bytes, pending until that inode is synced.
+#[derive(Clone, Debug)]
+pub(crate) enum DataChange {
+    Write { offset: u64, bytes: Vec<u8> },
+    SetLen { len: u64 },
+}
+
+/// One name binding: `dir/name` now names `target` (or nothing).
+#[derive(Clone, Debug)]
+pub(crate) struct NameChange {
+    dir: Ino,
+    name: String,
+    target: Option<Ino>,
+}
+
+/// A pending change, in issue order.
+#[derive(Clone, Debug)]
+pub(crate) enum Pending {
+    Data {
+        ino: Ino,
+        change: DataChange,
+    },
+    /// The name changes of one op (two for a rename); they survive a crash together.
+    Names {
+        changes: Vec<NameChange>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    inodes: BTreeMap<Ino, Inode>,
+    next_ino: Ino,
+    pending: Vec<Pending>,
+    trace: Trace,
+    plan: FaultPlan,
+    op_count: u64,
+    halted: Option<(Boundary, u64)>,
+    /// Advisory locks: inode -> id of the open file holding it.
+    locks: BTreeMap<Ino, u64>,
+    next_handle: u64,
+    /// Logical clock, milliseconds since the epoch; advances one per mutating op.
+    clock_ms: u64,
+    /// Simulated running processes: pid -> start time (ms since epoch).
+    processes: BTreeMap<u32, u64>,
+    sampled_images: usize,
+}
+
+/// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
+/// handle to the same filesystem (as seen by the same process; see [`SimFs::as_process`]).
+#[derive(Clone, Debug)]
+pub struct SimFs {
+    state: Arc<Mutex<State>>,
+    process_id: u32,
+}
+
+/// What a mutating op should do after the fault plan has been consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Proceed,
+    Fail(Fault),
+}
+
+impl SimFs {
+    /// An empty filesystem (just `/`) running `plan`.
+    pub fn new(plan: FaultPlan) -> Self {
+        let mut inodes = BTreeMap::new();
+        inodes.insert(
+            ROOT_INO,
+            Inode {
+                node: Node::Dir(DirNode::default()),
+                modified_ms: 0,
+            },
+        );
+        let state = State {
+            inodes,
+            next_ino: ROOT_INO + 1,
+            pending: Vec::new(),
+            trace: Trace::default(),
+            plan,
+            op_count: 0,
+            halted: None,
+            locks: BTreeMap::new(),
+            next_handle: 0,
+            clock_ms: 0,
+            processes: BTreeMap::from([(PROCESS_ID_DEFAULT, 0)]),
+            sampled_images: SAMPLED_IMAGES_DEFAULT,
+        };
+        SimFs {
+            state: Arc::new(Mutex::new(state)),
+            process_id: PROCESS_ID_DEFAULT,
+        }
+    }
+
+    /// A filesystem holding exactly `image`, all of it durable, running `plan`. This is how a
+    /// harness "reboots" after a crash.
+    pub fn from_image(image: &Image, plan: FaultPlan) -> Self {
+        let fs = SimFs::new(plan);
+        {
+            let mut state = fs.lock();
+            for (path, node) in image.nodes() {
+                let components = split_image_path(path);
+                let Some((name, parents)) = components.split_last() else {
+                    continue;
+                };
+                let parent = state
+                    .lookup_components(parents)
+                    .expect("image paths are sorted, so a parent precedes its children");
+                let ino = state.next_ino;
+                state.next_ino += 1;
+                let inode = match node {
+                    ImageNode::Dir => Node::Dir(DirNode::default()),
+                    ImageNode::File(bytes) => Node::File(FileNode {
+                        durable: Arc::new(bytes.to_vec()),
+                        volatile: bytes.to_vec(),
+                    }),
+                };
+                state.inodes.insert(
+                    ino,
+                    Inode {
+                        node: inode,
+                        modified_ms: 0,
+                    },
+                );
+                let dir = state.dir_mut(parent);
+                dir.durable.insert((*name).to_owned(), ino);
+                dir.volatile.insert((*name).to_owned(), ino);
+            }
+        }
+        fs
+    }
+
+    /// The same filesystem as seen by another simulated process `pid` (for lock tests).
+    /// The process is registered as running, started at the current logical time.
+    pub fn as_process(&self, pid: u32) -> SimFs {
+        {
+            let mut state = self.lock();
+            let now = state.clock_ms;
+            state.processes.entry(pid).or_insert(now);
+        }
+        SimFs {
+            state: Arc::clone(&self.state),
+            process_id: pid,
+        }
+    }
+
+    /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
+    /// open in the caller's hands, as a SIGKILLed process's lock *files* stay on disk.
+    pub fn kill_process(&self, pid: u32) {
+        self.lock().processes.remove(&pid);
+    }
+
+    /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
+    pub fn spawn_process(&self, pid: u32, start_ms: u64) {
+        self.lock().processes.insert(pid, start_ms);
+    }
+
+    /// Advances the logical clock by `ms` milliseconds.
+    pub fn advance_clock(&self, ms: u64) {
+        self.lock().clock_ms += ms;
+    }
+
+    /// Sets how many seeded samples a power-loss crash adds beyond its structured families.
+    pub fn set_sampled_images(&self, count: usize) {
+        self.lock().sampled_images = count;
+    }
+
+    /// The plan this filesystem runs.
+    pub fn plan(&self) -> FaultPlan {
+        self.lock().plan
+    }
+
+    /// How many mutating ops have been issued (including a faulted one).
+    pub fn op_count(&self) -> u64 {
+        self.lock().op_count
+    }
+
+    /// The trace of every mutating op so far.
+    pub fn trace(&self) -> Trace {
+        self.lock().trace.clone()
+    }
+
+    /// Where the simulated process crashed, if it has.
+    pub fn halted(&self) -> Option<(Boundary, u64)> {
+        self.lock().halted
+    }
+
+    /// How many data chunks, length changes and name changes are pending (not yet durable).
+    pub fn pending_pieces(&self) -> usize {
+        let state = self.lock();
+        image::Pieces::collect(&state).len()
+    }
+
+    /// The post-crash images at the current point. `ProcessKill` gives one image (everything the
+    /// kernel accepted); `PowerLoss` gives durable state plus the subsets of pending changes the
+    /// model allows (see `image`). Images are deduplicated by content hash.
+    pub fn crash(&self, mode: CrashMode) -> CrashImages {
+        let state = self.lock();
+        image::crash_images(&state, mode)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock is a bug in SimFs itself; the state is still the
+        // best evidence of what happened, so keep using it rather than panic again.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_impl(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<SimFile> {
+        let mut state = self.lock();
+        let components = normalize(path, OpKind::Open)?;
+        let verdict = if options.mutates() {
+            state.begin(
+                boundary,
+                OpKind::Open,
+                path.display().to_string(),
+                open_detail(options),
+            )?
+        } else {
+            state.check_alive(boundary)?;
+            Verdict::Proceed
+        };
+        let (name, parents) = components
+            .split_last()
+            .ok_or_else(|| io_error(OpKind::Open, path, boundary, io::ErrorKind::IsADirectory))?;
+        let parent = state.lookup_dir(parents, OpKind::Open, path, boundary)?;
+        let existing = state.dir(parent).volatile.get(*name).copied();
+        let ino = match existing {
+            Some(ino) => {
+                if options.create_new {
+                    return Err(io_error(
+                        OpKind::Open,
+                        path,
+                        boundary,
+                        io::ErrorKind::AlreadyExists,
+                    ));
+                }
+                if matches!(state.inodes[&ino].node, Node::Dir(_)) {
+                    return Err(io_error(
+                        OpKind::Open,
+                        path,
+                        boundary,
+                        io::ErrorKind::IsADirectory,
+                    ));
+                }
+                if let Verdict::Fail(fault) = verdict {
+                    return Err(fault_error(fault, OpKind::Open, path, boundary));
+                }
+                if options.truncate && options.write {
+                    state.set_len(ino, 0);
+                }
+                ino
+            }
+            None => {
+                if !(options.create || options.create_new) {
+                    return Err(io_error(
+                        OpKind::Open,
+                        path,
+                        boundary,
+                        io::ErrorKind::NotFound,
+                    ));
+                }
+                if let Verdict::Fail(fault) = verdict {
+                    return Err(fault_error(fault, OpKind::Open, path, boundary));
+                }
+                let ino = state.new_inode(Node::File(FileNode {
+                    durable: Arc::new(Vec::new()),
+                    volatile: Vec::new(),
+                }));
+                state.bind(vec![NameChange {
+                    dir: parent,
+                    name: (*name).to_owned(),
+                    target: Some(ino),
+                }]);
+                ino
+            }
+        };
+        let handle = state.next_handle;
+        state.next_handle += 1;
+        Ok(SimFile {
+            fs: self.clone(),
+            ino,
+            handle,
+            path: path.to_path_buf(),
+            writable: options.write || options.create || options.create_new,
+        })
+    }
+}
+
+impl State {
+    /// Fails if the simulated process has crashed.
+    fn check_alive(&self, boundary: Boundary) -> Result<()> {
+        match self.halted {
+            Some((crashed_at, op_index)) => {
+                let _ = boundary;
+                Err(Error::Crashed {
+                    boundary: crashed_at,
+                    op_index,
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Starts a mutating op: counts it, advances the clock, consults the plan and records the
+    /// trace entry. A planned crash halts the filesystem and fails this and every later op.
+    fn begin(
+        &mut self,
+        boundary: Boundary,
+        op: OpKind,
+        target: String,
+        detail: String,
+    ) -> Result<Verdict> {
+        self.check_alive(boundary)?;
+        let index = self.op_count;
+        self.op_count += 1;
+        self.clock_ms += 1;
+        let fault = match self.plan.trigger {
+            Some((op_index, fault)) if op_index == index => Some(fault),
+            _ => None,
+        };
+        let outcome = fault.map_or_else(|| "ok".to_owned(), |fault| fault.name().to_owned());
+        self.trace.push(TraceEntry {
+            index,
+            boundary,
+            op,
+            target,
+            detail,
+            outcome,
+        });
+        match fault {
+            Some(Fault::Crash) => {
+                self.halted = Some((boundary, index));
+                Err(Error::Crashed {
+                    boundary,
+                    op_index: index,
+                })
+            }
+            Some(fault) => Ok(Verdict::Fail(fault)),
+            None => Ok(Verdict::Proceed),
+        }
+    }
+
+    fn new_inode(&mut self, node: Node) -> Ino {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        self.inodes.insert(
+            ino,
+            Inode {
+                node,
+                modified_ms: self.clock_ms,
+            },
+        );
+        ino
+    }
+
+    fn dir(&self, ino: Ino) -> &DirNode {
+        match &self.inodes[&ino].node {
+            Node::Dir(dir) => dir,
+            Node::File(_) => unreachable!("inode {ino} was resolved as a directory"),
+        }
+    }
+
+    fn dir_mut(&mut self, ino: Ino) -> &mut DirNode {
+        match &mut self
+            .inodes
+            .get_mut(&ino)
+            .expect("resolved inodes exist")
+            .node
+        {
+            Node::Dir(dir) => dir,
+            Node::File(_) => unreachable!("inode {ino} was resolved as a directory"),
+        }
+    }
+
+    fn file_mut(&mut self, ino: Ino) -> &mut FileNode {
+        match &mut self
+            .inodes
+            .get_mut(&ino)
+            .expect("open files keep their inode")
+            .node
+        {
+            Node::File(file) => file,
+            Node::Dir(_) => unreachable!("inode {ino} was opened as a file"),
+        }
+    }
+
+    fn lookup_components(&self, components: &[&str]) -> Option<Ino> {
+        let mut ino = ROOT_INO;
+        for component in components {
+            match &self.inodes[&ino].node {
+                Node::Dir(dir) => ino = *dir.volatile.get(*component)?,
+                Node::File(_) => return None,
+            }
+        }
+        Some(ino)
+    }
+
+    /// Resolves `components` to a directory, or a `NotFound`/`NotADirectory` error.
+    fn lookup_dir(
+        &self,
+        components: &[&str],
+        op: OpKind,
+        path: &Path,
+        boundary: Boundary,
+    ) -> Result<Ino> {
+        let ino = self
+            .lookup_components(components)
+            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
+        match self.inodes[&ino].node {
+            Node::Dir(_) => Ok(ino),
+            Node::File(_) => Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory)),
+        }
+    }
+
+    /// Applies name changes to the volatile entries and records them as one pending change.
+    fn bind(&mut self, changes: Vec<NameChange>) {
+        for change in &changes {
+            let now = self.clock_ms;
+            let dir = self.dir_mut(change.dir);
+            match change.target {
+                Some(target) => dir.volatile.insert(change.name.clone(), target),
+                None => dir.volatile.remove(&change.name),
+            };
+            if let Some(inode) = self.inodes.get_mut(&change.dir) {
+                inode.modified_ms = now;
+            }
+        }
+        self.pending.push(Pending::Names { changes });
+    }
+
+    fn write(&mut self, ino: Ino, offset: u64, bytes: &[u8]) {
+        let now = self.clock_ms;
+        let file = self.file_mut(ino);
+        apply_write(&mut file.volatile, offset, bytes);
+        self.inodes
+            .get_mut(&ino)
+            .expect("open files keep their inode")
+            .modified_ms = now;
+        self.pending.push(Pending::Data {
+            ino,
+            change: DataChange::Write {
+                offset,
+                bytes: bytes.to_vec(),
+            },
+        });
+    }
+
+    fn set_len(&mut self, ino: Ino, len: u64) {
+        let now = self.clock_ms;
+        let file = self.file_mut(ino);
+        file.volatile.resize(to_usize(len), 0);
+        self.inodes
+            .get_mut(&ino)
+            .expect("open files keep their inode")
+            .modified_ms = now;
+        self.pending.push(Pending::Data {
+            ino,
+            change: DataChange::SetLen { len },
+        });
+    }
+
+    /// Makes `ino`'s pending data changes durable, or (when `dropped`) discards them without
+    /// applying, as a failed fsync may.
+    fn sync_file(&mut self, ino: Ino, dropped: bool) {
+        let mut changes = Vec::new();
+        self.pending.retain(|pending| match pending {
+            Pending::Data {
+                ino: changed,
+                change,
+            } if *changed == ino => {
+                changes.push(change.clone());
+                false
+            }
+            _ => true,
+        });
+        if dropped {
+            return;
+        }
+        let file = self.file_mut(ino);
+        let durable = Arc::make_mut(&mut file.durable);
+        for change in &changes {
+            apply_change(durable, change);
+        }
+    }
+
+    /// Makes every pending name change touching directory `dir` durable.
+    fn sync_dir(&mut self, dir: Ino) {
+        let mut synced = Vec::new();
+        self.pending.retain(|pending| match pending {
+            Pending::Names { changes } if changes.iter().any(|change| change.dir == dir) => {
+                synced.push(changes.clone());
+                false
+            }
+            _ => true,
+        });
+        for change in synced.into_iter().flatten() {
+            let entries = &mut self.dir_mut(change.dir).durable;
+            match change.target {
+                Some(target) => entries.insert(change.name, target),
+                None => entries.remove(&change.name),
+            };
+        }
+    }
+
+    /// A seeded length in `0..len` for a short write at op `op_index`.
+    fn short_write_len(&self, op_index: u64, len: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        (mix(self.plan.seed, op_index) % len as u64) as usize
+    }
+}
+
+impl Fs for SimFs {
+    type File = SimFile;
+
+    fn open(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<SimFile> {
+        self.open_impl(path, options, boundary)
+    }
+
+    fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        let op = OpKind::Rename;
+        let mut state = self.lock();
+        let from_components = normalize(from, op)?;
+        let to_components = normalize(to, op)?;
+        let target = format!("{} -> {}", from.display(), to.display());
+        let verdict = state.begin(boundary, op, target, String::new())?;
+        let (from_name, from_parents) = from_components
+            .split_last()
+            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::InvalidInput))?;
+        let (to_name, to_parents) = to_components
+            .split_last()
+            .ok_or_else(|| io_error(op, to, boundary, io::ErrorKind::InvalidInput))?;
+        let from_dir = state.lookup_dir(from_parents, op, from, boundary)?;
+        let to_dir = state.lookup_dir(to_parents, op, to, boundary)?;
+        let ino = *state
+            .dir(from_dir)
+            .volatile
+            .get(*from_name)
+            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        if let Some(&replaced) = state.dir(to_dir).volatile.get(*to_name) {
+            let moving_dir = matches!(state.inodes[&ino].node, Node::Dir(_));
+            match &state.inodes[&replaced].node {
+                Node::Dir(dir) if !moving_dir || !dir.volatile.is_empty() => {
+                    return Err(io_error(op, to, boundary, io::ErrorKind::IsADirectory));
+                }
+                Node::File(_) if moving_dir => {
+                    return Err(io_error(op, to, boundary, io::ErrorKind::NotADirectory));
+                }
+                _ => {}
+            }
+        }
+        if let Verdict::Fail(fault) = verdict {
+            return Err(fault_error(fault, op, to, boundary));
+        }
+        if from_dir == to_dir && from_name == to_name {
+            return Ok(());
+        }
+        state.bind(vec![
+            NameChange {
+                dir: from_dir,
+                name: (*from_name).to_owned(),
+                target: None,
+            },
+            NameChange {
+                dir: to_dir,
+                name: (*to_name).to_owned(),
+                target: Some(ino),
+            },
+        ]);
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        self.unlink(path, boundary, OpKind::RemoveFile)
+    }
+
+    fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        let op = OpKind::CreateDir;
+        let mut state = self.lock();
+        let components = normalize(path, op)?;
+        let verdict = state.begin(boundary, op, path.display().to_string(), String::new())?;
+        let (name, parents) = components
+            .split_last()
+            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::AlreadyExists))?;
+        let parent = state.lookup_dir(parents, op, path, boundary)?;
+        if state.dir(parent).volatile.contains_key(*name) {
+            return Err(io_error(op, path, boundary, io::ErrorKind::AlreadyExists));
+        }
+        if let Verdict::Fail(fault) = verdict {
+            return Err(fault_error(fault, op, path, boundary));
+        }
+        let ino = state.new_inode(Node::Dir(DirNode::default()));
+        state.bind(vec![NameChange {
+            dir: parent,
+            name: (*name).to_owned(),
+            target: Some(ino),
+        }]);
+        Ok(())
+    }
+
+    fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        self.unlink(path, boundary, OpKind::RemoveDir)
+    }
+
+    fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        let op = OpKind::SyncDir;
+        let mut state = self.lock();
+        let components = normalize(path, op)?;
+        let verdict = state.begin(boundary, op, path.display().to_string(), String::new())?;
+        let dir = state.lookup_dir(&components, op, path, boundary)?;
+        if let Verdict::Fail(fault) = verdict {
+            // A failed directory fsync leaves its changes pending: they may or may not survive.
+            return Err(fault_error(fault, op, path, boundary));
+        }
+        state.sync_dir(dir);
+        Ok(())
+    }
+
+    fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>> {
+        let op = OpKind::ReadDir;
+        let state = self.lock();
+        let boundary = Boundary::new("read_dir");
+        state.check_alive(boundary)?;
+        let components = normalize(path, op)?;
+        let dir = state.lookup_dir(&components, op, path, boundary)?;
+        Ok(state
+            .dir(dir)
+            .volatile
+            .iter()
+            .map(|(name, ino)| DirEntry {
+                name: name.clone(),
+                kind: match state.inodes[ino].node {
+                    Node::File(_) => FileKind::File,
+                    Node::Dir(_) => FileKind::Dir,
+                },
+            })
+            .collect())
+    }
+
+    fn metadata(&self, path: &Path) -> Result<Metadata> {
+        let op = OpKind::Metadata;
+        let state = self.lock();
+        let boundary = Boundary::new("metadata");
+        state.check_alive(boundary)?;
+        let components = normalize(path, op)?;
+        let ino = state
+            .lookup_components(&components)
+            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
+        let inode = &state.inodes[&ino];
+        let (len, kind) = match &inode.node {
+            Node::File(file) => (file.volatile.len() as u64, FileKind::File),
+            Node::Dir(_) => (0, FileKind::Dir),
+        };
+        Ok(Metadata {
+            len,
+            kind,
+            modified: SystemTime::UNIX_EPOCH + Duration::from_millis(inode.modified_ms),
+        })
+    }
+
+    fn process_id(&self) -> u32 {
+        self.process_id
+    }
+
+    fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
+        Ok(self.lock().processes.get(&pid).copied())
+    }
+}
+
+impl SimFs {
+    fn unlink(&self, path: &Path, boundary: Boundary, op: OpKind) -> Result<()> {
+        let mut state = self.lock();
+        let components = normalize(path, op)?;
+        let verdict = state.begin(boundary, op, path.display().to_string(), String::new())?;
+        let (name, parents) = components
+            .split_last()
+            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::InvalidInput))?;
+        let parent = state.lookup_dir(parents, op, path, boundary)?;
+        let ino = *state
+            .dir(parent)
+            .volatile
+            .get(*name)
+            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
+        match (&state.inodes[&ino].node, op) {
+            (Node::File(_), OpKind::RemoveFile) => {}
+            (Node::Dir(dir), OpKind::RemoveDir) if dir.volatile.is_empty() => {}
+            (Node::Dir(_), OpKind::RemoveDir) => {
+                return Err(io_error(
+                    op,
+                    path,
+                    boundary,
+                    io::ErrorKind::DirectoryNotEmpty,
+                ));
+            }
+            (Node::Dir(_), _) => {
+                return Err(io_error(op, path, boundary, io::ErrorKind::IsADirectory));
+            }
+            (Node::File(_), _) => {
+                return Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory));
+            }
+        }
+        if let Verdict::Fail(fault) = verdict {
+            return Err(fault_error(fault, op, path, boundary));
+        }
+        state.bind(vec![NameChange {
+            dir: parent,
+            name: (*name).to_owned(),
+            target: None,
+        }]);
+        Ok(())
+    }
+}
+
+/// An open file of a [`SimFs`].
+#[derive(Debug)]
+pub struct SimFile {
+    fs: SimFs,
+    ino: Ino,
+    handle: u64,
+    path: PathBuf,
+    writable: bool,
+}
+
+impl SimFile {
+    fn write_op(
+        &self,
+        op: OpKind,
+        offset: Option<u64>,
+        data: &[u8],
+        boundary: Boundary,
+    ) -> Result<()> {
+        let mut state = self.fs.lock();
+        state.check_alive(boundary)?;
+        let offset = offset.unwrap_or_else(|| match &state.inodes[&self.ino].node {
+            Node::File(file) => file.volatile.len() as u64,
+            Node::Dir(_) => 0,
+        });
+        let detail = format!("@{offset}+{}", data.len());
+        let op_index = state.op_count;
+        let verdict = state.begin(boundary, op, self.path.display().to_string(), detail)?;
+        if !self.writable {
+            return Err(io_error(
+                op,
+                &self.path,
+                boundary,
+                io::ErrorKind::PermissionDenied,
+            ));
+        }
+        match verdict {
+            Verdict::Proceed => {
+                state.write(self.ino, offset, data);
+                Ok(())
+            }
+            Verdict::Fail(Fault::ShortWrite) => {
+                let written = state.short_write_len(op_index, data.len());
+                if written > 0 {
+                    state.write(self.ino, offset, &data[..written]);
+                }
+                Err(Error::io(
+                    op,
+                    &self.path,
+                    Some(boundary),
+                    io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("short write: {written} of {} bytes", data.len()),
+                    ),
+                ))
+            }
+            Verdict::Fail(fault) => Err(fault_error(fault, op, &self.path, boundary)),
+        }
+    }
+
+    fn sync_op(&self, op: OpKind, boundary: Boundary) -> Result<()> {
+        let mut state = self.fs.lock();
+        let verdict = state.begin(boundary, op, self.path.display().to_string(), String::new())?;
+        match verdict {
+            Verdict::Proceed => {
+                state.sync_file(self.ino, false);
+                Ok(())
+            }
+            Verdict::Fail(fault) => {
+                // fsyncgate: the kernel may mark the dirty pages clean after a failed writeback.
+                // Reads keep returning the data; the durable image never gets it.
+                state.sync_file(self.ino, true);
+                Err(fault_error(fault, op, &self.path, boundary))
+            }
+        }
+    }
+}
+
+impl File for SimFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
+        self.write_op(OpKind::Append, None, data, boundary)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
+        self.write_op(OpKind::WriteAt, Some(offset), data, boundary)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let state = self.fs.lock();
+        state.check_alive(Boundary::new("read"))?;
+        let Node::File(file) = &state.inodes[&self.ino].node else {
+            return Err(io_error(
+                OpKind::Read,
+                &self.path,
+                Boundary::new("read"),
+                io::ErrorKind::IsADirectory,
+            ));
+        };
+        let start = to_usize(offset).min(file.volatile.len());
+        let end = start.saturating_add(buf.len()).min(file.volatile.len());
+        buf[..end - start].copy_from_slice(&file.volatile[start..end]);
+        Ok(end - start)
+    }
+
+    fn len(&self) -> Result<u64> {
+        let state = self.fs.lock();
+        state.check_alive(Boundary::new("len"))?;
+        match &state.inodes[&self.ino].node {
+            Node::File(file) => Ok(file.volatile.len() as u64),
+            Node::Dir(_) => Ok(0),
+        }
+    }
+
+    fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
+        let op = OpKind::SetLen;
+        let mut state = self.fs.lock();
+        let verdict = state.begin(
+            boundary,
+            op,
+            self.path.display().to_string(),
+            format!("len={len}"),
+        )?;
+        if !self.writable {
+            return Err(io_error(
+                op,
+                &self.path,
+                boundary,
+                io::ErrorKind::PermissionDenied,
+            ));
+        }
+        if let Verdict::Fail(fault) = verdict {
+            return Err(fault_error(fault, op, &self.path, boundary));
+        }
+        state.set_len(self.ino, len);
+        Ok(())
+    }
+
+    fn sync_data(&self, boundary: Boundary) -> Result<()> {
+        self.sync_op(OpKind::SyncData, boundary)
+    }
+
+    fn sync_all(&self, boundary: Boundary) -> Result<()> {
+        self.sync_op(OpKind::SyncAll, boundary)
+    }
+
+    fn try_lock(&self) -> Result<bool> {
+        let mut state = self.fs.lock();
+        state.check_alive(Boundary::new("lock"))?;
+        match state.locks.get(&self.ino) {
+            Some(&holder) if holder != self.handle => Ok(false),
+            _ => {
+                state.locks.insert(self.ino, self.handle);
+                Ok(true)
+            }
+        }
+    }
+
+    fn unlock(&self) -> Result<()> {
+        let mut state = self.fs.lock();
+        if state.locks.get(&self.ino) == Some(&self.handle) {
+            state.locks.remove(&self.ino);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        let mut state = self.fs.lock();
+        if state.locks.get(&self.ino) == Some(&self.handle) {
+            state.locks.remove(&self.ino);
+        }
+    }
+}
+
+/// Splits `path` into normal components; `/` and `.` are skipped, `..` is refused so that a
+/// simulated path can never escape where the caller meant it to be.
+fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
+    let mut components = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(name) => components.push(name.to_str().ok_or_else(|| {
+                Error::io(
+                    op,
+                    path,
+                    None,
+                    io::Error::new(io::ErrorKind::InvalidInput, "path is not UTF-8"),
+                )
+            })?),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(Error::io(
+                    op,
+                    path,
+                    None,
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "`..` and prefixes are not supported",
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(components)
+}
+
+fn split_image_path(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter(|component| !component.is_empty())
+        .collect()
+}
+
+fn open_detail(options: OpenOptions) -> String {
+    let mut flags = Vec::new();
+    if options.create_new {
+        flags.push("create_new");
+    } else if options.create {
+        flags.push("create");
+    }
+    if options.truncate {
+        flags.push("truncate");
+    }
+    flags.join(",")
+}
+
+fn io_error(op: OpKind, path: &Path, boundary: Boundary, kind: io::ErrorKind) -> Error {
+    Error::io(op, path, Some(boundary), io::Error::from(kind))
+}
+
+/// The error an injected fault produces, with the errno a real kernel would return.
+fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Error {
+    const EIO: i32 = 5;
+    const ENOSPC: i32 = 28;
+    let source = match fault {
+        Fault::Enospc => io::Error::from_raw_os_error(ENOSPC),
+        Fault::Crash | Fault::Eio | Fault::ShortWrite => io::Error::from_raw_os_error(EIO),
+    };
+    Error::io(op, path, Some(boundary), source)
+}
+
+pub(crate) fn apply_write(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
+    let start = to_usize(offset);
+    let end = start + bytes.len();
+    if buf.len() < end {
+        buf.resize(end, 0);
+    }
+    buf[start..end].copy_from_slice(bytes);
+}
+
+pub(crate) fn apply_change(buf: &mut Vec<u8>, change: &DataChange) {
+    match change {
+        DataChange::Write { offset, bytes } => apply_write(buf, *offset, bytes),
+        DataChange::SetLen { len } => buf.resize(to_usize(*len), 0),
+    }
+}
+
+pub(crate) fn to_usize(value: u64) -> usize {
+    usize::try_from(value).expect("simulated files fit in memory")
+}

@@ -1,0 +1,163 @@
+//! The op trace: every mutating op, in order, with its boundary. Printable (one line per op) and
+//! hashable, so two runs from the same seed can be compared bit for bit.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::Boundary;
+
+/// The kind of a filesystem operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OpKind {
+    /// Opening a file (a boundary when it creates or truncates).
+    Open,
+    /// Appending at the end of a file.
+    Append,
+    /// A positioned write.
+    WriteAt,
+    /// A positioned read.
+    Read,
+    /// Truncating or extending a file.
+    SetLen,
+    /// `fdatasync`.
+    SyncData,
+    /// `fsync`.
+    SyncAll,
+    /// Renaming a name.
+    Rename,
+    /// Removing a file's name.
+    RemoveFile,
+    /// Creating a directory.
+    CreateDir,
+    /// Removing an empty directory.
+    RemoveDir,
+    /// `fsync` of a directory.
+    SyncDir,
+    /// Listing a directory.
+    ReadDir,
+    /// Reading metadata.
+    Metadata,
+    /// Taking or releasing an advisory lock.
+    Lock,
+}
+
+impl OpKind {
+    /// The op's short name, as printed in traces.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::Open => "open",
+            OpKind::Append => "append",
+            OpKind::WriteAt => "write_at",
+            OpKind::Read => "read",
+            OpKind::SetLen => "set_len",
+            OpKind::SyncData => "sync_data",
+            OpKind::SyncAll => "sync_all",
+            OpKind::Rename => "rename",
+            OpKind::RemoveFile => "remove_file",
+            OpKind::CreateDir => "create_dir",
+            OpKind::RemoveDir => "remove_dir",
+            OpKind::SyncDir => "sync_dir",
+            OpKind::ReadDir => "read_dir",
+            OpKind::Metadata => "metadata",
+            OpKind::Lock => "lock",
+        }
+    }
+
+    /// Whether this op is a sync (a barrier).
+    pub const fn is_sync(self) -> bool {
+        matches!(self, OpKind::SyncData | OpKind::SyncAll | OpKind::SyncDir)
+    }
+
+    /// Whether this op writes file data.
+    pub const fn is_data_write(self) -> bool {
+        matches!(self, OpKind::Append | OpKind::WriteAt)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One mutating op as it was issued.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TraceEntry {
+    /// Position among the mutating ops of the run (0-based); crash point `k` is "before op k".
+    pub index: u64,
+    /// The caller's name for this step.
+    pub boundary: Boundary,
+    /// What was done.
+    pub op: OpKind,
+    /// To what (for a rename, `from -> to`).
+    pub target: String,
+    /// Op-specific detail (offset and length, new length, ...), empty when there is none.
+    pub detail: String,
+    /// The outcome: `ok`, or the fault that was injected.
+    pub outcome: String,
+}
+
+impl fmt::Display for TraceEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:>5} {:<28} {:<11} {}",
+            self.index,
+            self.boundary.name(),
+            self.op.name(),
+            self.target
+        )?;
+        if !self.detail.is_empty() {
+            write!(f, " {}", self.detail)?;
+        }
+        write!(f, " -> {}", self.outcome)
+    }
+}
+
+/// The ordered list of mutating ops of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    entries: Vec<TraceEntry>,
+}
+
+impl Trace {
+    /// The entries, in issue order.
+    pub fn entries(&self) -> &[TraceEntry] {
+        &self.entries
+    }
+
+    /// Number of mutating ops recorded.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no op was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn push(&mut self, entry: TraceEntry) {
+        self.entries.push(entry);
+    }
+
+    /// SHA-256 over the printed trace, as lowercase hex. Equal hashes mean identical runs.
+    pub fn hash_hex(&self) -> String {
+        let mut hasher = Sha256::new();
+        for entry in &self.entries {
+            hasher.update(entry.to_string().as_bytes());
+            hasher.update(b"\n");
+        }
+        hex::encode(hasher.finalize())
+    }
+}
+
+impl fmt::Display for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for entry in &self.entries {
+            writeln!(f, "{entry}")?;
+        }
+        Ok(())
+    }
+}
