@@ -40,12 +40,7 @@ pub enum Error {
 impl Error {
     /// An I/O error with its context.
     pub fn io(op: OpKind, path: &Path, boundary: Option<Boundary>, source: io::Error) -> Self {
-        Error::Io {
-            op,
-            path: path.to_path_buf(),
-            boundary,
-            source,
-        }
+        Error::Io { op, path: path.to_path_buf(), boundary, source }
     }
 
     /// The kind of the underlying I/O error, if this is one.

@@ -66,10 +66,7 @@ impl FromStr for KillPoint {
             }
             None => (s, 1),
         };
-        Ok(KillPoint::Boundary {
-            name: name.to_owned(),
-            occurrence,
-        })
+        Ok(KillPoint::Boundary { name: name.to_owned(), occurrence })
     }
 }
 
@@ -95,10 +92,7 @@ impl KillState {
     fn before(&self, boundary: Boundary, op: OpKind, path: &Path) {
         let index = self.ops.fetch_add(1, Ordering::SeqCst);
         let occurrence = {
-            let mut counts = self
-                .boundary_counts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut counts = self.boundary_counts.lock().unwrap_or_else(PoisonError::into_inner);
             let count = counts.entry(boundary.name()).or_insert(0);
             *count += 1;
             *count
@@ -112,10 +106,9 @@ impl KillState {
         }
         let hit = match &self.point {
             Some(KillPoint::OpIndex(at)) => *at == index,
-            Some(KillPoint::Boundary {
-                name,
-                occurrence: at,
-            }) => name == boundary.name() && *at == occurrence,
+            Some(KillPoint::Boundary { name, occurrence: at }) => {
+                name == boundary.name() && *at == occurrence
+            }
             None => false,
         };
         if hit {
@@ -136,12 +129,9 @@ impl<F: Fs> KillFs<F> {
     /// Wraps `inner`, aborting at `point` (if any) and tracing to `trace` (if any).
     pub fn new(inner: F, point: Option<KillPoint>, trace: Option<&Path>) -> std::io::Result<Self> {
         let trace = match trace {
-            Some(path) => Some(Mutex::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            )),
+            Some(path) => {
+                Some(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))
+            }
             None => None,
         };
         Ok(KillFs {
@@ -160,9 +150,7 @@ impl<F: Fs> KillFs<F> {
     pub fn from_env(inner: F) -> std::result::Result<Self, String> {
         let point = match std::env::var(KILL_AT_ENV) {
             Ok(value) => Some(
-                value
-                    .parse::<KillPoint>()
-                    .map_err(|error| format!("{KILL_AT_ENV}: {error}"))?,
+                value.parse::<KillPoint>().map_err(|error| format!("{KILL_AT_ENV}: {error}"))?,
             ),
             Err(std::env::VarError::NotPresent) => None,
             Err(error) => return Err(format!("{KILL_AT_ENV}: {error}")),
@@ -198,10 +186,7 @@ impl<F: Fs> Fs for KillFs<F> {
             self.state.before(boundary, OpKind::Open, path);
         }
         let inner = self.inner.open(path, options, boundary)?;
-        Ok(KillFile {
-            inner,
-            state: Arc::clone(&self.state),
-        })
+        Ok(KillFile { inner, state: Arc::clone(&self.state) })
     }
 
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
@@ -252,14 +237,12 @@ impl<T: File> File for KillFile<T> {
     }
 
     fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
-        self.state
-            .before(boundary, OpKind::Append, self.inner.path());
+        self.state.before(boundary, OpKind::Append, self.inner.path());
         self.inner.append(data, boundary)
     }
 
     fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
-        self.state
-            .before(boundary, OpKind::WriteAt, self.inner.path());
+        self.state.before(boundary, OpKind::WriteAt, self.inner.path());
         self.inner.write_at(offset, data, boundary)
     }
 
@@ -272,20 +255,17 @@ impl<T: File> File for KillFile<T> {
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
-        self.state
-            .before(boundary, OpKind::SetLen, self.inner.path());
+        self.state.before(boundary, OpKind::SetLen, self.inner.path());
         self.inner.set_len(len, boundary)
     }
 
     fn sync_data(&self, boundary: Boundary) -> Result<()> {
-        self.state
-            .before(boundary, OpKind::SyncData, self.inner.path());
+        self.state.before(boundary, OpKind::SyncData, self.inner.path());
         self.inner.sync_data(boundary)
     }
 
     fn sync_all(&self, boundary: Boundary) -> Result<()> {
-        self.state
-            .before(boundary, OpKind::SyncAll, self.inner.path());
+        self.state.before(boundary, OpKind::SyncAll, self.inner.path());
         self.inner.sync_all(boundary)
     }
 
@@ -307,17 +287,11 @@ mod tests {
         assert_eq!("12".parse(), Ok(KillPoint::OpIndex(12)));
         assert_eq!(
             "send.log.sync".parse(),
-            Ok(KillPoint::Boundary {
-                name: "send.log.sync".into(),
-                occurrence: 1
-            })
+            Ok(KillPoint::Boundary { name: "send.log.sync".into(), occurrence: 1 })
         );
         assert_eq!(
             "send.log.sync#3".parse(),
-            Ok(KillPoint::Boundary {
-                name: "send.log.sync".into(),
-                occurrence: 3
-            })
+            Ok(KillPoint::Boundary { name: "send.log.sync".into(), occurrence: 3 })
         );
         assert!("send.log.sync#0".parse::<KillPoint>().is_err());
         assert!("".parse::<KillPoint>().is_err());

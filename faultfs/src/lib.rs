@@ -51,7 +51,8 @@ pub use kill::{KILL_AT_ENV, KILL_TRACE_ENV, KillFile, KillFs, KillPoint};
 pub use plan::{Fault, FaultPlan};
 pub use real::{RealFile, RealFs};
 pub use sim::{
-    CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, SimFile, SimFs, chunk_bytes,
+    CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Rules, SimFile, SimFs,
+    chunk_bytes,
 };
 pub use trace::{OpKind, Trace, TraceEntry};
 
@@ -104,57 +105,27 @@ pub struct OpenOptions {
 impl OpenOptions {
     /// Read-only access to an existing file.
     pub const fn read() -> Self {
-        OpenOptions {
-            read: true,
-            write: false,
-            create: false,
-            create_new: false,
-            truncate: false,
-        }
+        OpenOptions { read: true, write: false, create: false, create_new: false, truncate: false }
     }
 
     /// Read and write access to an existing file.
     pub const fn read_write() -> Self {
-        OpenOptions {
-            read: true,
-            write: true,
-            create: false,
-            create_new: false,
-            truncate: false,
-        }
+        OpenOptions { read: true, write: true, create: false, create_new: false, truncate: false }
     }
 
     /// Read and write, creating the file if it is missing.
     pub const fn create() -> Self {
-        OpenOptions {
-            read: true,
-            write: true,
-            create: true,
-            create_new: false,
-            truncate: false,
-        }
+        OpenOptions { read: true, write: true, create: true, create_new: false, truncate: false }
     }
 
     /// Read and write, creating the file and failing if it already exists.
     pub const fn create_new() -> Self {
-        OpenOptions {
-            read: true,
-            write: true,
-            create: false,
-            create_new: true,
-            truncate: false,
-        }
+        OpenOptions { read: true, write: true, create: false, create_new: true, truncate: false }
     }
 
     /// Read and write, creating the file or truncating an existing one to zero length.
     pub const fn create_truncate() -> Self {
-        OpenOptions {
-            read: true,
-            write: true,
-            create: true,
-            create_new: false,
-            truncate: true,
-        }
+        OpenOptions { read: true, write: true, create: true, create_new: false, truncate: true }
     }
 
     /// Whether opening with these options can change storage (and so is a boundary).

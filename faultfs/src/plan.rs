@@ -66,26 +66,17 @@ pub struct FaultPlan {
 impl FaultPlan {
     /// No fault: count boundaries, record the trace.
     pub const fn none(seed: u64) -> Self {
-        FaultPlan {
-            seed,
-            trigger: None,
-        }
+        FaultPlan { seed, trigger: None }
     }
 
     /// Crash before mutating op `op_index` runs.
     pub const fn crash_at(seed: u64, op_index: u64) -> Self {
-        FaultPlan {
-            seed,
-            trigger: Some((op_index, Fault::Crash)),
-        }
+        FaultPlan { seed, trigger: Some((op_index, Fault::Crash)) }
     }
 
     /// Inject `fault` at mutating op `op_index`.
     pub const fn fault_at(seed: u64, op_index: u64, fault: Fault) -> Self {
-        FaultPlan {
-            seed,
-            trigger: Some((op_index, fault)),
-        }
+        FaultPlan { seed, trigger: Some((op_index, fault)) }
     }
 
     /// A plan chosen from `seed` alone for a run of `op_count` mutating ops: which op, and
@@ -137,10 +128,7 @@ impl FromStr for FaultPlan {
                 Some((fault.parse::<Fault>()?, op))
             }
         };
-        Ok(FaultPlan {
-            seed,
-            trigger: trigger.map(|(fault, op)| (op, fault)),
-        })
+        Ok(FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) })
     }
 }
 
@@ -175,12 +163,8 @@ mod tests {
     #[test]
     fn random_plan_depends_only_on_the_seed() {
         assert_eq!(FaultPlan::random(9, 100), FaultPlan::random(9, 100));
-        let distinct: std::collections::BTreeSet<_> = (0..64)
-            .map(|seed| FaultPlan::random(seed, 1000).trigger)
-            .collect();
-        assert!(
-            distinct.len() > 32,
-            "seeds should spread over ops and faults"
-        );
+        let distinct: std::collections::BTreeSet<_> =
+            (0..64).map(|seed| FaultPlan::random(seed, 1000).trigger).collect();
+        assert!(distinct.len() > 32, "seeds should spread over ops and faults");
     }
 }

@@ -36,12 +36,7 @@ pub struct RealFile {
 
 fn context(op: OpKind, path: &Path, boundary: Option<Boundary>) -> impl FnOnce(io::Error) -> Error {
     let path = path.to_path_buf();
-    move |source| Error::Io {
-        op,
-        path,
-        boundary,
-        source,
-    }
+    move |source| Error::Io { op, path, boundary, source }
 }
 
 impl Fs for RealFs {
@@ -56,10 +51,7 @@ impl Fs for RealFs {
             .truncate(options.truncate)
             .open(path)
             .map_err(context(OpKind::Open, path, Some(boundary)))?;
-        Ok(RealFile {
-            file,
-            path: path.to_path_buf(),
-        })
+        Ok(RealFile { file, path: path.to_path_buf() })
     }
 
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
@@ -116,11 +108,7 @@ impl Fs for RealFs {
         let metadata = fs::metadata(path).map_err(on_error())?;
         Ok(Metadata {
             len: metadata.len(),
-            kind: if metadata.is_dir() {
-                FileKind::Dir
-            } else {
-                FileKind::File
-            },
+            kind: if metadata.is_dir() { FileKind::Dir } else { FileKind::File },
             modified: metadata.modified().map_err(on_error())?,
         })
     }
@@ -148,10 +136,7 @@ fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
             OpKind::Read,
             &stat_path,
             None,
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("malformed /proc stat: {what}"),
-            ),
+            io::Error::new(io::ErrorKind::InvalidData, format!("malformed /proc stat: {what}")),
         )
     };
     // The command name (field 2) may contain spaces and parentheses; fields resume after the
@@ -174,9 +159,7 @@ fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
         .and_then(|value| value.trim().parse().ok())
         .ok_or_else(|| malformed("no btime in /proc/stat"))?;
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
-    Ok(Some(
-        boot_secs * 1000 + start_ticks * 1000 / ticks_per_second,
-    ))
+    Ok(Some(boot_secs * 1000 + start_ticks * 1000 / ticks_per_second))
 }
 
 impl File for RealFile {
@@ -208,29 +191,19 @@ impl File for RealFile {
     }
 
     fn len(&self) -> Result<u64> {
-        Ok(self
-            .file
-            .metadata()
-            .map_err(context(OpKind::Metadata, &self.path, None))?
-            .len())
+        Ok(self.file.metadata().map_err(context(OpKind::Metadata, &self.path, None))?.len())
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
-        self.file
-            .set_len(len)
-            .map_err(context(OpKind::SetLen, &self.path, Some(boundary)))
+        self.file.set_len(len).map_err(context(OpKind::SetLen, &self.path, Some(boundary)))
     }
 
     fn sync_data(&self, boundary: Boundary) -> Result<()> {
-        self.file
-            .sync_data()
-            .map_err(context(OpKind::SyncData, &self.path, Some(boundary)))
+        self.file.sync_data().map_err(context(OpKind::SyncData, &self.path, Some(boundary)))
     }
 
     fn sync_all(&self, boundary: Boundary) -> Result<()> {
-        self.file
-            .sync_all()
-            .map_err(context(OpKind::SyncAll, &self.path, Some(boundary)))
+        self.file.sync_all().map_err(context(OpKind::SyncAll, &self.path, Some(boundary)))
     }
 
     fn try_lock(&self) -> Result<bool> {
@@ -244,8 +217,6 @@ impl File for RealFile {
     }
 
     fn unlock(&self) -> Result<()> {
-        self.file
-            .unlock()
-            .map_err(context(OpKind::Lock, &self.path, None))
+        self.file.unlock().map_err(context(OpKind::Lock, &self.path, None))
     }
 }

@@ -155,19 +155,9 @@ enum Choice {
 
 #[derive(Clone, Debug)]
 enum PieceKind {
-    Chunk {
-        ino: Ino,
-        start: u64,
-        snapshot: Vec<u8>,
-        written: (u64, u64),
-    },
-    Size {
-        ino: Ino,
-        len: u64,
-    },
-    Names {
-        pending: usize,
-    },
+    Chunk { ino: Ino, start: u64, snapshot: Vec<u8>, written: (u64, u64) },
+    Size { ino: Ino, len: u64 },
+    Names { pending: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -191,19 +181,16 @@ impl Pieces {
         let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
         for (op, pending) in state.pending.iter().enumerate() {
             match pending {
-                Pending::Names { .. } => list.push(Piece {
-                    op,
-                    kind: PieceKind::Names { pending: op },
-                }),
+                Pending::Names { .. } => {
+                    list.push(Piece { op, kind: PieceKind::Names { pending: op } })
+                }
                 Pending::Data { ino, change } => {
-                    let buf = replay
-                        .entry(*ino)
-                        .or_insert_with(|| match &state.inodes[ino].node {
-                            Node::File(file) => file.durable.as_ref().clone(),
-                            Node::Dir(_) => {
-                                unreachable!("data changes are only recorded for files")
-                            }
-                        });
+                    let buf = replay.entry(*ino).or_insert_with(|| match &state.inodes[ino].node {
+                        Node::File(file) => file.durable.as_ref().clone(),
+                        Node::Dir(_) => {
+                            unreachable!("data changes are only recorded for files")
+                        }
+                    });
                     let len_before = buf.len() as u64;
                     apply_change(buf, change);
                     let len_after = buf.len() as u64;
@@ -212,10 +199,9 @@ impl Pieces {
                             let end = offset + bytes.len() as u64;
                             ((*offset).min(len_before)..end, (*offset, end))
                         }
-                        DataChange::SetLen { len } => (
-                            len_before.min(*len)..len_before.max(*len),
-                            (len_before, len_before),
-                        ),
+                        DataChange::SetLen { len } => {
+                            (len_before.min(*len)..len_before.max(*len), (len_before, len_before))
+                        }
                     };
                     if !touched.is_empty() {
                         let first = touched.start / chunk;
@@ -231,31 +217,20 @@ impl Pieces {
                             let written = (written.0.max(start), written.1.min(start + chunk));
                             list.push(Piece {
                                 op,
-                                kind: PieceKind::Chunk {
-                                    ino: *ino,
-                                    start,
-                                    snapshot,
-                                    written,
-                                },
+                                kind: PieceKind::Chunk { ino: *ino, start, snapshot, written },
                             });
                         }
                     }
                     if len_after != len_before {
                         list.push(Piece {
                             op,
-                            kind: PieceKind::Size {
-                                ino: *ino,
-                                len: len_after,
-                            },
+                            kind: PieceKind::Size { ino: *ino, len: len_after },
                         });
                     }
                 }
             }
         }
-        Pieces {
-            list,
-            ops: state.pending.len(),
-        }
+        Pieces { list, ops: state.pending.len() }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -275,6 +250,18 @@ struct Builder<'a> {
 
 pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
     match mode {
+        CrashMode::ProcessKill if !state.rules.kill_keeps_volatile => {
+            let pieces = Pieces::collect(state);
+            let mut builder = Builder::new(state, &pieces);
+            builder.add(&vec![Choice::Skip; pieces.len()]);
+            CrashImages {
+                mode,
+                images: builder.images,
+                generated: 1,
+                exhaustive: true,
+                pending_pieces: 0,
+            }
+        }
         CrashMode::ProcessKill => {
             let image = volatile_image(state);
             CrashImages {
@@ -287,26 +274,15 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
         }
         CrashMode::PowerLoss => {
             let pieces = Pieces::collect(state);
-            let mut builder = Builder {
-                state,
-                pieces: &pieces,
-                durable_hashes: BTreeMap::new(),
-                seen: HashSet::new(),
-                images: Vec::new(),
-                generated: 0,
-            };
+            let mut builder = Builder::new(state, &pieces);
             let count = pieces.len();
             let exhaustive = count <= EXHAUSTIVE_PIECES_MAX;
-            if exhaustive {
+            if !state.rules.pending_unordered {
+                builder.prefixes();
+            } else if exhaustive {
                 for mask in 0u32..(1u32 << count) {
                     let choices: Vec<Choice> = (0..count)
-                        .map(|i| {
-                            if mask & (1 << i) != 0 {
-                                Choice::Apply
-                            } else {
-                                Choice::Skip
-                            }
-                        })
+                        .map(|i| if mask & (1 << i) != 0 { Choice::Apply } else { Choice::Skip })
                         .collect();
                     builder.add(&choices);
                 }
@@ -324,45 +300,46 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
     }
 }
 
-impl Builder<'_> {
-    fn families(&mut self) {
-        let count = self.pieces.len();
-        let list = &self.pieces.list;
-        // Prefix: the first `cut` pending changes, whole.
+impl<'a> Builder<'a> {
+    fn new(state: &'a State, pieces: &'a Pieces) -> Self {
+        Builder {
+            state,
+            pieces,
+            durable_hashes: BTreeMap::new(),
+            seen: HashSet::new(),
+            images: Vec::new(),
+            generated: 0,
+        }
+    }
+
+    /// The first `cut` pending changes, whole, for every `cut`.
+    fn prefixes(&mut self) {
         for cut in 0..=self.pieces.ops {
-            let choices: Vec<Choice> = list
+            let choices: Vec<Choice> = self
+                .pieces
+                .list
                 .iter()
-                .map(|piece| {
-                    if piece.op < cut {
-                        Choice::Apply
-                    } else {
-                        Choice::Skip
-                    }
-                })
+                .map(|piece| if piece.op < cut { Choice::Apply } else { Choice::Skip })
                 .collect();
             self.add(&choices);
         }
+    }
+
+    fn families(&mut self) {
+        let count = self.pieces.len();
+        let list = &self.pieces.list;
+        self.prefixes();
         // Single omission.
         for omitted in 0..count {
             let choices: Vec<Choice> = (0..count)
-                .map(|i| {
-                    if i == omitted {
-                        Choice::Skip
-                    } else {
-                        Choice::Apply
-                    }
-                })
+                .map(|i| if i == omitted { Choice::Skip } else { Choice::Apply })
                 .collect();
             self.add(&choices);
         }
         // Torn writes.
         let seed = mix(self.state.plan.seed, self.state.op_count);
         for (op, pending) in self.state.pending.iter().enumerate() {
-            let Pending::Data {
-                change: DataChange::Write { offset, bytes },
-                ..
-            } = pending
-            else {
+            let Pending::Data { change: DataChange::Write { offset, bytes }, .. } = pending else {
                 continue;
             };
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);
@@ -387,13 +364,7 @@ impl Builder<'_> {
         let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x5A3F));
         for _ in 0..self.state.sampled_images {
             let choices: Vec<Choice> = (0..count)
-                .map(|_| {
-                    if rng.random::<bool>() {
-                        Choice::Apply
-                    } else {
-                        Choice::Skip
-                    }
-                })
+                .map(|_| if rng.random::<bool>() { Choice::Apply } else { Choice::Skip })
                 .collect();
             self.add(&choices);
         }
@@ -432,20 +403,11 @@ impl Builder<'_> {
                     }
                 }
                 PieceKind::Size { ino, len } => {
-                    contents
-                        .entry(*ino)
-                        .or_insert_with(|| durable_content(state, *ino))
-                        .1 = *len;
+                    contents.entry(*ino).or_insert_with(|| durable_content(state, *ino)).1 = *len;
                 }
-                PieceKind::Chunk {
-                    ino,
-                    start,
-                    snapshot,
-                    written,
-                } => {
-                    let (buf, _) = contents
-                        .entry(*ino)
-                        .or_insert_with(|| durable_content(state, *ino));
+                PieceKind::Chunk { ino, start, snapshot, written } => {
+                    let (buf, _) =
+                        contents.entry(*ino).or_insert_with(|| durable_content(state, *ino));
                     let start_at = to_usize(*start);
                     match *choice {
                         Choice::Apply => {
@@ -520,10 +482,7 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
         hasher.update(content_hash);
     }
     Image {
-        nodes: nodes
-            .into_iter()
-            .map(|(path, (node, _))| (path, node))
-            .collect(),
+        nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         hash: hasher.finalize().into(),
     }
 }
@@ -535,9 +494,10 @@ fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
     }
 }
 
-/// The cut positions (file offsets strictly inside `lo..hi`) of the torn families of one write.
+/// The cut positions (file offsets in `lo..hi`) of the torn families of one write. The cut at
+/// `lo` keeps none of the write's data but (with its extension) leaves zeros where it would be.
 fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
-    let mut cuts = Vec::new();
+    let mut cuts = vec![lo];
     if hi <= lo + 1 {
         return cuts;
     }
@@ -572,10 +532,7 @@ fn volatile_image(state: &State) -> Image {
                 }
                 Node::File(file) => {
                     let hash: [u8; 32] = Sha256::digest(&file.volatile).into();
-                    nodes.insert(
-                        path,
-                        (ImageNode::File(Arc::new(file.volatile.clone())), hash),
-                    );
+                    nodes.insert(path, (ImageNode::File(Arc::new(file.volatile.clone())), hash));
                 }
             }
         }

@@ -60,6 +60,42 @@ const SAMPLED_IMAGES_DEFAULT: usize = 64;
 /// The pid a new `SimFs` reports for its own process.
 const PROCESS_ID_DEFAULT: u32 = 1000;
 
+/// The rules of the crash model, each of which can be switched off.
+///
+/// The default is the crash model; every field is `true`. Switching a rule off gives a *weaker*
+/// model that is not a faithful filesystem: it exists so a test can prove that a litmus test
+/// depends on the rule (the litmus must fail without it). Nothing else should use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// R1: a write is durable only after a sync of its file. Off: every write is durable at once.
+    pub data_needs_sync: bool,
+    /// R2: a name change is durable only after a sync of its directory. Off: durable at once.
+    pub names_need_dir_sync: bool,
+    /// R3: a rename survives a crash whole or not at all. Off: its two sides are independent.
+    pub rename_atomic: bool,
+    /// R4: pending changes have no order and survive per 512-byte chunk. Off: a power loss keeps
+    /// a prefix of the pending changes, each whole, in issue order.
+    pub pending_unordered: bool,
+    /// A failed sync drops the file's dirty data (fsyncgate). Off: the data stays pending and a
+    /// later sync makes it durable.
+    pub failed_sync_drops: bool,
+    /// A process kill keeps everything the kernel accepted. Off: it keeps only durable state.
+    pub kill_keeps_volatile: bool,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            data_needs_sync: true,
+            names_need_dir_sync: true,
+            rename_atomic: true,
+            pending_unordered: true,
+            failed_sync_drops: true,
+            kill_keeps_volatile: true,
+        }
+    }
+}
+
 pub(crate) type Ino = u64;
 
 const ROOT_INO: Ino = 0;
@@ -133,6 +169,7 @@ pub(crate) struct State {
     /// Simulated running processes: pid -> start time (ms since epoch).
     processes: BTreeMap<u32, u64>,
     sampled_images: usize,
+    rules: Rules,
 }
 
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
@@ -154,13 +191,7 @@ impl SimFs {
     /// An empty filesystem (just `/`) running `plan`.
     pub fn new(plan: FaultPlan) -> Self {
         let mut inodes = BTreeMap::new();
-        inodes.insert(
-            ROOT_INO,
-            Inode {
-                node: Node::Dir(DirNode::default()),
-                modified_ms: 0,
-            },
-        );
+        inodes.insert(ROOT_INO, Inode { node: Node::Dir(DirNode::default()), modified_ms: 0 });
         let state = State {
             inodes,
             next_ino: ROOT_INO + 1,
@@ -174,11 +205,17 @@ impl SimFs {
             clock_ms: 0,
             processes: BTreeMap::from([(PROCESS_ID_DEFAULT, 0)]),
             sampled_images: SAMPLED_IMAGES_DEFAULT,
+            rules: Rules::default(),
         };
-        SimFs {
-            state: Arc::new(Mutex::new(state)),
-            process_id: PROCESS_ID_DEFAULT,
-        }
+        SimFs { state: Arc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
+    }
+
+    /// An empty filesystem running `plan` under a weakened crash model (see [`Rules`]); only for
+    /// proving that a test depends on a rule.
+    pub fn with_rules(plan: FaultPlan, rules: Rules) -> Self {
+        let fs = SimFs::new(plan);
+        fs.lock().rules = rules;
+        fs
     }
 
     /// A filesystem holding exactly `image`, all of it durable, running `plan`. This is how a
@@ -204,13 +241,7 @@ impl SimFs {
                         volatile: bytes.to_vec(),
                     }),
                 };
-                state.inodes.insert(
-                    ino,
-                    Inode {
-                        node: inode,
-                        modified_ms: 0,
-                    },
-                );
+                state.inodes.insert(ino, Inode { node: inode, modified_ms: 0 });
                 let dir = state.dir_mut(parent);
                 dir.durable.insert((*name).to_owned(), ino);
                 dir.volatile.insert((*name).to_owned(), ino);
@@ -227,10 +258,7 @@ impl SimFs {
             let now = state.clock_ms;
             state.processes.entry(pid).or_insert(now);
         }
-        SimFs {
-            state: Arc::clone(&self.state),
-            process_id: pid,
-        }
+        SimFs { state: Arc::clone(&self.state), process_id: pid }
     }
 
     /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
@@ -298,12 +326,7 @@ impl SimFs {
         let mut state = self.lock();
         let components = normalize(path, OpKind::Open)?;
         let verdict = if options.mutates() {
-            state.begin(
-                boundary,
-                OpKind::Open,
-                path.display().to_string(),
-                open_detail(options),
-            )?
+            state.begin(boundary, OpKind::Open, path.display().to_string(), open_detail(options))?
         } else {
             state.check_alive(boundary)?;
             Verdict::Proceed
@@ -341,12 +364,7 @@ impl SimFs {
             }
             None => {
                 if !(options.create || options.create_new) {
-                    return Err(io_error(
-                        OpKind::Open,
-                        path,
-                        boundary,
-                        io::ErrorKind::NotFound,
-                    ));
+                    return Err(io_error(OpKind::Open, path, boundary, io::ErrorKind::NotFound));
                 }
                 if let Verdict::Fail(fault) = verdict {
                     return Err(fault_error(fault, OpKind::Open, path, boundary));
@@ -381,10 +399,7 @@ impl State {
         match self.halted {
             Some((crashed_at, op_index)) => {
                 let _ = boundary;
-                Err(Error::Crashed {
-                    boundary: crashed_at,
-                    op_index,
-                })
+                Err(Error::Crashed { boundary: crashed_at, op_index })
             }
             None => Ok(()),
         }
@@ -408,21 +423,11 @@ impl State {
             _ => None,
         };
         let outcome = fault.map_or_else(|| "ok".to_owned(), |fault| fault.name().to_owned());
-        self.trace.push(TraceEntry {
-            index,
-            boundary,
-            op,
-            target,
-            detail,
-            outcome,
-        });
+        self.trace.push(TraceEntry { index, boundary, op, target, detail, outcome });
         match fault {
             Some(Fault::Crash) => {
                 self.halted = Some((boundary, index));
-                Err(Error::Crashed {
-                    boundary,
-                    op_index: index,
-                })
+                Err(Error::Crashed { boundary, op_index: index })
             }
             Some(fault) => Ok(Verdict::Fail(fault)),
             None => Ok(Verdict::Proceed),
@@ -432,13 +437,7 @@ impl State {
     fn new_inode(&mut self, node: Node) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
-        self.inodes.insert(
-            ino,
-            Inode {
-                node,
-                modified_ms: self.clock_ms,
-            },
-        );
+        self.inodes.insert(ino, Inode { node, modified_ms: self.clock_ms });
         ino
     }
 
@@ -450,24 +449,14 @@ impl State {
     }
 
     fn dir_mut(&mut self, ino: Ino) -> &mut DirNode {
-        match &mut self
-            .inodes
-            .get_mut(&ino)
-            .expect("resolved inodes exist")
-            .node
-        {
+        match &mut self.inodes.get_mut(&ino).expect("resolved inodes exist").node {
             Node::Dir(dir) => dir,
             Node::File(_) => unreachable!("inode {ino} was resolved as a directory"),
         }
     }
 
     fn file_mut(&mut self, ino: Ino) -> &mut FileNode {
-        match &mut self
-            .inodes
-            .get_mut(&ino)
-            .expect("open files keep their inode")
-            .node
-        {
+        match &mut self.inodes.get_mut(&ino).expect("open files keep their inode").node {
             Node::File(file) => file,
             Node::Dir(_) => unreachable!("inode {ino} was opened as a file"),
         }
@@ -514,38 +503,51 @@ impl State {
                 inode.modified_ms = now;
             }
         }
-        self.pending.push(Pending::Names { changes });
+        if !self.rules.names_need_dir_sync {
+            self.apply_names(changes);
+        } else if self.rules.rename_atomic {
+            self.pending.push(Pending::Names { changes });
+        } else {
+            for change in changes {
+                self.pending.push(Pending::Names { changes: vec![change] });
+            }
+        }
+    }
+
+    /// Applies name changes to the durable entries.
+    fn apply_names(&mut self, changes: Vec<NameChange>) {
+        for change in changes {
+            let entries = &mut self.dir_mut(change.dir).durable;
+            match change.target {
+                Some(target) => entries.insert(change.name, target),
+                None => entries.remove(&change.name),
+            };
+        }
     }
 
     fn write(&mut self, ino: Ino, offset: u64, bytes: &[u8]) {
         let now = self.clock_ms;
         let file = self.file_mut(ino);
         apply_write(&mut file.volatile, offset, bytes);
-        self.inodes
-            .get_mut(&ino)
-            .expect("open files keep their inode")
-            .modified_ms = now;
+        self.inodes.get_mut(&ino).expect("open files keep their inode").modified_ms = now;
         self.pending.push(Pending::Data {
             ino,
-            change: DataChange::Write {
-                offset,
-                bytes: bytes.to_vec(),
-            },
+            change: DataChange::Write { offset, bytes: bytes.to_vec() },
         });
+        if !self.rules.data_needs_sync {
+            self.sync_file(ino, false);
+        }
     }
 
     fn set_len(&mut self, ino: Ino, len: u64) {
         let now = self.clock_ms;
         let file = self.file_mut(ino);
         file.volatile.resize(to_usize(len), 0);
-        self.inodes
-            .get_mut(&ino)
-            .expect("open files keep their inode")
-            .modified_ms = now;
-        self.pending.push(Pending::Data {
-            ino,
-            change: DataChange::SetLen { len },
-        });
+        self.inodes.get_mut(&ino).expect("open files keep their inode").modified_ms = now;
+        self.pending.push(Pending::Data { ino, change: DataChange::SetLen { len } });
+        if !self.rules.data_needs_sync {
+            self.sync_file(ino, false);
+        }
     }
 
     /// Makes `ino`'s pending data changes durable, or (when `dropped`) discards them without
@@ -553,10 +555,7 @@ impl State {
     fn sync_file(&mut self, ino: Ino, dropped: bool) {
         let mut changes = Vec::new();
         self.pending.retain(|pending| match pending {
-            Pending::Data {
-                ino: changed,
-                change,
-            } if *changed == ino => {
+            Pending::Data { ino: changed, change } if *changed == ino => {
                 changes.push(change.clone());
                 false
             }
@@ -582,13 +581,7 @@ impl State {
             }
             _ => true,
         });
-        for change in synced.into_iter().flatten() {
-            let entries = &mut self.dir_mut(change.dir).durable;
-            match change.target {
-                Some(target) => entries.insert(change.name, target),
-                None => entries.remove(&change.name),
-            };
-        }
+        self.apply_names(synced.into_iter().flatten().collect());
     }
 
     /// A seeded length in `0..len` for a short write at op `op_index`.
@@ -646,16 +639,8 @@ impl Fs for SimFs {
             return Ok(());
         }
         state.bind(vec![
-            NameChange {
-                dir: from_dir,
-                name: (*from_name).to_owned(),
-                target: None,
-            },
-            NameChange {
-                dir: to_dir,
-                name: (*to_name).to_owned(),
-                target: Some(ino),
-            },
+            NameChange { dir: from_dir, name: (*from_name).to_owned(), target: None },
+            NameChange { dir: to_dir, name: (*to_name).to_owned(), target: Some(ino) },
         ]);
         Ok(())
     }
@@ -680,11 +665,7 @@ impl Fs for SimFs {
             return Err(fault_error(fault, op, path, boundary));
         }
         let ino = state.new_inode(Node::Dir(DirNode::default()));
-        state.bind(vec![NameChange {
-            dir: parent,
-            name: (*name).to_owned(),
-            target: Some(ino),
-        }]);
+        state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: Some(ino) }]);
         Ok(())
     }
 
@@ -775,12 +756,7 @@ impl SimFs {
             (Node::File(_), OpKind::RemoveFile) => {}
             (Node::Dir(dir), OpKind::RemoveDir) if dir.volatile.is_empty() => {}
             (Node::Dir(_), OpKind::RemoveDir) => {
-                return Err(io_error(
-                    op,
-                    path,
-                    boundary,
-                    io::ErrorKind::DirectoryNotEmpty,
-                ));
+                return Err(io_error(op, path, boundary, io::ErrorKind::DirectoryNotEmpty));
             }
             (Node::Dir(_), _) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::IsADirectory));
@@ -792,11 +768,7 @@ impl SimFs {
         if let Verdict::Fail(fault) = verdict {
             return Err(fault_error(fault, op, path, boundary));
         }
-        state.bind(vec![NameChange {
-            dir: parent,
-            name: (*name).to_owned(),
-            target: None,
-        }]);
+        state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: None }]);
         Ok(())
     }
 }
@@ -829,12 +801,7 @@ impl SimFile {
         let op_index = state.op_count;
         let verdict = state.begin(boundary, op, self.path.display().to_string(), detail)?;
         if !self.writable {
-            return Err(io_error(
-                op,
-                &self.path,
-                boundary,
-                io::ErrorKind::PermissionDenied,
-            ));
+            return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
         }
         match verdict {
             Verdict::Proceed => {
@@ -871,7 +838,9 @@ impl SimFile {
             Verdict::Fail(fault) => {
                 // fsyncgate: the kernel may mark the dirty pages clean after a failed writeback.
                 // Reads keep returning the data; the durable image never gets it.
-                state.sync_file(self.ino, true);
+                if state.rules.failed_sync_drops {
+                    state.sync_file(self.ino, true);
+                }
                 Err(fault_error(fault, op, &self.path, boundary))
             }
         }
@@ -920,19 +889,10 @@ impl File for SimFile {
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
         let op = OpKind::SetLen;
         let mut state = self.fs.lock();
-        let verdict = state.begin(
-            boundary,
-            op,
-            self.path.display().to_string(),
-            format!("len={len}"),
-        )?;
+        let verdict =
+            state.begin(boundary, op, self.path.display().to_string(), format!("len={len}"))?;
         if !self.writable {
-            return Err(io_error(
-                op,
-                &self.path,
-                boundary,
-                io::ErrorKind::PermissionDenied,
-            ));
+            return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
         }
         if let Verdict::Fail(fault) = verdict {
             return Err(fault_error(fault, op, &self.path, boundary));
@@ -1011,9 +971,7 @@ fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
 }
 
 fn split_image_path(path: &str) -> Vec<&str> {
-    path.split('/')
-        .filter(|component| !component.is_empty())
-        .collect()
+    path.split('/').filter(|component| !component.is_empty()).collect()
 }
 
 fn open_detail(options: OpenOptions) -> String {
