@@ -3,6 +3,8 @@
 //! switched off, and must then fail: a crash model whose litmus tests pass without the rule they
 //! test would prove nothing.
 
+#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+
 use std::path::Path;
 
 use faultfs::{Boundary, CrashMode, Fault, FaultPlan, File, Fs, OpenOptions, Rules, SimFs};
