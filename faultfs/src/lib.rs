@@ -37,6 +37,7 @@
 
 mod error;
 mod kill;
+pub mod litmus;
 mod plan;
 mod real;
 mod sim;

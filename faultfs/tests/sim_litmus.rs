@@ -15,6 +15,22 @@ fn p(path: &str) -> &Path {
     Path::new(path)
 }
 
+/// Every litmus of the crash model holds under the model, and fails with its rule switched off.
+#[test]
+fn every_litmus_holds_and_fails_without_its_rule() {
+    for litmus in faultfs::litmus::ALL {
+        let with = (litmus.run)(Rules::default()).unwrap();
+        assert!(with.holds, "{}: {} ({with:?})", litmus.name, litmus.expectation);
+        assert!(with.images > 0 && with.witnesses > 0, "{}: {with:?}", litmus.name);
+        let without = (litmus.run)(litmus.without).unwrap();
+        assert!(
+            !without.holds,
+            "{}: must fail without rule {} ({without:?})",
+            litmus.name, litmus.rule
+        );
+    }
+}
+
 fn power_images(fs: &SimFs) -> Vec<faultfs::Image> {
     fs.crash(CrashMode::PowerLoss).images
 }
@@ -25,182 +41,6 @@ fn fs_with_dir(rules: Rules) -> SimFs {
     fs.create_dir(p("/d"), B).unwrap();
     fs.sync_dir(p("/"), B).unwrap();
     fs
-}
-
-/// A file whose data is synced but whose directory is not: some power-loss image lacks it.
-fn file_synced_dir_not(rules: Rules) -> bool {
-    let fs = fs_with_dir(rules);
-    let file = fs.open(p("/d/f"), OpenOptions::create(), B).unwrap();
-    file.append(b"data", B).unwrap();
-    file.sync_data(B).unwrap();
-    power_images(&fs).iter().any(|image| !image.contains("/d/f"))
-}
-
-#[test]
-fn fsynced_file_in_unsynced_directory_can_vanish() {
-    assert!(file_synced_dir_not(Rules::default()));
-    let without = Rules { names_need_dir_sync: false, ..Rules::default() };
-    assert!(!file_synced_dir_not(without), "the litmus must depend on rule R2");
-}
-
-/// tmp written but not synced, renamed over a durable target: some image has an empty or
-/// partial target.
-fn rename_unsynced_tmp(rules: Rules) -> bool {
-    let fs = fs_with_dir(rules);
-    let target = fs.open(p("/d/target"), OpenOptions::create(), B).unwrap();
-    target.append(b"old contents\n", B).unwrap();
-    target.sync_all(B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    let new = vec![b'n'; 1500];
-    let tmp = fs.open(p("/d/target.tmp"), OpenOptions::create_truncate(), B).unwrap();
-    tmp.append(&new, B).unwrap();
-    fs.rename(p("/d/target.tmp"), p("/d/target"), B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    power_images(&fs).iter().any(|image| {
-        let target = image.file("/d/target").expect("rename is atomic: the target always exists");
-        target != b"old contents\n" && target != new.as_slice()
-    })
-}
-
-#[test]
-fn rename_of_unsynced_tmp_can_leave_empty_or_partial_target() {
-    assert!(rename_unsynced_tmp(Rules::default()));
-    let without = Rules { pending_unordered: false, data_needs_sync: false, ..Rules::default() };
-    assert!(!rename_unsynced_tmp(without), "the litmus must depend on rules R1 and R4");
-}
-
-/// An append without a sync: some image loses it.
-fn append_unsynced(rules: Rules) -> bool {
-    let fs = fs_with_dir(rules);
-    let file = fs.open(p("/d/log"), OpenOptions::create(), B).unwrap();
-    file.append(b"line 1\n", B).unwrap();
-    file.sync_data(B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    file.append(b"line 2\n", B).unwrap();
-    power_images(&fs).iter().any(|image| image.file("/d/log") == Some(b"line 1\n".as_slice()))
-}
-
-#[test]
-fn append_without_sync_can_be_lost() {
-    assert!(append_unsynced(Rules::default()));
-    let without = Rules { data_needs_sync: false, ..Rules::default() };
-    assert!(!append_unsynced(without), "the litmus must depend on rule R1");
-}
-
-/// An unsynced extension can survive as zeros without its data (the size reached the disk, the
-/// data did not).
-fn extension_as_zeros(rules: Rules) -> bool {
-    let fs = fs_with_dir(rules);
-    let file = fs.open(p("/d/log"), OpenOptions::create(), B).unwrap();
-    file.sync_data(B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    file.append(b"abc\n", B).unwrap();
-    power_images(&fs).iter().any(|image| image.file("/d/log") == Some(&[0u8; 4][..]))
-}
-
-#[test]
-fn unsynced_extension_can_survive_as_zeros() {
-    assert!(extension_as_zeros(Rules::default()));
-    let without = Rules { pending_unordered: false, ..Rules::default() };
-    assert!(!extension_as_zeros(without), "the litmus must depend on rule R4");
-}
-
-/// The correct sequence (write tmp, fsync it, rename, fsync the directory): every image, under
-/// every mode, has the new data.
-#[test]
-fn tmp_fsync_rename_dirsync_is_durable_in_every_image() {
-    let fs = fs_with_dir(Rules::default());
-    let target = fs.open(p("/d/target"), OpenOptions::create(), B).unwrap();
-    target.append(b"old", B).unwrap();
-    target.sync_all(B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    let tmp = fs.open(p("/d/target.tmp"), OpenOptions::create_truncate(), B).unwrap();
-    tmp.append(&[b'n'; 3000], B).unwrap();
-    tmp.sync_all(B).unwrap();
-    fs.rename(p("/d/target.tmp"), p("/d/target"), B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    for mode in [CrashMode::ProcessKill, CrashMode::PowerLoss] {
-        let crash = fs.crash(mode);
-        assert_eq!(crash.images.len(), 1, "nothing is pending, so {mode} has one image");
-        for image in &crash.images {
-            assert_eq!(image.file("/d/target"), Some(&[b'n'; 3000][..]));
-            assert!(!image.contains("/d/target.tmp"));
-        }
-    }
-}
-
-/// A rename is atomic: between a durable tmp and a durable target, every image has either the
-/// old binding of both names or the new one, never neither and never both.
-fn rename_atomic(rules: Rules) -> bool {
-    let fs = fs_with_dir(rules);
-    for (name, contents) in [("/d/target", b"old".as_slice()), ("/d/tmp", b"new".as_slice())] {
-        let file = fs.open(p(name), OpenOptions::create(), B).unwrap();
-        file.append(contents, B).unwrap();
-        file.sync_all(B).unwrap();
-    }
-    fs.sync_dir(p("/d"), B).unwrap();
-    fs.rename(p("/d/tmp"), p("/d/target"), B).unwrap();
-    power_images(&fs).iter().all(|image| {
-        match (image.file("/d/tmp"), image.file("/d/target")) {
-            (Some(b"new"), Some(b"old")) => true, // the rename did not survive
-            (None, Some(b"new")) => true,         // it did
-            _ => false,
-        }
-    })
-}
-
-#[test]
-fn rename_is_atomic() {
-    assert!(rename_atomic(Rules::default()));
-    let without = Rules { rename_atomic: false, ..Rules::default() };
-    assert!(!rename_atomic(without), "the litmus must depend on rule R3");
-}
-
-/// A process kill keeps every write the kernel accepted, synced or not.
-fn kill_keeps_writes(rules: Rules) -> bool {
-    let fs = SimFs::with_rules(FaultPlan::none(3), rules);
-    fs.create_dir(p("/d"), B).unwrap();
-    let file = fs.open(p("/d/log"), OpenOptions::create(), B).unwrap();
-    file.append(b"never synced\n", B).unwrap();
-    fs.rename(p("/d/log"), p("/d/log2"), B).unwrap();
-    let crash = fs.crash(CrashMode::ProcessKill);
-    crash.images.len() == 1
-        && crash.images[0].file("/d/log2") == Some(b"never synced\n".as_slice())
-        && !crash.images[0].contains("/d/log")
-}
-
-#[test]
-fn process_kill_never_loses_what_was_written() {
-    assert!(kill_keeps_writes(Rules::default()));
-    let without = Rules { kill_keeps_volatile: false, ..Rules::default() };
-    assert!(!kill_keeps_writes(without), "the litmus must depend on the process-kill rule");
-}
-
-/// fsyncgate: EIO on fsync drops the dirty data; reads still return it, a second fsync
-/// "succeeds", and the data is in no power-loss image.
-fn failed_fsync_then_success(rules: Rules) -> bool {
-    // Ops: create_dir 0, sync_dir 1, open 2, append 3, sync 4, sync_dir 5, append 6, sync 7 (EIO).
-    let fs = SimFs::with_rules(FaultPlan::fault_at(5, 7, Fault::Eio), rules);
-    fs.create_dir(p("/d"), B).unwrap();
-    fs.sync_dir(p("/"), B).unwrap();
-    let file = fs.open(p("/d/log"), OpenOptions::create(), B).unwrap();
-    file.append(b"kept\n", B).unwrap();
-    file.sync_data(B).unwrap();
-    fs.sync_dir(p("/d"), B).unwrap();
-    file.append(b"dropped\n", B).unwrap();
-    let first = file.sync_data(B);
-    let error = first.expect_err("the planned fault fails the first fsync");
-    assert!(error.to_string().contains("os error 5"), "EIO: {error}");
-    file.sync_data(B).expect("the second fsync reports success");
-    assert_eq!(file.read_to_end().unwrap(), b"kept\ndropped\n", "reads still see the data");
-    power_images(&fs).iter().all(|image| image.file("/d/log") == Some(b"kept\n".as_slice()))
-}
-
-#[test]
-fn fsync_failure_drops_data_and_a_later_fsync_still_succeeds() {
-    assert!(failed_fsync_then_success(Rules::default()));
-    let without = Rules { failed_sync_drops: false, ..Rules::default() };
-    assert!(!failed_fsync_then_success(without), "the litmus must depend on fsyncgate semantics");
 }
 
 /// Two unsynced writes to one chunk: the chunk can survive as old, first or second version.

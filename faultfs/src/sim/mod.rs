@@ -81,18 +81,27 @@ pub struct Rules {
     pub failed_sync_drops: bool,
     /// A process kill keeps everything the kernel accepted. Off: it keeps only durable state.
     pub kill_keeps_volatile: bool,
+    /// A successful sync makes its file's data (or its directory's names) durable. Off: syncs
+    /// succeed and do nothing, so correct code loses data too.
+    pub sync_makes_durable: bool,
+}
+
+impl Rules {
+    /// The crash model: every rule on.
+    pub const CRASH_MODEL: Rules = Rules {
+        data_needs_sync: true,
+        names_need_dir_sync: true,
+        rename_atomic: true,
+        pending_unordered: true,
+        failed_sync_drops: true,
+        kill_keeps_volatile: true,
+        sync_makes_durable: true,
+    };
 }
 
 impl Default for Rules {
     fn default() -> Self {
-        Rules {
-            data_needs_sync: true,
-            names_need_dir_sync: true,
-            rename_atomic: true,
-            pending_unordered: true,
-            failed_sync_drops: true,
-            kill_keeps_volatile: true,
-        }
+        Rules::CRASH_MODEL
     }
 }
 
@@ -205,7 +214,7 @@ impl SimFs {
             clock_ms: 0,
             processes: BTreeMap::from([(PROCESS_ID_DEFAULT, 0)]),
             sampled_images: SAMPLED_IMAGES_DEFAULT,
-            rules: Rules::default(),
+            rules: Rules::CRASH_MODEL,
         };
         SimFs { state: Arc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -683,7 +692,9 @@ impl Fs for SimFs {
             // A failed directory fsync leaves its changes pending: they may or may not survive.
             return Err(fault_error(fault, op, path, boundary));
         }
-        state.sync_dir(dir);
+        if state.rules.sync_makes_durable {
+            state.sync_dir(dir);
+        }
         Ok(())
     }
 
@@ -832,7 +843,9 @@ impl SimFile {
         let verdict = state.begin(boundary, op, self.path.display().to_string(), String::new())?;
         match verdict {
             Verdict::Proceed => {
-                state.sync_file(self.ino, false);
+                if state.rules.sync_makes_durable {
+                    state.sync_file(self.ino, false);
+                }
                 Ok(())
             }
             Verdict::Fail(fault) => {
