@@ -1,1 +1,38 @@
-fn main() {}
+//! `spex`: the command line of the spex engine.
+//!
+//! `main` only parses, dispatches, prints and maps the exit code; each command lives in its own
+//! module under `commands/` with an `Args` struct and a `run` function. Results go to stdout,
+//! diagnostics to stderr.
+
+mod commands;
+mod exit;
+
+use clap::{Parser, Subcommand};
+
+/// spex: a crash-consistency engine for agent sessions, and the harness that proves it.
+#[derive(Debug, Parser)]
+#[command(name = "spex", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Demonstrate the crash model: litmus tests, and a crash sweep of a small log writer.
+    Demo(commands::demo::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => commands::demo::run(&args),
+    };
+    match result {
+        Ok(code) => code.into(),
+        Err(error) => {
+            eprintln!("spex: error: {error:#}");
+            exit::Code::Failed.into()
+        }
+    }
+}

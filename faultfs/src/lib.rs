@@ -77,13 +77,13 @@ impl Boundary {
 
 impl fmt::Debug for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.pad(self.0)
     }
 }
 
 impl fmt::Display for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.pad(self.0)
     }
 }
 

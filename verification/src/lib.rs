@@ -1,5 +1,9 @@
 //! Verification of the spex engine: crash sweeps, conformance against the model, loom models
 //! and real multi-process tests (DESIGN.md section 7).
 //!
-//! Not built yet beyond `faultfs`'s own litmus tests: this crate holds the workspace's place
-//! for the sweeps of the verification issue.
+//! So far: the seed helper every randomized run uses, and [`demo`], a complete crash sweep of a
+//! small log writer that demonstrates the method on `faultfs::SimFs`. The engine's sweeps are
+//! the verification issue's.
+
+pub mod demo;
+pub mod seed;

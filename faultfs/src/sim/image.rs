@@ -66,7 +66,7 @@ impl CrashMode {
 
 impl fmt::Display for CrashMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
