@@ -1,8 +1,35 @@
 //! The spex engine: a session's record, timeline and delivery queue, and the transitions over
-//! them (DESIGN.md sections 3 and 4). All storage goes through [`faultfs::Fs`]; time and ids
-//! are injected.
+//! them (DESIGN.md sections 3 and 4).
 //!
-//! Not built yet: this crate holds the workspace's place for it. The engine issue delivers the
-//! format, the transitions, recovery and locks.
+//! All storage goes through [`faultfs::Fs`]; time and ids are injected ([`env`]), so a run on
+//! `faultfs::SimFs` is deterministic from one seed. Each module's header states its file's
+//! format, durability guarantee and recovery rule.
 
+mod atomic;
+mod close;
+pub mod digest;
+mod drain;
+pub mod env;
+mod error;
+pub mod layout;
+mod lifecycle;
+pub mod lock;
+pub mod queue;
+mod receipts;
+pub mod record;
+pub mod reply;
+mod send;
+mod steps;
+mod store;
+pub(crate) mod sync;
+pub mod timeline;
+
+pub use drain::{Adapter, DrainReport, DrainStop, Message};
+pub use error::{CorruptReason, Error, Result};
 pub use faultfs;
+pub use layout::{SegmentNo, SessionId};
+pub use lifecycle::{Applied, Lifecycle};
+pub use record::Record;
+pub use send::{Accepted, Key, SendRequest};
+pub use store::{Config, SessionSummary, Store};
+pub use timeline::{Cursor, Event, Proposal, Stamp, Status, Triple};

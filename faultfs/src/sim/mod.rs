@@ -57,6 +57,9 @@ pub const fn chunk_bytes() -> u64 {
 /// enumerate every subset.
 const SAMPLED_IMAGES_DEFAULT: usize = 64;
 
+/// The logical time at which a filesystem rebuilt from a crash image starts.
+pub const REBOOT_CLOCK_MS: u64 = 10_000;
+
 /// The pid a new `SimFs` reports for its own process.
 const PROCESS_ID_DEFAULT: u32 = 1000;
 
@@ -228,11 +231,16 @@ impl SimFs {
     }
 
     /// A filesystem holding exactly `image`, all of it durable, running `plan`. This is how a
-    /// harness "reboots" after a crash.
+    /// harness "reboots" after a crash: every file's modification time is the epoch, the clock
+    /// restarts at [`REBOOT_CLOCK_MS`], and this process started then. A lock file left in the
+    /// image therefore reads as written before its pid's current process started, as a lock
+    /// left by a killed process does after the pid is reused.
     pub fn from_image(image: &Image, plan: FaultPlan) -> Self {
         let fs = SimFs::new(plan);
         {
             let mut state = fs.lock();
+            state.clock_ms = REBOOT_CLOCK_MS;
+            state.processes = BTreeMap::from([(PROCESS_ID_DEFAULT, REBOOT_CLOCK_MS)]);
             for (path, node) in image.nodes() {
                 let components = split_image_path(path);
                 let Some((name, parents)) = components.split_last() else {

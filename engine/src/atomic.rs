@@ -1,0 +1,100 @@
+//! Whole-file state (the record and the queue): durable atomic replace and removal.
+//!
+//! A replace writes `<name>.tmp`, syncs it, renames it over `<name>` and syncs the directory:
+//! after a crash the file holds the old contents or the new ones, never a mix, and once the
+//! replace returns the new contents survive power loss. A stale `.tmp` (a crash before the
+//! rename) is removed by the next writer's recovery. A removal is durable once the directory
+//! is synced.
+
+use std::path::Path;
+
+use faultfs::{Boundary, File, Fs, OpenOptions};
+
+use crate::error::{Error, Result};
+use crate::layout::STATE_FILE_BYTES_MAX;
+
+/// The boundaries of one transition's writes of one state file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReplaceSteps {
+    pub(crate) create: Boundary,
+    pub(crate) write: Boundary,
+    pub(crate) sync: Boundary,
+    pub(crate) rename: Boundary,
+    pub(crate) dir_sync: Boundary,
+    pub(crate) remove: Boundary,
+}
+
+/// Stages `bytes` durably in `tmp`: the space-consuming half of a replace, done before a
+/// transition's commit point so that running out of space leaves the store as it was.
+pub(crate) fn stage<F: Fs>(fs: &F, tmp: &Path, bytes: &[u8], steps: &ReplaceSteps) -> Result<()> {
+    let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
+    file.write_at(0, bytes, steps.write)?;
+    file.sync_all(steps.sync)?;
+    Ok(())
+}
+
+/// Publishes a staged `tmp` as `target` (in `dir`): rename, then directory sync.
+pub(crate) fn publish<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    tmp: &Path,
+    target: &Path,
+    steps: &ReplaceSteps,
+) -> Result<()> {
+    fs.rename(tmp, target, steps.rename)?;
+    fs.sync_dir(dir, steps.dir_sync)?;
+    Ok(())
+}
+
+/// Replaces `target` (in `dir`) with `bytes`, durably and atomically, staging in `tmp`.
+pub(crate) fn replace<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    target: &Path,
+    tmp: &Path,
+    bytes: &[u8],
+    steps: &ReplaceSteps,
+) -> Result<()> {
+    stage(fs, tmp, bytes, steps)?;
+    publish(fs, dir, tmp, target, steps)
+}
+
+/// Best-effort removal of a staged file after a failure (recovery removes it otherwise).
+pub(crate) fn discard<F: Fs>(fs: &F, tmp: &Path, steps: &ReplaceSteps) {
+    let _ = fs.remove_file(tmp, steps.remove);
+}
+
+/// Removes `path` (in `dir`) durably; a missing file is already removed.
+pub(crate) fn remove<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    path: &Path,
+    remove: Boundary,
+    dir_sync: Boundary,
+) -> Result<()> {
+    match fs.remove_file(path, remove) {
+        Ok(()) => {}
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(()),
+        Err(error) => return Err(error.into()),
+    }
+    fs.sync_dir(dir, dir_sync)?;
+    Ok(())
+}
+
+/// Reads a whole state file, or `None` if it does not exist.
+pub(crate) fn read<F: Fs>(fs: &F, path: &Path) -> Result<Option<Vec<u8>>> {
+    let file = match fs.open(path, OpenOptions::read(), Boundary::new("read")) {
+        Ok(file) => file,
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    let len = file.len()?;
+    if len > STATE_FILE_BYTES_MAX {
+        return Err(Error::TooLarge {
+            what: "state file",
+            bytes: len,
+            bytes_max: STATE_FILE_BYTES_MAX,
+        });
+    }
+    Ok(Some(file.read_to_end()?))
+}

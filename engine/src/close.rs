@@ -1,0 +1,127 @@
+//! Close: the one physical deletion boundary.
+//!
+//! # Order (crash-atomic)
+//!
+//! Under the record lock, after recovery:
+//!
+//! 1. Rename `sessions/<id>` to `.closing/<id>` and sync both directories: the commit point. The
+//!    session is gone from every reader from here on.
+//! 2. Append `{"ts","id"}` to the close ledger and sync it (creating the ledger durably if new).
+//! 3. Revoke the session as a sender: create `.revoked-senders/<id>` and sync the directory.
+//! 4. Remove `.closing/<id>` recursively and sync `.closing`.
+//!
+//! A crash before 1 leaves the session fully open; after 1, [`Store::open`] finishes steps 2-4
+//! for every `.closing/<id>` it finds (adding the ledger line only if the ledger lacks it). So
+//! after recovery a session is either fully open or fully closed, never half-deleted.
+
+use std::path::Path;
+
+use faultfs::{File, FileKind, Fs, OpenOptions};
+
+use crate::error::Result;
+use crate::layout::SessionId;
+use crate::steps::{self, CLOSE, Steps};
+use crate::store::Store;
+
+impl<F: Fs> Store<F> {
+    /// Closes session `id` (see the module header).
+    pub fn close(&self, id: &SessionId) -> Result<()> {
+        self.transition(id, &CLOSE, |_| {
+            self.require_session(id)?;
+            let closing_dir = self.layout.closing_dir();
+            self.ensure_dir_all(&closing_dir, &CLOSE)?;
+            self.fs.rename(
+                &self.layout.session_dir(id),
+                &self.layout.closing(id),
+                CLOSE.record.rename,
+            )?;
+            self.fs.sync_dir(&closing_dir, CLOSE.record.dir_sync)?;
+            self.fs.sync_dir(&self.layout.sessions_dir(), CLOSE.record.dir_sync)?;
+            self.receipts.forget(id);
+            self.finish_close(id, &CLOSE, false)
+        })
+    }
+
+    /// Finishes every close interrupted after its commit point.
+    pub(crate) fn finish_closes(&self) -> Result<()> {
+        let closing_dir = self.layout.closing_dir();
+        let entries = match self.fs.read_dir(&closing_dir) {
+            Ok(entries) => entries,
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        for entry in entries {
+            if let Ok(id) = SessionId::new(&entry.name) {
+                self.finish_close(&id, &steps::OPEN, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps 2-4. With `check_ledger`, the ledger line is added only if missing.
+    fn finish_close(&self, id: &SessionId, steps: &Steps, check_ledger: bool) -> Result<()> {
+        let ledger = self.layout.close_ledger();
+        if !check_ledger || !self.ledger_has(id)? {
+            let existed = self.fs.exists(&ledger)?;
+            let file = self.fs.open(&ledger, OpenOptions::create(), steps.log.create)?;
+            let line = serde_json::json!({
+                "ts": crate::env::format_ts(self.clock.now_ms()),
+                "id": id.as_str(),
+            });
+            let mut bytes = line.to_string().into_bytes();
+            bytes.push(b'\n');
+            file.append(&bytes, steps.log.append)?;
+            file.sync_data(steps.log.sync)?;
+            if !existed {
+                self.fs.sync_dir(self.layout.root(), steps.log.dir_sync)?;
+            }
+        }
+        let revoked_dir = self.layout.revoked_dir();
+        self.ensure_dir_all(&revoked_dir, steps)?;
+        let marker = self.layout.revoked(id);
+        if !self.fs.exists(&marker)? {
+            let file = self.fs.open(&marker, OpenOptions::create(), steps.queue.create)?;
+            file.append(crate::env::format_ts(self.clock.now_ms()).as_bytes(), steps.queue.write)?;
+            file.sync_all(steps.queue.sync)?;
+            self.fs.sync_dir(&revoked_dir, steps.queue.dir_sync)?;
+        }
+        self.remove_tree(&self.layout.closing(id), steps)?;
+        self.fs.sync_dir(&self.layout.closing_dir(), steps.record.dir_sync)?;
+        Ok(())
+    }
+
+    /// Whether the close ledger has a line for `id`. Reads the whole ledger: only recovery of an
+    /// interrupted close asks.
+    fn ledger_has(&self, id: &SessionId) -> Result<bool> {
+        let bytes = match self.fs.read(&self.layout.close_ledger()) {
+            Ok(bytes) => bytes,
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
+                return Ok(false);
+            }
+            Err(error) => return Err(error.into()),
+        };
+        Ok(bytes.split(|&b| b == b'\n').any(|line| {
+            serde_json::from_slice::<serde_json::Value>(line)
+                .ok()
+                .is_some_and(|value| value.get("id").and_then(|v| v.as_str()) == Some(id.as_str()))
+        }))
+    }
+
+    /// Removes a directory tree (files first, then directories).
+    fn remove_tree(&self, path: &Path, steps: &Steps) -> Result<()> {
+        let entries = match self.fs.read_dir(path) {
+            Ok(entries) => entries,
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        for entry in entries {
+            let child = path.join(&entry.name);
+            match entry.kind {
+                FileKind::Dir => self.remove_tree(&child, steps)?,
+                FileKind::File => self.fs.remove_file(&child, steps.record.remove)?,
+            }
+        }
+        self.fs.remove_dir(path, steps.record.remove)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,313 @@
+//! Where everything lives, and the limits and format constants of the store.
+//!
+//! The layout is the existing spex store's (DESIGN.md section 3), so an existing store opens
+//! without migration:
+//!
+//! ```text
+//! <root>/sessions/<id>/session.json                  the record
+//! <root>/sessions/<id>/timeline.ndjson               legacy first segment (read, never written)
+//! <root>/sessions/<id>/timeline/000000000001.ndjson  numbered segments
+//! <root>/sessions/<id>/pending.json                  the delivery queue (absent when empty)
+//! <root>/.session-locks/<id>.lock                    record lock (holds the owner's pid)
+//! <root>/.delivery-locks/<id>.lock                   delivery lock (same)
+//! <root>/.revoked-senders/<id>                       a closed sender's marker
+//! <root>/session-close-ledger.ndjson                 one line per close
+//! ```
+//!
+//! Additions of this engine (each needed for crash safety, documented in the README):
+//! `session.json.tmp` and `pending.json.tmp` (the staging files of atomic replaces, removed by
+//! recovery), `<root>/.closing/<id>` (a session being closed, moved out of `sessions/` in one
+//! rename so a close is atomic), and `<lock>.takeover` (the flock that makes stale-lock takeover
+//! race-free).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Default bound of one timeline segment.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 4 * 1024 * 1024;
+/// The smallest segment bound the override may set.
+pub const SEGMENT_BYTES_MIN: u64 = 1024;
+/// The environment variable that overrides the segment bound (read by the caller, not here).
+pub const SEGMENT_BYTES_ENV: &str = "SPEXCODE_TIMELINE_SEGMENT_BYTES";
+/// Longest session id.
+pub const SESSION_ID_BYTES_MAX: usize = 128;
+/// Largest message text accepted by a send.
+pub const TEXT_BYTES_MAX: usize = 256 * 1024;
+/// Largest note accepted by a lifecycle write.
+pub const NOTE_BYTES_MAX: usize = 64 * 1024;
+/// Longest timeline line the engine writes or reads. A longer line is corruption.
+pub const LINE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most entries a delivery queue may hold; a send beyond it is refused.
+pub const QUEUE_ENTRIES_MAX: usize = 10_000;
+/// Largest record or queue file read.
+pub const STATE_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Default bound on a lock wait.
+pub const LOCK_WAIT_MS_DEFAULT: u64 = 10_000;
+/// Block size of backward timeline reads.
+pub const READ_BLOCK_BYTES: usize = 64 * 1024;
+/// Digits of a numbered segment's file name.
+pub const SEGMENT_NAME_DIGITS: usize = 12;
+
+// A message and its receipt's composed copy, JSON-escaped (at most 6 bytes per input byte), plus
+// hints and fields, must fit one line.
+const _: () = assert!(TEXT_BYTES_MAX * 2 * 6 + 65_536 <= LINE_BYTES_MAX);
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(NOTE_BYTES_MAX * 6 + 4096 <= LINE_BYTES_MAX);
+
+/// Parses the segment-bound override: floored to an integer, at least [`SEGMENT_BYTES_MIN`].
+/// `None` (unset) gives the default; an unparsable value is an error naming it.
+pub fn segment_bytes_from_env(value: Option<&str>) -> Result<u64> {
+    let Some(value) = value else { return Ok(SEGMENT_BYTES_DEFAULT) };
+    let number: f64 = value.trim().parse().map_err(|_| Error::InvalidConfig {
+        what: SEGMENT_BYTES_ENV,
+        reason: format!("{value:?} is not a number"),
+    })?;
+    if !number.is_finite() || number < 0.0 {
+        return Err(Error::InvalidConfig {
+            what: SEGMENT_BYTES_ENV,
+            reason: format!("{value:?} is not a positive number"),
+        });
+    }
+    Ok((number.floor() as u64).max(SEGMENT_BYTES_MIN))
+}
+
+/// A validated session id: 1 to 128 bytes of `[A-Za-z0-9._-]`, not starting with `.` or `-`.
+/// Validated before any path is built from it, so it can never escape the store.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// Validates `id`.
+    pub fn new(id: &str) -> Result<SessionId> {
+        let invalid = |reason: &str| Error::InvalidId {
+            id: id.escape_debug().to_string(),
+            reason: reason.to_owned(),
+        };
+        if id.is_empty() {
+            return Err(invalid("empty"));
+        }
+        if id.len() > SESSION_ID_BYTES_MAX {
+            return Err(invalid("longer than 128 bytes"));
+        }
+        if id.starts_with('.') || id.starts_with('-') {
+            return Err(invalid("starts with '.' or '-'"));
+        }
+        if let Some(bad) =
+            id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(invalid(&format!(
+                "contains {bad:?} (allowed: letters, digits, '.', '_', '-')"
+            )));
+        }
+        Ok(SessionId(id.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&self.0)
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({})", self.0)
+    }
+}
+
+/// A numbered segment (`1` is `000000000001.ndjson`); the legacy segment has no number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SegmentNo(pub u64);
+
+impl SegmentNo {
+    /// The segment's file name.
+    pub fn file_name(self) -> String {
+        format!("{:0width$}.ndjson", self.0, width = SEGMENT_NAME_DIGITS)
+    }
+
+    /// Parses a numbered segment's file name (exactly 12 digits, `.ndjson`).
+    pub fn parse(name: &str) -> Option<SegmentNo> {
+        let digits = name.strip_suffix(".ndjson")?;
+        if digits.len() != SEGMENT_NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().map(SegmentNo)
+    }
+}
+
+/// The default store root: `$SPEXCODE_HOME` (else `~/.spexcode`) + `/projects/<enc>`, where
+/// `<enc>` is `project` (the parent of the absolute git common dir, or the cwd outside git)
+/// with every `/` and `.` replaced by `-`.
+pub fn default_root(spexcode_home: Option<&Path>, home: &Path, project: &Path) -> PathBuf {
+    let base = spexcode_home.map_or_else(|| home.join(".spexcode"), Path::to_path_buf);
+    let encoded: String = project
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c == '/' || c == '.' { '-' } else { c })
+        .collect();
+    base.join("projects").join(encoded)
+}
+
+/// The paths of one store.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    /// The layout of the store at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+
+    /// The store root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/sessions`.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+
+    /// `<root>/sessions/<id>`.
+    pub fn session_dir(&self, id: &SessionId) -> PathBuf {
+        self.sessions_dir().join(id.as_str())
+    }
+
+    /// The record.
+    pub fn record(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("session.json")
+    }
+
+    /// The record's staging file.
+    pub fn record_tmp(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("session.json.tmp")
+    }
+
+    /// The legacy first segment.
+    pub fn legacy_segment(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("timeline.ndjson")
+    }
+
+    /// The directory of numbered segments.
+    pub fn timeline_dir(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("timeline")
+    }
+
+    /// A numbered segment.
+    pub fn segment(&self, id: &SessionId, no: SegmentNo) -> PathBuf {
+        self.timeline_dir(id).join(no.file_name())
+    }
+
+    /// The delivery queue.
+    pub fn queue(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("pending.json")
+    }
+
+    /// The delivery queue's staging file.
+    pub fn queue_tmp(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("pending.json.tmp")
+    }
+
+    /// Directory of record locks.
+    pub fn session_locks_dir(&self) -> PathBuf {
+        self.root.join(".session-locks")
+    }
+
+    /// The record lock.
+    pub fn session_lock(&self, id: &SessionId) -> PathBuf {
+        self.session_locks_dir().join(format!("{id}.lock"))
+    }
+
+    /// Directory of delivery locks.
+    pub fn delivery_locks_dir(&self) -> PathBuf {
+        self.root.join(".delivery-locks")
+    }
+
+    /// The delivery lock.
+    pub fn delivery_lock(&self, id: &SessionId) -> PathBuf {
+        self.delivery_locks_dir().join(format!("{id}.lock"))
+    }
+
+    /// Directory of revoked-sender markers.
+    pub fn revoked_dir(&self) -> PathBuf {
+        self.root.join(".revoked-senders")
+    }
+
+    /// A revoked sender's marker.
+    pub fn revoked(&self, id: &SessionId) -> PathBuf {
+        self.revoked_dir().join(id.as_str())
+    }
+
+    /// The close ledger.
+    pub fn close_ledger(&self) -> PathBuf {
+        self.root.join("session-close-ledger.ndjson")
+    }
+
+    /// Directory of sessions being closed.
+    pub fn closing_dir(&self) -> PathBuf {
+        self.root.join(".closing")
+    }
+
+    /// A session being closed.
+    pub fn closing(&self, id: &SessionId) -> PathBuf {
+        self.closing_dir().join(id.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_validated_before_any_path_is_built() {
+        for good in ["a", "s-1", "A.b_c-9", &"x".repeat(128)] {
+            assert!(SessionId::new(good).is_ok(), "{good}");
+        }
+        for bad in
+            ["", ".", "..", "../x", "a/b", "a\0b", ".hidden", "-flag", "é", &"x".repeat(129), "a b"]
+        {
+            assert!(SessionId::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn segment_names_are_twelve_digits() {
+        assert_eq!(SegmentNo(1).file_name(), "000000000001.ndjson");
+        assert_eq!(SegmentNo::parse("000000000042.ndjson"), Some(SegmentNo(42)));
+        for bad in [
+            "42.ndjson",
+            "00000000001.ndjson",
+            "0000000000001.ndjson",
+            "00000000000a.ndjson",
+            "000000000001.json",
+        ] {
+            assert_eq!(SegmentNo::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn segment_bound_override_is_floored_with_a_minimum() {
+        assert_eq!(segment_bytes_from_env(None).unwrap(), SEGMENT_BYTES_DEFAULT);
+        assert_eq!(segment_bytes_from_env(Some("2048.9")).unwrap(), 2048);
+        assert_eq!(segment_bytes_from_env(Some("10")).unwrap(), SEGMENT_BYTES_MIN);
+        assert!(segment_bytes_from_env(Some("lots")).is_err());
+        assert!(segment_bytes_from_env(Some("-5")).is_err());
+    }
+
+    #[test]
+    fn default_root_encodes_the_project_path() {
+        let root = default_root(None, Path::new("/home/u"), Path::new("/work/my.repo"));
+        assert_eq!(root, Path::new("/home/u/.spexcode/projects/-work-my-repo"));
+        let root = default_root(Some(Path::new("/x")), Path::new("/home/u"), Path::new("/a"));
+        assert_eq!(root, Path::new("/x/projects/-a"));
+    }
+}

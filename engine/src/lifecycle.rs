@@ -1,0 +1,151 @@
+//! Lifecycle writes (status declarations) and archive.
+//!
+//! # Order and crash windows (crash-complete)
+//!
+//! Under the record lock, after recovery: read the prior record; build the new one; stage it
+//! (`session.json.tmp`, synced: the space-consuming step first); if the public triple moved,
+//! append one `status` event and sync it (the commit point); publish the record (rename,
+//! directory sync).
+//!
+//! The log is the record's write-ahead log for the triple: a crash after the event and before
+//! the rename leaves the log ahead, and the next writer's recovery rolls the record forward to
+//! the logged triple. So after any crash and recovery, every move visible in the record is in the
+//! log exactly once, and the log never shows a move the record does not reach. (The existing
+//! implementation writes the record first and the event after, which loses the event in that
+//! window; this order is the documented deviation.)
+//!
+//! # Launch readiness
+//!
+//! While a resume validates a launched runtime, the record carries `launchPending`: the frozen
+//! pre-resume public triple. Writes are compared through it: beginning a launch and failing it
+//! append nothing (failing restores the frozen triple); the write that ends it successfully
+//! clears the pending state and appends the one real move, if the triple moved relative to the
+//! frozen one.
+//!
+//! # Retired sessions
+//!
+//! A session whose worktree is gone refuses lifecycle writes (`Retired`); sends to it are still
+//! recorded.
+
+use std::path::Path;
+
+use faultfs::Fs;
+
+use crate::atomic;
+use crate::error::{Error, Result};
+use crate::layout::{NOTE_BYTES_MAX, SessionId};
+use crate::steps::{APPEND, ARCHIVE};
+use crate::store::Store;
+use crate::timeline::{Line, StatusEvent, Triple};
+
+/// A lifecycle write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Declare a triple. While a launch is pending, this is the write that ends it successfully.
+    Set(Triple),
+    /// Begin validating a launch: freeze the current public triple, set `triple`, log nothing.
+    BeginLaunch(Triple),
+    /// The launch failed: restore the frozen triple, log nothing.
+    FailLaunch,
+}
+
+/// What a lifecycle write did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The triple before.
+    pub before: Triple,
+    /// The triple after.
+    pub after: Triple,
+    /// Whether a `status` event was appended.
+    pub logged: bool,
+}
+
+impl<F: Fs> Store<F> {
+    /// Applies a lifecycle write to session `id` (see the module header).
+    pub fn append(&self, id: &SessionId, write: &Lifecycle) -> Result<Applied> {
+        if let Lifecycle::Set(triple) | Lifecycle::BeginLaunch(triple) = write
+            && let Some(note) = &triple.note
+            && note.len() > NOTE_BYTES_MAX
+        {
+            return Err(Error::TooLarge {
+                what: "note",
+                bytes: note.len() as u64,
+                bytes_max: NOTE_BYTES_MAX as u64,
+            });
+        }
+        self.transition(id, &APPEND, |_| {
+            let mut record = self.record(id)?;
+            if let Some(worktree) = record.worktree()
+                && !self.fs.exists(Path::new(worktree))?
+            {
+                return Err(Error::Retired { id: id.to_string(), worktree: worktree.to_owned() });
+            }
+            let before = record.public_triple();
+            let pending = record.launch_pending();
+            let (after, log) = match (write, pending) {
+                (Lifecycle::Set(triple), _) => {
+                    record.set_triple(triple);
+                    record.set_launch_pending(None);
+                    (triple.clone(), *triple != before)
+                }
+                (Lifecycle::BeginLaunch(_), Some(_)) => {
+                    return Err(Error::Refused {
+                        reason: "a launch is already pending".to_owned(),
+                    });
+                }
+                (Lifecycle::BeginLaunch(triple), None) => {
+                    record.set_launch_pending(Some(&before));
+                    record.set_triple(triple);
+                    (before.clone(), false)
+                }
+                (Lifecycle::FailLaunch, None) => {
+                    return Err(Error::Refused { reason: "no launch is pending".to_owned() });
+                }
+                (Lifecycle::FailLaunch, Some(frozen)) => {
+                    record.set_triple(&frozen);
+                    record.set_launch_pending(None);
+                    (frozen, false)
+                }
+            };
+            let now_ms = self.clock.now_ms();
+            record.touch(now_ms);
+            let tmp = self.layout.record_tmp(id);
+            if let Err(error) = atomic::stage(&self.fs, &tmp, &record.encode(), &APPEND.record) {
+                atomic::discard(&self.fs, &tmp, &APPEND.record);
+                return Err(error);
+            }
+            if log {
+                let line = Line::Status(StatusEvent {
+                    ts: crate::env::format_ts(now_ms),
+                    triple: after.clone(),
+                });
+                if let Err(error) = self.append_line(id, &line, &APPEND) {
+                    atomic::discard(&self.fs, &tmp, &APPEND.record);
+                    return Err(error);
+                }
+            }
+            atomic::publish(
+                &self.fs,
+                &self.layout.session_dir(id),
+                &tmp,
+                &self.layout.record(id),
+                &APPEND.record,
+            )?;
+            Ok(Applied { before, after, logged: log })
+        })
+    }
+
+    /// Archives session `id`: a record-only write (no event). Every segment is preserved.
+    pub fn archive(&self, id: &SessionId) -> Result<()> {
+        self.transition(id, &ARCHIVE, |_| {
+            let mut record = self.record(id)?;
+            if record.archived() {
+                return Ok(());
+            }
+            let now_ms = self.clock.now_ms();
+            record.set_archived(now_ms);
+            record.touch(now_ms);
+            self.write_record(id, &record, &ARCHIVE.record)
+        })
+    }
+}

@@ -1,0 +1,229 @@
+//! Lock files: the record lock and the delivery lock of a session.
+//!
+//! # Format
+//!
+//! `<root>/.session-locks/<id>.lock` and `<root>/.delivery-locks/<id>.lock`, created with
+//! `O_CREAT | O_EXCL` and holding the owner's pid in decimal: the protocol of the existing
+//! TypeScript spex, so the two exclude each other.
+//!
+//! # Recovery
+//!
+//! A lock whose holder was killed (SIGKILL, power loss) stays on disk. It is stale when its pid
+//! is not running, or when the process running under that pid started after the lock file was
+//! last modified (the pid was reused: its process cannot have written the lock). A lock file
+//! that stays empty for [`EMPTY_GRACE_MS`] is stale too (its creator died between create and
+//! write).
+//!
+//! Takeover is race-free: a taker first takes an `flock` on `<lock>.takeover`, then re-reads the
+//! lock file and removes it only if it is still the exact stale file it judged (same contents,
+//! same modification time). Two takers can never both remove a lock and both win: the second
+//! one, holding the flock after the first, finds the first taker's fresh lock and waits.
+//!
+//! Lock files need no durability: after a crash their holder is dead, which is exactly the
+//! stale case above. Waits are bounded; the error names the holder.
+
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use faultfs::{Boundary, File, Fs, OpenOptions};
+
+use crate::env::Clock;
+use crate::error::{Error, Result};
+
+/// How long a lock file may stay empty before it is considered abandoned.
+pub const EMPTY_GRACE_MS: u64 = 2_000;
+/// Slack when comparing a process's start time with a lock file's modification time (the boot
+/// time the start is derived from has one-second resolution).
+pub const PID_REUSE_SLACK_MS: u64 = 1_000;
+/// Longest pause between two attempts.
+const RETRY_DELAY_MS_MAX: u64 = 50;
+
+/// The boundaries of one transition's lock operations.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LockSteps {
+    pub(crate) create: Boundary,
+    pub(crate) write: Boundary,
+    pub(crate) takeover: Boundary,
+    pub(crate) remove: Boundary,
+}
+
+/// A held lock; released by [`LockGuard::release`] or, failing that, when dropped.
+#[derive(Debug)]
+pub(crate) struct LockGuard<'a, F: Fs> {
+    fs: &'a F,
+    path: PathBuf,
+    remove: Boundary,
+    held: bool,
+}
+
+impl<F: Fs> LockGuard<'_, F> {
+    /// Releases the lock.
+    pub(crate) fn release(mut self) -> Result<()> {
+        self.held = false;
+        self.fs.remove_file(&self.path, self.remove)?;
+        Ok(())
+    }
+}
+
+impl<F: Fs> Drop for LockGuard<'_, F> {
+    fn drop(&mut self) {
+        if self.held {
+            // An error path is already being reported; a lock left behind is recovered as stale.
+            let _ = self.fs.remove_file(&self.path, self.remove);
+        }
+    }
+}
+
+/// What a lock file looked like when judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    contents: Vec<u8>,
+    modified_ms: u64,
+}
+
+enum Holder {
+    /// The file vanished: try again at once.
+    Gone,
+    /// A live process holds it.
+    Alive(u32),
+    /// Its holder is dead (or the pid was reused).
+    Stale(Seen),
+    /// It holds no pid yet.
+    Empty(Seen),
+}
+
+/// Takes the lock at `path`, waiting at most `wait_ms`.
+pub(crate) fn acquire<'a, F: Fs>(
+    fs: &'a F,
+    clock: &dyn Clock,
+    path: &Path,
+    wait_ms: u64,
+    steps: &LockSteps,
+) -> Result<LockGuard<'a, F>> {
+    let started_ms = clock.now_ms();
+    let mut delay_ms = 1;
+    let mut empty_since: Option<(Seen, u64)> = None;
+    let mut last_holder = None;
+    loop {
+        match fs.open(path, OpenOptions::create_new(), steps.create) {
+            Ok(file) => {
+                let mut guard =
+                    LockGuard { fs, path: path.to_path_buf(), remove: steps.remove, held: true };
+                if let Err(error) = file.append(fs.process_id().to_string().as_bytes(), steps.write)
+                {
+                    drop(file);
+                    guard.held = false;
+                    let _ = fs.remove_file(path, steps.remove);
+                    return Err(error.into());
+                }
+                return Ok(guard);
+            }
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => {}
+            Err(error) => return Err(error.into()),
+        }
+        match inspect(fs, path)? {
+            Holder::Gone => continue,
+            Holder::Stale(seen) => {
+                take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
+                continue;
+            }
+            Holder::Alive(pid) => {
+                last_holder = Some(pid);
+                empty_since = None;
+            }
+            Holder::Empty(seen) => {
+                let now = clock.now_ms();
+                match &empty_since {
+                    Some((first, since))
+                        if *first == seen && now.saturating_sub(*since) >= EMPTY_GRACE_MS =>
+                    {
+                        take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
+                        empty_since = None;
+                        continue;
+                    }
+                    Some((first, _)) if *first == seen => {}
+                    _ => empty_since = Some((seen, now)),
+                }
+            }
+        }
+        let waited_ms = clock.now_ms().saturating_sub(started_ms);
+        if waited_ms >= wait_ms {
+            return Err(Error::Locked { path: path.to_path_buf(), holder: last_holder, waited_ms });
+        }
+        clock.sleep_ms(delay_ms);
+        delay_ms = (delay_ms * 2).min(RETRY_DELAY_MS_MAX);
+    }
+}
+
+/// Reads the lock file and judges its holder.
+fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
+    let Some(seen) = read_seen(fs, path)? else { return Ok(Holder::Gone) };
+    let text = String::from_utf8_lossy(&seen.contents);
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(Holder::Empty(seen));
+    }
+    let Ok(pid) = text.parse::<u32>() else {
+        // Not a pid: nothing this protocol wrote. Treat it like an abandoned empty lock.
+        return Ok(Holder::Empty(seen));
+    };
+    match fs.process_start_ms(pid)? {
+        None => Ok(Holder::Stale(seen)),
+        Some(start_ms) if start_ms > seen.modified_ms + PID_REUSE_SLACK_MS => {
+            Ok(Holder::Stale(seen))
+        }
+        Some(_) => Ok(Holder::Alive(pid)),
+    }
+}
+
+fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Seen>> {
+    let not_found = |error: &faultfs::Error| error.io_kind() == Some(std::io::ErrorKind::NotFound);
+    let file = match fs.open(path, OpenOptions::read(), Boundary::new("read")) {
+        Ok(file) => file,
+        Err(error) if not_found(&error) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    let contents = file.read_to_end()?;
+    let modified = match fs.metadata(path) {
+        Ok(metadata) => metadata.modified,
+        Err(error) if not_found(&error) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    let modified_ms = modified.duration_since(UNIX_EPOCH).map_or(0, |at| at.as_millis() as u64);
+    Ok(Some(Seen { contents, modified_ms }))
+}
+
+/// Removes the stale lock `seen`, under the takeover flock, if it is still exactly that file.
+fn take_over<F: Fs>(
+    fs: &F,
+    clock: &dyn Clock,
+    path: &Path,
+    seen: &Seen,
+    started_ms: u64,
+    wait_ms: u64,
+    steps: &LockSteps,
+) -> Result<()> {
+    let mut guard_path = path.as_os_str().to_owned();
+    guard_path.push(".takeover");
+    let guard_path = PathBuf::from(guard_path);
+    let guard = fs.open(&guard_path, OpenOptions::create(), steps.takeover)?;
+    while !guard.try_lock()? {
+        let waited_ms = clock.now_ms().saturating_sub(started_ms);
+        if waited_ms >= wait_ms {
+            return Err(Error::Locked { path: guard_path, holder: None, waited_ms });
+        }
+        clock.sleep_ms(1);
+    }
+    let still_stale = read_seen(fs, path)?.as_ref() == Some(seen);
+    let removed = if still_stale {
+        match fs.remove_file(path, steps.takeover) {
+            Ok(()) => Ok(()),
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    } else {
+        Ok(())
+    };
+    guard.unlock()?;
+    removed
+}

@@ -1,0 +1,84 @@
+//! The boundaries of every transition: one stable name per write step, `<transition>.<artifact>.
+//! <step>` (e.g. `send.log.append`, `send.log.sync`, `send.queue.rename`). Crash sweeps crash at
+//! each of them and failure reports name them.
+
+use faultfs::Boundary;
+
+use crate::atomic::ReplaceSteps;
+use crate::lock::LockSteps;
+use crate::timeline::LogSteps;
+
+/// The boundaries of one transition.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Steps {
+    pub(crate) log: LogSteps,
+    pub(crate) record: ReplaceSteps,
+    pub(crate) queue: ReplaceSteps,
+    pub(crate) lock: LockSteps,
+    pub(crate) delivery_lock: LockSteps,
+    /// Recovery run at the start of the transition.
+    pub(crate) recover_record: ReplaceSteps,
+    pub(crate) recover_remove: Boundary,
+    pub(crate) recover_dir_sync: Boundary,
+    /// Directory creation and other one-off steps.
+    pub(crate) mkdir: Boundary,
+    pub(crate) mkdir_sync: Boundary,
+}
+
+macro_rules! replace_steps {
+    ($prefix:expr) => {
+        ReplaceSteps {
+            create: Boundary::new(concat!($prefix, ".tmp-create")),
+            write: Boundary::new(concat!($prefix, ".tmp-write")),
+            sync: Boundary::new(concat!($prefix, ".tmp-sync")),
+            rename: Boundary::new(concat!($prefix, ".rename")),
+            dir_sync: Boundary::new(concat!($prefix, ".dirsync")),
+            remove: Boundary::new(concat!($prefix, ".remove")),
+        }
+    };
+}
+
+macro_rules! lock_steps {
+    ($prefix:expr) => {
+        LockSteps {
+            create: Boundary::new(concat!($prefix, ".create")),
+            write: Boundary::new(concat!($prefix, ".write")),
+            takeover: Boundary::new(concat!($prefix, ".takeover")),
+            remove: Boundary::new(concat!($prefix, ".release")),
+        }
+    };
+}
+
+macro_rules! steps {
+    ($t:literal) => {
+        Steps {
+            log: LogSteps {
+                mkdir: Boundary::new(concat!($t, ".log.mkdir")),
+                mkdir_sync: Boundary::new(concat!($t, ".log.mkdir-sync")),
+                create: Boundary::new(concat!($t, ".log.create")),
+                dir_sync: Boundary::new(concat!($t, ".log.dirsync")),
+                append: Boundary::new(concat!($t, ".log.append")),
+                sync: Boundary::new(concat!($t, ".log.sync")),
+                repair: Boundary::new(concat!($t, ".log.repair")),
+                repair_sync: Boundary::new(concat!($t, ".log.repair-sync")),
+            },
+            record: replace_steps!(concat!($t, ".record")),
+            queue: replace_steps!(concat!($t, ".queue")),
+            lock: lock_steps!(concat!($t, ".lock")),
+            delivery_lock: lock_steps!(concat!($t, ".delivery-lock")),
+            recover_record: replace_steps!(concat!($t, ".recover.record")),
+            recover_remove: Boundary::new(concat!($t, ".recover.remove")),
+            recover_dir_sync: Boundary::new(concat!($t, ".recover.dirsync")),
+            mkdir: Boundary::new(concat!($t, ".mkdir")),
+            mkdir_sync: Boundary::new(concat!($t, ".mkdir-sync")),
+        }
+    };
+}
+
+pub(crate) const OPEN: Steps = steps!("open");
+pub(crate) const CREATE: Steps = steps!("create");
+pub(crate) const APPEND: Steps = steps!("append");
+pub(crate) const SEND: Steps = steps!("send");
+pub(crate) const DRAIN: Steps = steps!("drain");
+pub(crate) const ARCHIVE: Steps = steps!("archive");
+pub(crate) const CLOSE: Steps = steps!("close");

@@ -1,0 +1,386 @@
+//! Lock-free timeline reads: segment listing, backward tail, forward reads from a cursor, and
+//! the stamp. Readers never modify anything and never take a lock; they see a line once its
+//! bytes are complete, and ignore a torn final line (see the module header of `timeline`).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use faultfs::{File, FileKind, Fs, OpenOptions};
+
+use super::line::Line;
+use crate::error::{CorruptReason, Error, Result};
+use crate::layout::{LINE_BYTES_MAX, Layout, READ_BLOCK_BYTES, SegmentNo, SessionId};
+
+/// One segment of a session's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// `None` for the legacy segment.
+    pub(crate) no: Option<SegmentNo>,
+    pub(crate) path: PathBuf,
+    pub(crate) len: u64,
+}
+
+impl Segment {
+    /// The segment's position in a cursor: 0 for legacy, else its number.
+    fn key(&self) -> u64 {
+        self.no.map_or(0, |no| no.0)
+    }
+}
+
+/// Lists a session's segments in event order: legacy first, then numbered ones.
+pub(crate) fn list_segments<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+) -> Result<Vec<Segment>> {
+    let mut segments = Vec::new();
+    let legacy = layout.legacy_segment(id);
+    match fs.metadata(&legacy) {
+        Ok(metadata) => segments.push(Segment { no: None, path: legacy, len: metadata.len }),
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
+        Err(error) => return Err(error.into()),
+    }
+    let dir = layout.timeline_dir(id);
+    let entries = match fs.read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
+        Err(error) => return Err(error.into()),
+    };
+    let mut numbered: Vec<SegmentNo> = entries
+        .iter()
+        .filter(|entry| entry.kind == FileKind::File)
+        .filter_map(|entry| SegmentNo::parse(&entry.name))
+        .collect();
+    numbered.sort();
+    for no in numbered {
+        let path = layout.segment(id, no);
+        match fs.metadata(&path) {
+            Ok(metadata) => segments.push(Segment { no: Some(no), path, len: metadata.len }),
+            // Closed between the listing and the stat: the session is gone.
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(segments)
+}
+
+/// Whether a segment may end in a torn line: the newest one, and the legacy one.
+fn tail_tolerant(segments: &[Segment], index: usize) -> bool {
+    index + 1 == segments.len() || segments[index].no.is_none()
+}
+
+/// Parses the complete lines of `bytes`, which start at byte `base` of `segment`. Returns the
+/// lines with their offsets and the offset just past the last line taken. With `tolerant`, an
+/// unterminated end and a damaged (NUL-holding) final line are left unread (a torn tail);
+/// otherwise they are corruption.
+fn parse_forward(
+    segment: &Segment,
+    base: u64,
+    bytes: &[u8],
+    tolerant: bool,
+) -> Result<(Vec<(u64, Line)>, u64)> {
+    let mut lines = Vec::new();
+    let mut start = 0usize;
+    while start < bytes.len() {
+        let Some(newline) = bytes[start..].iter().position(|&b| b == b'\n') else {
+            if tolerant {
+                break;
+            }
+            return Err(Error::Corrupt {
+                path: segment.path.clone(),
+                offset: base + start as u64,
+                reason: CorruptReason::BadLine("unterminated line in a sealed segment".to_owned()),
+            });
+        };
+        let end = start + newline;
+        let body = &bytes[start..end];
+        let is_final = end + 1 == bytes.len();
+        if tolerant && is_final && body.contains(&0) {
+            break;
+        }
+        lines.push((
+            base + start as u64,
+            Line::decode_at(body, &segment.path, base + start as u64)?,
+        ));
+        start = end + 1;
+    }
+    Ok((lines, base + start as u64))
+}
+
+/// Reads `segment` from `offset` to its current end.
+fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
+    let file = fs.open(&segment.path, OpenOptions::read(), faultfs::Boundary::new("read"))?;
+    let len = file.len()?;
+    if offset > len {
+        return Ok(Vec::new());
+    }
+    let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
+    let mut filled = 0;
+    while filled < buf.len() {
+        let read = file.read_at(offset + filled as u64, &mut buf[filled..])?;
+        if read == 0 {
+            break;
+        }
+        filled += read;
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+/// A position in a session's log: the segment and byte offset just past the last line read, and
+/// how many public events lie before it. Private lines do not count toward `index`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    /// Segment key: 0 for the legacy segment (or the start of a log without one), else the
+    /// segment number.
+    pub segment: u64,
+    /// Byte offset within that segment.
+    pub offset: u64,
+    /// Public events before this position.
+    pub index: u64,
+}
+
+impl Cursor {
+    /// The start of the log.
+    pub const START: Cursor = Cursor { segment: 0, offset: 0, index: 0 };
+}
+
+impl fmt::Display for Cursor {
+    /// `<index>.<segment>.<offset>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.index, self.segment, self.offset)
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Cursor> {
+        let invalid =
+            |reason: &str| Error::InvalidCursor { cursor: s.to_owned(), reason: reason.to_owned() };
+        let parts: Vec<&str> = s.split('.').collect();
+        let [index, segment, offset] = parts.as_slice() else {
+            return Err(invalid("expected <index>.<segment>.<offset>"));
+        };
+        let number = |text: &str| text.parse::<u64>().map_err(|_| invalid("not a number"));
+        Ok(Cursor { index: number(index)?, segment: number(segment)?, offset: number(offset)? })
+    }
+}
+
+/// Reads every line after `cursor`, returning them (private ones included) and the cursor past
+/// the last complete line. Reads only the bytes past the cursor.
+pub(crate) fn read_from<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    cursor: Cursor,
+) -> Result<(Vec<Line>, Cursor)> {
+    let segments = list_segments(fs, layout, id)?;
+    let first = if cursor == Cursor::START {
+        0
+    } else {
+        let position = segments.iter().position(|segment| segment.key() == cursor.segment);
+        match position {
+            Some(position) if segments[position].len >= cursor.offset => position,
+            Some(_) => {
+                return Err(Error::InvalidCursor {
+                    cursor: cursor.to_string(),
+                    reason: "offset is past the end of its segment".to_owned(),
+                });
+            }
+            None => {
+                return Err(Error::InvalidCursor {
+                    cursor: cursor.to_string(),
+                    reason: "its segment does not exist".to_owned(),
+                });
+            }
+        }
+    };
+    let mut lines = Vec::new();
+    let mut next = cursor;
+    for index in first..segments.len() {
+        let segment = &segments[index];
+        let offset = if index == first && cursor != Cursor::START { cursor.offset } else { 0 };
+        let bytes = read_rest(fs, segment, offset)?;
+        let (parsed, end) =
+            parse_forward(segment, offset, &bytes, tail_tolerant(&segments, index))?;
+        next.index += parsed.iter().filter(|(_, line)| line.is_public()).count() as u64;
+        next.segment = segment.key();
+        next.offset = end;
+        lines.extend(parsed.into_iter().map(|(_, line)| line));
+    }
+    Ok((lines, next))
+}
+
+/// The last lines of the log (newest first) until `want` lines satisfy `counts`, reading
+/// segments backward from the end in blocks. The cost depends on what is read, not on the size
+/// of the log. `stop` ends the scan early at the first line for which it returns true (that
+/// line included).
+pub(crate) fn tail_lines<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    want: usize,
+    counts: impl Fn(&Line) -> bool,
+) -> Result<Vec<Line>> {
+    let segments = list_segments(fs, layout, id)?;
+    let mut lines = Vec::new();
+    let mut counted = 0usize;
+    if want == 0 {
+        return Ok(lines);
+    }
+    for index in (0..segments.len()).rev() {
+        let segment = &segments[index];
+        let mut reader = BackwardLines::open(fs, segment, tail_tolerant(&segments, index))?;
+        while let Some(line) = reader.next_line()? {
+            if counts(&line) {
+                counted += 1;
+            }
+            lines.push(line);
+            if counted >= want {
+                return Ok(lines);
+            }
+        }
+    }
+    Ok(lines)
+}
+
+/// Reads a segment's lines from the end backward, in blocks.
+struct BackwardLines<T: File> {
+    file: T,
+    segment: Segment,
+    /// Bytes `[pos, pos + buf.len())` of the segment not yet returned; `buf` ends at a line end.
+    buf: Vec<u8>,
+    pos: u64,
+}
+
+impl<T: File> BackwardLines<T> {
+    fn open<F: Fs<File = T>>(fs: &F, segment: &Segment, tolerant: bool) -> Result<Self> {
+        let file = fs.open(&segment.path, OpenOptions::read(), faultfs::Boundary::new("read"))?;
+        let len = file.len()?;
+        let mut reader =
+            BackwardLines { file, segment: segment.clone(), buf: Vec::new(), pos: len };
+        // Find the end of the last complete line.
+        loop {
+            if let Some(newline) = reader.buf.iter().rposition(|&b| b == b'\n') {
+                let unterminated = reader.buf.len() - newline - 1;
+                if unterminated > 0 && !tolerant {
+                    return Err(Error::Corrupt {
+                        path: segment.path.clone(),
+                        offset: reader.pos + newline as u64 + 1,
+                        reason: CorruptReason::BadLine(
+                            "unterminated line in a sealed segment".to_owned(),
+                        ),
+                    });
+                }
+                reader.buf.truncate(newline + 1);
+                break;
+            }
+            if reader.pos == 0 {
+                if !reader.buf.is_empty() && !tolerant {
+                    return Err(Error::Corrupt {
+                        path: segment.path.clone(),
+                        offset: 0,
+                        reason: CorruptReason::BadLine(
+                            "unterminated line in a sealed segment".to_owned(),
+                        ),
+                    });
+                }
+                reader.buf.clear();
+                return Ok(reader);
+            }
+            reader.read_block()?;
+        }
+        if tolerant {
+            // A damaged final line is a torn tail too: skip it.
+            let (start, body) = reader.last_line()?;
+            if body.contains(&0) {
+                reader.buf.truncate(start);
+            }
+        }
+        Ok(reader)
+    }
+
+    /// Prepends one block before `pos`.
+    fn read_block(&mut self) -> Result<()> {
+        let take = (READ_BLOCK_BYTES as u64).min(self.pos);
+        let start = self.pos - take;
+        let mut block = vec![0u8; usize::try_from(take).unwrap_or(READ_BLOCK_BYTES)];
+        let mut filled = 0;
+        while filled < block.len() {
+            let read = self.file.read_at(start + filled as u64, &mut block[filled..])?;
+            if read == 0 {
+                break;
+            }
+            filled += read;
+        }
+        if filled < block.len() {
+            // The file shrank under us (a torn tail was repaired): what we hold may be stale.
+            return Err(Error::Corrupt {
+                path: self.segment.path.clone(),
+                offset: start,
+                reason: CorruptReason::BadLine("segment shrank while being read; retry".to_owned()),
+            });
+        }
+        block.extend_from_slice(&self.buf);
+        self.buf = block;
+        self.pos = start;
+        if self.buf.len() > LINE_BYTES_MAX + READ_BLOCK_BYTES {
+            return Err(Error::Corrupt {
+                path: self.segment.path.clone(),
+                offset: self.pos,
+                reason: CorruptReason::LineTooLong,
+            });
+        }
+        Ok(())
+    }
+
+    /// The index in `buf` where the last line starts, and its body (without `\n`), reading
+    /// more blocks as needed. `buf` must be non-empty and end with `\n`.
+    fn last_line(&mut self) -> Result<(usize, Vec<u8>)> {
+        loop {
+            let end = self.buf.len() - 1;
+            if let Some(newline) = self.buf[..end].iter().rposition(|&b| b == b'\n') {
+                return Ok((newline + 1, self.buf[newline + 1..end].to_vec()));
+            }
+            if self.pos == 0 {
+                return Ok((0, self.buf[..end].to_vec()));
+            }
+            self.read_block()?;
+        }
+    }
+
+    fn next_line(&mut self) -> Result<Option<Line>> {
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        let (start, body) = self.last_line()?;
+        let offset = self.pos + start as u64;
+        let line = Line::decode_at(&body, &self.segment.path, offset)?;
+        self.buf.truncate(start);
+        Ok(Some(line))
+    }
+}
+
+/// Cheap change detection: equal stamps mean no line was appended in between (a repair or a new
+/// segment changes the stamp too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    /// Number of segments.
+    pub segments: u64,
+    /// Key of the newest segment (0: legacy or none).
+    pub newest: u64,
+    /// Its length in bytes.
+    pub newest_len: u64,
+}
+
+/// The stamp of a session's log: one directory listing and one stat per segment.
+pub(crate) fn stamp<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Stamp> {
+    let segments = list_segments(fs, layout, id)?;
+    Ok(segments.last().map_or(Stamp::default(), |newest| Stamp {
+        segments: segments.len() as u64,
+        newest: newest.key(),
+        newest_len: newest.len,
+    }))
+}
