@@ -72,6 +72,9 @@ pub(crate) fn remove<F: Fs>(
     remove: Boundary,
     dir_sync: Boundary,
 ) -> Result<()> {
+    if !fs.exists(path)? {
+        return Ok(());
+    }
     match fs.remove_file(path, remove) {
         Ok(()) => {}
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(()),

@@ -125,12 +125,13 @@ impl<F: Fs> Store<F> {
             &self.layout.delivery_lock(id),
             self.config.lock_wait_ms,
             &DRAIN.delivery_lock,
-        )?;
+        )
+        .inspect_err(|error| self.poison_on_io(id, error))?;
         let mut report = DrainReport::default();
         let result = self.drain_locked(id, adapter, &mut report);
         match result {
             Ok(()) => {
-                delivery.release()?;
+                delivery.release().inspect_err(|error| self.poison_on_io(id, error))?;
                 report.remaining = self.queue(id)?.len();
                 Ok(report)
             }

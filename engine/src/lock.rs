@@ -19,10 +19,17 @@
 //! same modification time). Two takers can never both remove a lock and both win: the second
 //! one, holding the flock after the first, finds the first taker's fresh lock and waits.
 //!
+//! A lock file naming this very process that no thread of this process holds was leaked by a
+//! failed release (the removal itself failed): it is stale too. A process-wide registry of the
+//! locks this process holds tells the two apart; creating, inspecting and releasing a lock are
+//! serialized on it within the process so that the check cannot race a thread taking the lock.
+//!
 //! Lock files need no durability: after a crash their holder is dead, which is exactly the
 //! stale case above. Waits are bounded; the error names the holder.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::MutexGuard;
 use std::time::UNIX_EPOCH;
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
@@ -37,6 +44,15 @@ pub const EMPTY_GRACE_MS: u64 = 2_000;
 pub const PID_REUSE_SLACK_MS: u64 = 1_000;
 /// Longest pause between two attempts.
 const RETRY_DELAY_MS_MAX: u64 = 50;
+
+/// The locks this process holds, as (pid, path): the pid is part of the key because a simulated
+/// filesystem can play several processes inside one real one. A std mutex, not the loom switch:
+/// it is process-wide state, not part of the modelled concurrency.
+static HOLDING: std::sync::Mutex<BTreeSet<(u32, PathBuf)>> = std::sync::Mutex::new(BTreeSet::new());
+
+fn holding() -> MutexGuard<'static, BTreeSet<(u32, PathBuf)>> {
+    HOLDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The boundaries of one transition's lock operations.
 #[derive(Clone, Copy, Debug)]
@@ -57,10 +73,14 @@ pub(crate) struct LockGuard<'a, F: Fs> {
 }
 
 impl<F: Fs> LockGuard<'_, F> {
-    /// Releases the lock.
+    /// Releases the lock. If the removal fails, the file is left behind but no longer held:
+    /// the next taker in this process (or any process once this one exits) recovers it.
     pub(crate) fn release(mut self) -> Result<()> {
         self.held = false;
-        self.fs.remove_file(&self.path, self.remove)?;
+        let mut holding = holding();
+        let removed = self.fs.remove_file(&self.path, self.remove);
+        holding.remove(&(self.fs.process_id(), self.path.clone()));
+        removed?;
         Ok(())
     }
 }
@@ -69,7 +89,9 @@ impl<F: Fs> Drop for LockGuard<'_, F> {
     fn drop(&mut self) {
         if self.held {
             // An error path is already being reported; a lock left behind is recovered as stale.
+            let mut holding = holding();
             let _ = self.fs.remove_file(&self.path, self.remove);
+            holding.remove(&(self.fs.process_id(), self.path.clone()));
         }
     }
 }
@@ -104,22 +126,28 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut delay_ms = 1;
     let mut empty_since: Option<(Seen, u64)> = None;
     let mut last_holder = None;
+    let key = (fs.process_id(), path.to_path_buf());
     loop {
-        match fs.open(path, OpenOptions::create_new(), steps.create) {
-            Ok(file) => {
-                let mut guard =
-                    LockGuard { fs, path: path.to_path_buf(), remove: steps.remove, held: true };
-                if let Err(error) = file.append(fs.process_id().to_string().as_bytes(), steps.write)
-                {
-                    drop(file);
-                    guard.held = false;
-                    let _ = fs.remove_file(path, steps.remove);
-                    return Err(error.into());
+        {
+            let mut holding = holding();
+            match fs.open(path, OpenOptions::create_new(), steps.create) {
+                Ok(file) => {
+                    if let Err(error) = file.append(key.0.to_string().as_bytes(), steps.write) {
+                        drop(file);
+                        let _ = fs.remove_file(path, steps.remove);
+                        return Err(error.into());
+                    }
+                    holding.insert(key);
+                    return Ok(LockGuard {
+                        fs,
+                        path: path.to_path_buf(),
+                        remove: steps.remove,
+                        held: true,
+                    });
                 }
-                return Ok(guard);
+                Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => {}
+                Err(error) => return Err(error.into()),
             }
-            Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => {}
-            Err(error) => return Err(error.into()),
         }
         match inspect(fs, path)? {
             Holder::Gone => continue,
@@ -157,6 +185,7 @@ pub(crate) fn acquire<'a, F: Fs>(
 
 /// Reads the lock file and judges its holder.
 fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
+    let holding = holding();
     let Some(seen) = read_seen(fs, path)? else { return Ok(Holder::Gone) };
     let text = String::from_utf8_lossy(&seen.contents);
     let text = text.trim();
@@ -167,6 +196,10 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
         // Not a pid: nothing this protocol wrote. Treat it like an abandoned empty lock.
         return Ok(Holder::Empty(seen));
     };
+    if pid == fs.process_id() && !holding.contains(&(pid, path.to_path_buf())) {
+        // This process's own lock, held by none of its threads: leaked by a failed release.
+        return Ok(Holder::Stale(seen));
+    }
     match fs.process_start_ms(pid)? {
         None => Ok(Holder::Stale(seen)),
         Some(start_ms) if start_ms > seen.modified_ms + PID_REUSE_SLACK_MS => {

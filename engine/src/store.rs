@@ -160,11 +160,12 @@ impl<F: Fs> Store<F> {
             &self.layout.session_lock(id),
             self.config.lock_wait_ms,
             &steps.lock,
-        )?;
+        )
+        .inspect_err(|error| self.poison_on_io(id, error))?;
         let result = self.recover(id, steps).and_then(|()| work(&guard));
         match result {
             Ok(value) => {
-                guard.release()?;
+                guard.release().inspect_err(|_| self.poison(id))?;
                 Ok(value)
             }
             Err(error) => {
@@ -186,6 +187,14 @@ impl<F: Fs> Store<F> {
 
     pub(crate) fn poison(&self, id: &SessionId) {
         lock_mutex(&self.poisoned).insert(id.clone());
+        self.receipts.forget(id);
+    }
+
+    /// Poisons the session if `error` is an I/O failure.
+    pub(crate) fn poison_on_io(&self, id: &SessionId, error: &Error) {
+        if matches!(error, Error::Io(_)) {
+            self.poison(id);
+        }
     }
 
     /// Recovery of one session (see the module header). A missing session is left alone.

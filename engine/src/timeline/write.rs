@@ -45,7 +45,12 @@ pub(crate) fn append<F: Fs>(
         && (len == 0 || len + line.len() as u64 <= segment_bytes_max)
     {
         let file = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
-        file.append(line, steps.append)?;
+        if let Err(error) = file.append(line, steps.append) {
+            // A short write may have left part of the line: take it back now, so a full disk
+            // leaves the log as it was (recovery would truncate it otherwise).
+            let _ = file.set_len(len, steps.repair);
+            return Err(error.into());
+        }
         file.sync_data(steps.sync)?;
         return Ok(Appended { segment: no, offset: len });
     }
@@ -55,8 +60,14 @@ pub(crate) fn append<F: Fs>(
         fs.create_dir(&dir, steps.mkdir)?;
         fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
     }
-    let file = fs.open(&layout.segment(id, next), OpenOptions::create_new(), steps.create)?;
-    file.append(line, steps.append)?;
+    let path = layout.segment(id, next);
+    let file = fs.open(&path, OpenOptions::create_new(), steps.create)?;
+    if let Err(error) = file.append(line, steps.append) {
+        // As above: leave no new (empty or partial) segment behind a failed append.
+        drop(file);
+        let _ = fs.remove_file(&path, steps.repair);
+        return Err(error.into());
+    }
     file.sync_data(steps.sync)?;
     fs.sync_dir(&dir, steps.dir_sync)?;
     Ok(Appended { segment: next, offset: 0 })

@@ -342,12 +342,20 @@ impl SimFs {
     fn open_impl(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<SimFile> {
         let mut state = self.lock();
         let components = normalize(path, OpKind::Open)?;
-        let verdict = if options.mutates() {
-            state.begin(boundary, OpKind::Open, path.display().to_string(), open_detail(options))?
+        if options.mutates() {
+            let verdict = state.begin(
+                boundary,
+                OpKind::Open,
+                path.display().to_string(),
+                open_detail(options),
+            )?;
+            // An injected fault takes precedence over the op's own outcome, and changes nothing.
+            if let Verdict::Fail(fault) = verdict {
+                return Err(fault_error(fault, OpKind::Open, path, boundary));
+            }
         } else {
             state.check_alive(boundary)?;
-            Verdict::Proceed
-        };
+        }
         let (name, parents) = components
             .split_last()
             .ok_or_else(|| io_error(OpKind::Open, path, boundary, io::ErrorKind::IsADirectory))?;
@@ -371,9 +379,6 @@ impl SimFs {
                         io::ErrorKind::IsADirectory,
                     ));
                 }
-                if let Verdict::Fail(fault) = verdict {
-                    return Err(fault_error(fault, OpKind::Open, path, boundary));
-                }
                 if options.truncate && options.write {
                     state.set_len(ino, 0);
                 }
@@ -382,9 +387,6 @@ impl SimFs {
             None => {
                 if !(options.create || options.create_new) {
                     return Err(io_error(OpKind::Open, path, boundary, io::ErrorKind::NotFound));
-                }
-                if let Verdict::Fail(fault) = verdict {
-                    return Err(fault_error(fault, OpKind::Open, path, boundary));
                 }
                 let ino = state.new_inode(Node::File(FileNode {
                     durable: Arc::new(Vec::new()),
@@ -623,7 +625,9 @@ impl Fs for SimFs {
         let from_components = normalize(from, op)?;
         let to_components = normalize(to, op)?;
         let target = format!("{} -> {}", from.display(), to.display());
-        let verdict = state.begin(boundary, op, target, String::new())?;
+        if let Verdict::Fail(fault) = state.begin(boundary, op, target, String::new())? {
+            return Err(fault_error(fault, op, to, boundary));
+        }
         let (from_name, from_parents) = from_components
             .split_last()
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::InvalidInput))?;
@@ -649,9 +653,6 @@ impl Fs for SimFs {
                 _ => {}
             }
         }
-        if let Verdict::Fail(fault) = verdict {
-            return Err(fault_error(fault, op, to, boundary));
-        }
         if from_dir == to_dir && from_name == to_name {
             return Ok(());
         }
@@ -670,16 +671,17 @@ impl Fs for SimFs {
         let op = OpKind::CreateDir;
         let mut state = self.lock();
         let components = normalize(path, op)?;
-        let verdict = state.begin(boundary, op, path.display().to_string(), String::new())?;
+        if let Verdict::Fail(fault) =
+            state.begin(boundary, op, path.display().to_string(), String::new())?
+        {
+            return Err(fault_error(fault, op, path, boundary));
+        }
         let (name, parents) = components
             .split_last()
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::AlreadyExists))?;
         let parent = state.lookup_dir(parents, op, path, boundary)?;
         if state.dir(parent).volatile.contains_key(*name) {
             return Err(io_error(op, path, boundary, io::ErrorKind::AlreadyExists));
-        }
-        if let Verdict::Fail(fault) = verdict {
-            return Err(fault_error(fault, op, path, boundary));
         }
         let ino = state.new_inode(Node::Dir(DirNode::default()));
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: Some(ino) }]);
@@ -694,12 +696,13 @@ impl Fs for SimFs {
         let op = OpKind::SyncDir;
         let mut state = self.lock();
         let components = normalize(path, op)?;
-        let verdict = state.begin(boundary, op, path.display().to_string(), String::new())?;
-        let dir = state.lookup_dir(&components, op, path, boundary)?;
-        if let Verdict::Fail(fault) = verdict {
+        if let Verdict::Fail(fault) =
+            state.begin(boundary, op, path.display().to_string(), String::new())?
+        {
             // A failed directory fsync leaves its changes pending: they may or may not survive.
             return Err(fault_error(fault, op, path, boundary));
         }
+        let dir = state.lookup_dir(&components, op, path, boundary)?;
         if state.rules.sync_makes_durable {
             state.sync_dir(dir);
         }
@@ -761,7 +764,11 @@ impl SimFs {
     fn unlink(&self, path: &Path, boundary: Boundary, op: OpKind) -> Result<()> {
         let mut state = self.lock();
         let components = normalize(path, op)?;
-        let verdict = state.begin(boundary, op, path.display().to_string(), String::new())?;
+        if let Verdict::Fail(fault) =
+            state.begin(boundary, op, path.display().to_string(), String::new())?
+        {
+            return Err(fault_error(fault, op, path, boundary));
+        }
         let (name, parents) = components
             .split_last()
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::InvalidInput))?;
@@ -783,9 +790,6 @@ impl SimFs {
             (Node::File(_), _) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory));
             }
-        }
-        if let Verdict::Fail(fault) = verdict {
-            return Err(fault_error(fault, op, path, boundary));
         }
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: None }]);
         Ok(())
