@@ -1,5 +1,480 @@
-//! The reference model: a small, pure executable specification of the spex transitions and the
-//! public state, written without importing the engine (DESIGN.md section 7).
+//! The reference model: a small, pure, executable specification of the spex transitions and
+//! the public state they produce (DESIGN.md section 7). It does not import the engine: it is a
+//! second, independent statement of what the engine must do.
 //!
-//! Not built yet: this crate holds the workspace's place for it. The verification issue
-//! delivers it.
+//! The public state of a store is, per open session: its public triple, its public events in
+//! order, the messages it is owed in order, the receipts of keyed sends (key -> mid, settled?),
+//! and whether it is archived; plus the set of closed sessions.
+//!
+//! Message ids are chosen by the engine. The model takes them from the engine's answers; for a
+//! transition interrupted by a crash (whose answer never came) an id is [`Mid::Any`] until the
+//! recovered state binds it.
+//!
+//! For an acknowledged transition the model gives the one next state ([`Model::apply`]). For a
+//! transition interrupted by a crash it gives every state allowed after recovery
+//! ([`Model::crash_candidates`]):
+//!
+//! - send: before; appended but not owed (unkeyed: the documented window; keyed: pending a
+//!   replay); appended and owed;
+//! - lifecycle write, archive, create, close: before or after;
+//! - one drain step: before (also when the adapter was called and the crash came before the
+//!   settlement); settled but still owed (keyed); consumed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A message id, or any id (an interrupted send's, not yet seen).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mid {
+    /// This id.
+    Known(String),
+    /// Whatever id the engine chose.
+    Any,
+}
+
+impl Mid {
+    fn matches(&self, actual: &str) -> bool {
+        match self {
+            Mid::Known(mid) => mid == actual,
+            Mid::Any => true,
+        }
+    }
+}
+
+/// The public lifecycle triple, as stored strings.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Triple {
+    /// Status name.
+    pub status: String,
+    /// Proposal name; only with `awaiting`.
+    pub proposal: Option<String>,
+    /// Note; never empty.
+    pub note: Option<String>,
+}
+
+impl Triple {
+    /// A normalized triple.
+    pub fn new(status: &str, proposal: Option<&str>, note: Option<&str>) -> Triple {
+        Triple {
+            status: status.to_owned(),
+            proposal: if status == "awaiting" { proposal.map(str::to_owned) } else { None },
+            note: note.filter(|note| !note.is_empty()).map(str::to_owned),
+        }
+    }
+}
+
+/// A public event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A lifecycle move.
+    Status(Triple),
+    /// A message addressed to the session (raw text).
+    Sent {
+        /// Its id.
+        mid: Mid,
+        /// The raw text.
+        text: String,
+        /// The sender (`None`: a human).
+        from: Option<String>,
+    },
+}
+
+/// An owed message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owed {
+    /// Its id.
+    pub mid: Mid,
+    /// The raw text it was sent with (the engine's composed text starts with it).
+    pub text: String,
+    /// The sender.
+    pub from: Option<String>,
+    /// Whether it was a keyed send.
+    pub keyed: bool,
+}
+
+/// What the log says about a keyed send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyState {
+    /// The original mid.
+    pub mid: Mid,
+    /// The payload it was sent with (raw text).
+    pub text: String,
+    /// Whether its delivery was settled.
+    pub settled: bool,
+}
+
+/// One open session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    /// The public triple.
+    pub triple: Triple,
+    /// Public events, in order.
+    pub events: Vec<Event>,
+    /// Owed messages, in order.
+    pub owed: Vec<Owed>,
+    /// Receipts by (operation, key).
+    pub keys: BTreeMap<(String, String), KeyState>,
+    /// Archived?
+    pub archived: bool,
+}
+
+/// The whole public state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Model {
+    /// Open sessions by id.
+    pub sessions: BTreeMap<String, Session>,
+    /// Closed sessions (revoked as senders).
+    pub closed: BTreeSet<String>,
+}
+
+/// A transition, with the answers the engine gave (mids) where it gave them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Create a session.
+    Create {
+        /// The id.
+        id: String,
+        /// Its first triple (no event).
+        triple: Triple,
+    },
+    /// A lifecycle write of `triple`.
+    Lifecycle {
+        /// The session.
+        id: String,
+        /// The declared triple.
+        triple: Triple,
+    },
+    /// A send.
+    Send {
+        /// The target.
+        to: String,
+        /// The raw text.
+        text: String,
+        /// The sender.
+        from: Option<String>,
+        /// (operation, key) for a keyed send.
+        key: Option<(String, String)>,
+        /// The mid the engine answered (`Any` if it never answered).
+        mid: Mid,
+    },
+    /// One drain step on the head of the queue: delivered (or consumed) and removed.
+    DrainHead {
+        /// The session.
+        id: String,
+    },
+    /// Archive.
+    Archive {
+        /// The session.
+        id: String,
+    },
+    /// Close.
+    Close {
+        /// The session.
+        id: String,
+    },
+}
+
+/// What the model expects of a transition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Success.
+    Ok,
+    /// A keyed replay returning this original mid.
+    Replay(Mid),
+    /// Refused: the key was used with another payload.
+    KeyConflict,
+    /// Refused: the sender is closed.
+    Revoked,
+    /// Refused: no such session.
+    NoSuchSession,
+    /// Refused: the session already exists.
+    Exists,
+}
+
+impl Model {
+    /// What `op` should answer in the current state.
+    pub fn expect(&self, op: &Op) -> Expect {
+        match op {
+            Op::Create { id, .. } => {
+                if self.sessions.contains_key(id) {
+                    Expect::Exists
+                } else {
+                    Expect::Ok
+                }
+            }
+            Op::Send { to, text, from, key, .. } => {
+                if let Some(sender) = from
+                    && self.closed.contains(sender)
+                {
+                    return Expect::Revoked;
+                }
+                let Some(session) = self.sessions.get(to) else { return Expect::NoSuchSession };
+                match key.as_ref().and_then(|key| session.keys.get(key)) {
+                    Some(state) if state.text == *text => Expect::Replay(state.mid.clone()),
+                    Some(_) => Expect::KeyConflict,
+                    None => Expect::Ok,
+                }
+            }
+            Op::Lifecycle { id, .. }
+            | Op::DrainHead { id }
+            | Op::Archive { id }
+            | Op::Close { id } => {
+                if self.sessions.contains_key(id) {
+                    Expect::Ok
+                } else {
+                    Expect::NoSuchSession
+                }
+            }
+        }
+    }
+
+    /// The state after `op` completed and was acknowledged. A refused op changes nothing.
+    pub fn apply(&self, op: &Op) -> Model {
+        let mut next = self.clone();
+        match (op, self.expect(op)) {
+            (Op::Create { id, triple }, Expect::Ok) => {
+                next.sessions.insert(
+                    id.clone(),
+                    Session {
+                        triple: triple.clone(),
+                        events: Vec::new(),
+                        owed: Vec::new(),
+                        keys: BTreeMap::new(),
+                        archived: false,
+                    },
+                );
+            }
+            (Op::Lifecycle { id, triple }, Expect::Ok) => {
+                let session = next.session_mut(id);
+                if session.triple != *triple {
+                    session.events.push(Event::Status(triple.clone()));
+                    session.triple = triple.clone();
+                }
+            }
+            (Op::Send { to, text, from, key, mid }, Expect::Ok) => {
+                let session = next.session_mut(to);
+                session.events.push(Event::Sent {
+                    mid: mid.clone(),
+                    text: text.clone(),
+                    from: from.clone(),
+                });
+                session.owed.push(Owed {
+                    mid: mid.clone(),
+                    text: text.clone(),
+                    from: from.clone(),
+                    keyed: key.is_some(),
+                });
+                if let Some(key) = key {
+                    session.keys.insert(
+                        key.clone(),
+                        KeyState { mid: mid.clone(), text: text.clone(), settled: false },
+                    );
+                }
+            }
+            (Op::Send { to, key: Some(key), .. }, Expect::Replay(original)) => {
+                // A replay restores the debt if it is neither owed nor settled.
+                let session = next.session_mut(to);
+                let state = session.keys[key].clone();
+                let owed = session.owed.iter().any(|owed| owed.mid == original);
+                if !owed && !state.settled {
+                    let from = session.events.iter().find_map(|event| match event {
+                        Event::Sent { mid, from, .. } if *mid == original => Some(from.clone()),
+                        _ => None,
+                    });
+                    session.owed.push(Owed {
+                        mid: original,
+                        text: state.text,
+                        from: from.flatten(),
+                        keyed: true,
+                    });
+                }
+            }
+            (Op::DrainHead { id }, Expect::Ok) => {
+                let session = next.session_mut(id);
+                if !session.owed.is_empty() {
+                    let head = session.owed.remove(0);
+                    // A closed sender's message is dropped, not delivered: nothing is settled.
+                    let revoked = head.from.as_ref().is_some_and(|from| self.closed.contains(from));
+                    if head.keyed && !revoked {
+                        for state in session.keys.values_mut() {
+                            if state.mid == head.mid {
+                                state.settled = true;
+                            }
+                        }
+                    }
+                }
+            }
+            (Op::Archive { id }, Expect::Ok) => next.session_mut(id).archived = true,
+            (Op::Close { id }, Expect::Ok) => {
+                next.sessions.remove(id);
+                next.closed.insert(id.clone());
+                // Debt from a closed sender is dropped by the next drain; until then it is owed.
+            }
+            _ => {}
+        }
+        next
+    }
+
+    /// Every state allowed after `op` was interrupted by a crash and the store recovered.
+    pub fn crash_candidates(&self, op: &Op) -> Vec<Model> {
+        let mut candidates = vec![self.clone()];
+        let after = self.apply(op);
+        match (op, self.expect(op)) {
+            (Op::Send { to, text, from, key, .. }, Expect::Ok) => {
+                // Appended, not owed.
+                let mut appended = self.clone();
+                let session = appended.session_mut(to);
+                session.events.push(Event::Sent {
+                    mid: Mid::Any,
+                    text: text.clone(),
+                    from: from.clone(),
+                });
+                if let Some(key) = key {
+                    session.keys.insert(
+                        key.clone(),
+                        KeyState { mid: Mid::Any, text: text.clone(), settled: false },
+                    );
+                }
+                candidates.push(appended);
+                candidates.push(self.apply(&Op::Send {
+                    to: to.clone(),
+                    text: text.clone(),
+                    from: from.clone(),
+                    key: key.clone(),
+                    mid: Mid::Any,
+                }));
+            }
+            (Op::DrainHead { id }, Expect::Ok) => {
+                if let Some(head) = self.sessions.get(id).and_then(|session| session.owed.first())
+                    && head.keyed
+                {
+                    let mut settled = self.clone();
+                    for state in settled.session_mut(id).keys.values_mut() {
+                        if state.mid == head.mid {
+                            state.settled = true;
+                        }
+                    }
+                    candidates.push(settled);
+                }
+                candidates.push(after);
+            }
+            _ => candidates.push(after),
+        }
+        candidates.dedup();
+        candidates
+    }
+
+    /// Whether the observed (recovered) state `actual`, whose mids are all known, is this
+    /// candidate with its `Any` mids bound.
+    pub fn admits(&self, actual: &Model) -> bool {
+        if self.closed != actual.closed || self.sessions.len() != actual.sessions.len() {
+            return false;
+        }
+        self.sessions.iter().all(|(id, expected)| {
+            actual.sessions.get(id).is_some_and(|actual| session_admits(expected, actual))
+        })
+    }
+
+    fn session_mut(&mut self, id: &str) -> &mut Session {
+        self.sessions.get_mut(id).expect("ops are applied only to sessions that exist")
+    }
+}
+
+fn mid_of(mid: &Mid) -> &str {
+    match mid {
+        Mid::Known(mid) => mid,
+        Mid::Any => "",
+    }
+}
+
+fn session_admits(expected: &Session, actual: &Session) -> bool {
+    let events_match = expected.events.len() == actual.events.len()
+        && expected.events.iter().zip(&actual.events).all(|pair| match pair {
+            (Event::Status(a), Event::Status(b)) => a == b,
+            (
+                Event::Sent { mid, text, from },
+                Event::Sent { mid: actual_mid, text: actual_text, from: actual_from },
+            ) => mid.matches(mid_of(actual_mid)) && text == actual_text && from == actual_from,
+            _ => false,
+        });
+    let owed_match = expected.owed.len() == actual.owed.len()
+        && expected.owed.iter().zip(&actual.owed).all(|(e, a)| {
+            e.mid.matches(mid_of(&a.mid))
+                && e.text == a.text
+                && e.from == a.from
+                && e.keyed == a.keyed
+        });
+    let keys_match = expected.keys.len() == actual.keys.len()
+        && expected.keys.iter().all(|(key, e)| {
+            actual.keys.get(key).is_some_and(|a| {
+                e.mid.matches(mid_of(&a.mid)) && e.text == a.text && e.settled == a.settled
+            })
+        });
+    expected.triple == actual.triple
+        && expected.archived == actual.archived
+        && events_match
+        && owed_match
+        && keys_match
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send(text: &str, key: Option<&str>, mid: &str) -> Op {
+        Op::Send {
+            to: "s".into(),
+            text: text.into(),
+            from: None,
+            key: key.map(|key| ("op".to_owned(), key.to_owned())),
+            mid: Mid::Known(mid.into()),
+        }
+    }
+
+    fn created() -> Model {
+        Model::default()
+            .apply(&Op::Create { id: "s".into(), triple: Triple::new("queued", None, None) })
+    }
+
+    #[test]
+    fn keyed_replay_and_conflict() {
+        let model = created().apply(&send("x", Some("k"), "m1"));
+        assert_eq!(
+            model.expect(&send("x", Some("k"), "m2")),
+            Expect::Replay(Mid::Known("m1".into()))
+        );
+        assert_eq!(model.expect(&send("y", Some("k"), "m2")), Expect::KeyConflict);
+        let drained = model.apply(&Op::DrainHead { id: "s".into() });
+        assert!(drained.sessions["s"].keys[&("op".into(), "k".into())].settled);
+        let replayed = drained.apply(&send("x", Some("k"), "m2"));
+        assert!(replayed.sessions["s"].owed.is_empty(), "a settled replay is inert");
+    }
+
+    #[test]
+    fn interrupted_send_allows_three_states() {
+        let model = created();
+        let candidates = model.crash_candidates(&send("x", None, "m1"));
+        assert_eq!(candidates.len(), 3);
+        let mut observed = model.apply(&send("x", None, "real-mid"));
+        assert!(candidates.iter().any(|c| c.admits(&observed)));
+        observed.sessions.get_mut("s").unwrap().owed.push(Owed {
+            mid: Mid::Known("other".into()),
+            text: "x".into(),
+            from: None,
+            keyed: false,
+        });
+        assert!(
+            !candidates.iter().any(|c| c.admits(&observed)),
+            "a second owed copy is not allowed"
+        );
+    }
+
+    #[test]
+    fn lifecycle_logs_moves_only() {
+        let model = created();
+        let active = Triple::new("active", None, None);
+        let moved = model.apply(&Op::Lifecycle { id: "s".into(), triple: active.clone() });
+        let same = moved.apply(&Op::Lifecycle { id: "s".into(), triple: active });
+        assert_eq!(moved.sessions["s"].events.len(), 1);
+        assert_eq!(same, moved);
+    }
+}
