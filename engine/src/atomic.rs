@@ -12,10 +12,19 @@ use faultfs::{Boundary, File, Fs, OpenOptions};
 
 use crate::error::{Error, Result};
 use crate::layout::STATE_FILE_BYTES_MAX;
+use crate::mutant::{Mutant, active};
+
+/// Which state file a replace writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StateFile {
+    Record,
+    Queue,
+}
 
 /// The boundaries of one transition's writes of one state file.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReplaceSteps {
+    pub(crate) file: StateFile,
     pub(crate) create: Boundary,
     pub(crate) write: Boundary,
     pub(crate) sync: Boundary,
@@ -29,7 +38,9 @@ pub(crate) struct ReplaceSteps {
 pub(crate) fn stage<F: Fs>(fs: &F, tmp: &Path, bytes: &[u8], steps: &ReplaceSteps) -> Result<()> {
     let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
     file.write_at(0, bytes, steps.write)?;
-    file.sync_all(steps.sync)?;
+    if !(steps.file == StateFile::Record && active(Mutant::NoRecordTmpSync)) {
+        file.sync_all(steps.sync)?;
+    }
     Ok(())
 }
 
@@ -42,7 +53,9 @@ pub(crate) fn publish<F: Fs>(
     steps: &ReplaceSteps,
 ) -> Result<()> {
     fs.rename(tmp, target, steps.rename)?;
-    fs.sync_dir(dir, steps.dir_sync)?;
+    if !(steps.file == StateFile::Queue && active(Mutant::NoQueueDirSync)) {
+        fs.sync_dir(dir, steps.dir_sync)?;
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@ use faultfs::{File, FileKind, Fs, OpenOptions};
 
 use crate::error::Result;
 use crate::layout::SessionId;
+use crate::mutant::{Mutant, active};
 use crate::steps::{self, CLOSE, Steps};
 use crate::store::Store;
 
@@ -28,6 +29,12 @@ impl<F: Fs> Store<F> {
     pub fn close(&self, id: &SessionId) -> Result<()> {
         self.transition(id, &CLOSE, |_| {
             self.require_session(id)?;
+            if active(Mutant::CloseDeletesBeforeRevoking) {
+                self.remove_tree(&self.layout.session_dir(id), &CLOSE)?;
+                self.fs.sync_dir(&self.layout.sessions_dir(), CLOSE.record.dir_sync)?;
+                self.receipts.forget(id);
+                return self.finish_close(id, &CLOSE, false);
+            }
             let closing_dir = self.layout.closing_dir();
             self.ensure_dir_all(&closing_dir, &CLOSE)?;
             self.fs.rename(
@@ -85,8 +92,11 @@ impl<F: Fs> Store<F> {
             file.sync_all(steps.queue.sync)?;
             self.fs.sync_dir(&revoked_dir, steps.queue.dir_sync)?;
         }
-        self.remove_tree(&self.layout.closing(id), steps)?;
-        self.fs.sync_dir(&self.layout.closing_dir(), steps.record.dir_sync)?;
+        let closing = self.layout.closing(id);
+        if self.fs.exists(&closing)? {
+            self.remove_tree(&closing, steps)?;
+            self.fs.sync_dir(&self.layout.closing_dir(), steps.record.dir_sync)?;
+        }
         Ok(())
     }
 

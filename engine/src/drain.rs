@@ -24,6 +24,7 @@ use crate::atomic;
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::lock;
+use crate::mutant::{Mutant, active};
 use crate::queue::{self, Entry};
 use crate::receipts::Known;
 use crate::steps::DRAIN;
@@ -208,6 +209,9 @@ impl<F: Fs> Store<F> {
                 continue;
             }
             let Some(dispatch) = &head.dispatch else { return Ok(Next::Deliver(head)) };
+            if active(Mutant::SkipReceiptFence) {
+                return Ok(Next::Deliver(head));
+            }
             let known = self.receipts.lookup(
                 &self.fs,
                 &self.layout,
@@ -239,6 +243,19 @@ impl<F: Fs> Store<F> {
         entries.remove(position);
         let dir = self.layout.session_dir(id);
         let tmp = self.layout.queue_tmp(id);
+        if active(Mutant::SettleAfterRemoval) {
+            self.write_queue(id, &entries, &DRAIN)?;
+            if let Some(dispatch) = &delivered.dispatch {
+                let line = Line::Settled(Settlement {
+                    ts: crate::env::format_ts(self.clock.now_ms()),
+                    operation: dispatch.operation.clone(),
+                    request_digest: dispatch.request_digest.clone(),
+                    mid: delivered.mid.clone(),
+                });
+                self.append_line(id, &line, &DRAIN)?;
+            }
+            return Ok(());
+        }
         if !entries.is_empty() {
             atomic::stage(&self.fs, &tmp, &queue::encode(&entries), &DRAIN.queue)?;
         }

@@ -14,6 +14,7 @@ mod error;
 pub mod layout;
 mod lifecycle;
 pub mod lock;
+pub mod mutant;
 pub mod queue;
 mod receipts;
 pub mod record;

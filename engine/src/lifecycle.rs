@@ -34,6 +34,7 @@ use faultfs::Fs;
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::layout::{NOTE_BYTES_MAX, SessionId};
+use crate::mutant::{Mutant, active};
 use crate::steps::{APPEND, ARCHIVE};
 use crate::store::Store;
 use crate::timeline::{Line, StatusEvent, Triple};
@@ -113,6 +114,16 @@ impl<F: Fs> Store<F> {
             if let Err(error) = atomic::stage(&self.fs, &tmp, &record.encode(), &APPEND.record) {
                 atomic::discard(&self.fs, &tmp, &APPEND.record);
                 return Err(error);
+            }
+            if active(Mutant::RecordBeforeEvent) {
+                let dir = self.layout.session_dir(id);
+                atomic::publish(&self.fs, &dir, &tmp, &self.layout.record(id), &APPEND.record)?;
+                if log {
+                    let ts = crate::env::format_ts(now_ms);
+                    let line = Line::Status(StatusEvent { ts, triple: after.clone() });
+                    self.append_line(id, &line, &APPEND)?;
+                }
+                return Ok(Applied { before, after, logged: log });
             }
             if log {
                 let line = Line::Status(StatusEvent {

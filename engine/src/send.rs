@@ -22,6 +22,7 @@ use crate::atomic;
 use crate::digest::{self, Payload};
 use crate::error::{Error, Result};
 use crate::layout::{QUEUE_ENTRIES_MAX, SessionId, TEXT_BYTES_MAX};
+use crate::mutant::{Mutant, active};
 use crate::queue::{self, Dispatch, Entry};
 use crate::reply::{self, ReplyChannel};
 use crate::steps::{self, SEND};
@@ -177,23 +178,22 @@ impl<F: Fs> Store<F> {
             atomic::discard(&self.fs, &tmp, &SEND.queue);
             return Err(error);
         }
+        let dir = self.layout.session_dir(to);
+        if active(Mutant::EnqueueBeforeAppend) {
+            atomic::publish(&self.fs, &dir, &tmp, &self.layout.queue(to), &SEND.queue)?;
+            return self.append_line(to, line, &SEND);
+        }
         if let Err(error) = self.append_line(to, line, &SEND) {
             atomic::discard(&self.fs, &tmp, &SEND.queue);
             return Err(error);
         }
-        atomic::publish(
-            &self.fs,
-            &self.layout.session_dir(to),
-            &tmp,
-            &self.layout.queue(to),
-            &SEND.queue,
-        )
+        atomic::publish(&self.fs, &dir, &tmp, &self.layout.queue(to), &SEND.queue)
     }
 
     /// A replayed keyed send whose message is neither owed nor settled gets its queue entry
     /// back, from the receipt's frozen delivery bytes. Returns whether it did.
     fn restore_debt(&self, to: &SessionId, known: &crate::receipts::Known) -> Result<bool> {
-        if known.settled {
+        if known.settled || active(Mutant::ReplayWithoutRestore) {
             return Ok(false);
         }
         let mut entries = self.queue(to)?;

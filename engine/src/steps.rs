@@ -4,7 +4,7 @@
 
 use faultfs::Boundary;
 
-use crate::atomic::ReplaceSteps;
+use crate::atomic::{ReplaceSteps, StateFile};
 use crate::lock::LockSteps;
 use crate::timeline::LogSteps;
 
@@ -26,8 +26,9 @@ pub(crate) struct Steps {
 }
 
 macro_rules! replace_steps {
-    ($prefix:expr) => {
+    ($prefix:expr, $file:expr) => {
         ReplaceSteps {
+            file: $file,
             create: Boundary::new(concat!($prefix, ".tmp-create")),
             write: Boundary::new(concat!($prefix, ".tmp-write")),
             sync: Boundary::new(concat!($prefix, ".tmp-sync")),
@@ -62,11 +63,11 @@ macro_rules! steps {
                 repair: Boundary::new(concat!($t, ".log.repair")),
                 repair_sync: Boundary::new(concat!($t, ".log.repair-sync")),
             },
-            record: replace_steps!(concat!($t, ".record")),
-            queue: replace_steps!(concat!($t, ".queue")),
+            record: replace_steps!(concat!($t, ".record"), StateFile::Record),
+            queue: replace_steps!(concat!($t, ".queue"), StateFile::Queue),
             lock: lock_steps!(concat!($t, ".lock")),
             delivery_lock: lock_steps!(concat!($t, ".delivery-lock")),
-            recover_record: replace_steps!(concat!($t, ".recover.record")),
+            recover_record: replace_steps!(concat!($t, ".recover.record"), StateFile::Record),
             recover_remove: Boundary::new(concat!($t, ".recover.remove")),
             recover_dir_sync: Boundary::new(concat!($t, ".recover.dirsync")),
             mkdir: Boundary::new(concat!($t, ".mkdir")),
@@ -82,3 +83,4 @@ pub(crate) const SEND: Steps = steps!("send");
 pub(crate) const DRAIN: Steps = steps!("drain");
 pub(crate) const ARCHIVE: Steps = steps!("archive");
 pub(crate) const CLOSE: Steps = steps!("close");
+pub(crate) const RECOVER: Steps = steps!("recover");

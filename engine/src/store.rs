@@ -27,6 +27,7 @@ use crate::env::{Clock, IdSource};
 use crate::error::{Error, Result};
 use crate::layout::{LOCK_WAIT_MS_DEFAULT, Layout, SEGMENT_BYTES_DEFAULT, SessionId};
 use crate::lock::{self, LockGuard};
+use crate::mutant::{Mutant, active};
 use crate::queue::{self, Entry};
 use crate::receipts::ReceiptIndexes;
 use crate::record::Record;
@@ -202,7 +203,13 @@ impl<F: Fs> Store<F> {
         if !self.fs.exists(&self.layout.session_dir(id))? {
             return Ok(());
         }
-        timeline::repair_torn_tail(&self.fs, &self.layout, id, &steps.log)?;
+        if active(Mutant::AckBeforeSync) {
+            // The broken variant syncs what the previous write acknowledged only now.
+            self.sync_newest_segment(id, steps)?;
+        }
+        if !active(Mutant::NoTornTailRepair) {
+            timeline::repair_torn_tail(&self.fs, &self.layout, id, &steps.log)?;
+        }
         let dir = self.layout.session_dir(id);
         for tmp in [self.layout.record_tmp(id), self.layout.queue_tmp(id)] {
             atomic::remove(&self.fs, &dir, &tmp, steps.recover_remove, steps.recover_dir_sync)?;
@@ -211,6 +218,7 @@ impl<F: Fs> Store<F> {
         let last = timeline::tail_lines(&self.fs, &self.layout, id, 1, |_| true)?;
         if let Some(Line::Status(event)) = last.first()
             && event.triple != record.public_triple()
+            && !active(Mutant::NoRollForward)
         {
             record.set_triple(&event.triple);
             record.set_launch_pending(None);
@@ -220,6 +228,30 @@ impl<F: Fs> Store<F> {
             self.write_record(id, &record, &steps.recover_record)?;
         }
         Ok(())
+    }
+
+    /// Syncs the newest numbered segment (only the `AckBeforeSync` mutant needs this).
+    fn sync_newest_segment(&self, id: &SessionId, steps: &Steps) -> Result<()> {
+        use faultfs::{File, OpenOptions};
+        let dir = self.layout.timeline_dir(id);
+        let Ok(entries) = self.fs.read_dir(&dir) else { return Ok(()) };
+        if let Some(no) =
+            entries.iter().filter_map(|entry| crate::layout::SegmentNo::parse(&entry.name)).max()
+        {
+            let file = self.fs.open(
+                &self.layout.segment(id, no),
+                OpenOptions::read_write(),
+                steps.log.sync,
+            )?;
+            file.sync_data(steps.log.sync)?;
+        }
+        Ok(())
+    }
+
+    /// Runs recovery on session `id` under its record lock (every writer does this first; this
+    /// entry point lets a maintainer or a harness recover without writing anything else).
+    pub fn recover_session(&self, id: &SessionId) -> Result<()> {
+        self.transition(id, &steps::RECOVER, |_| Ok(()))
     }
 
     /// Reads a session's record, or `None` if it has none.
@@ -333,7 +365,9 @@ impl<F: Fs> Store<F> {
             let dir = self.layout.session_dir(id);
             if !self.fs.exists(&dir)? {
                 self.fs.create_dir(&dir, steps.mkdir)?;
-                self.fs.sync_dir(&self.layout.sessions_dir(), steps.mkdir_sync)?;
+                if !active(Mutant::NoSessionDirSync) {
+                    self.fs.sync_dir(&self.layout.sessions_dir(), steps.mkdir_sync)?;
+                }
             }
             let mut record = Record::new(id, triple, self.clock.now_ms());
             record.set_adapter(adapter);

@@ -6,6 +6,7 @@ use super::line::Line;
 use super::read::{Segment, list_segments};
 use crate::error::{CorruptReason, Error, Result};
 use crate::layout::{Layout, READ_BLOCK_BYTES, SegmentNo, SessionId};
+use crate::mutant::{Mutant, active};
 
 /// The boundaries of one transition's log writes.
 #[derive(Clone, Copy, Debug)]
@@ -51,8 +52,17 @@ pub(crate) fn append<F: Fs>(
             let _ = file.set_len(len, steps.repair);
             return Err(error.into());
         }
-        file.sync_data(steps.sync)?;
+        if !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync) {
+            file.sync_data(steps.sync)?;
+        }
         return Ok(Appended { segment: no, offset: len });
+    }
+    if let Some((no, _)) = newest
+        && active(Mutant::RolloverTouchesSealed)
+    {
+        let sealed = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
+        sealed.append(b"\n", steps.append)?;
+        sealed.sync_data(steps.sync)?;
     }
     let next = SegmentNo(newest.map_or(1, |(no, _)| no.0 + 1));
     let dir = layout.timeline_dir(id);
@@ -68,8 +78,12 @@ pub(crate) fn append<F: Fs>(
         let _ = fs.remove_file(&path, steps.repair);
         return Err(error.into());
     }
-    file.sync_data(steps.sync)?;
-    fs.sync_dir(&dir, steps.dir_sync)?;
+    if !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync) {
+        file.sync_data(steps.sync)?;
+    }
+    if !active(Mutant::NoSegmentDirSync) {
+        fs.sync_dir(&dir, steps.dir_sync)?;
+    }
     Ok(Appended { segment: next, offset: 0 })
 }
 

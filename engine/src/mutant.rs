@@ -1,0 +1,104 @@
+//! Deliberately broken engine variants, for proving that the verification sweeps can fail.
+//!
+//! Each mutant removes or reorders one step the crash story depends on. They exist only with the
+//! `mutants` feature; without it [`active`] is a constant `false` and every hook compiles away.
+//! With it, a mutant is selected per thread ([`select`]), so one sweep can run every variant in
+//! turn and nothing else in the process is affected. No mutant is ever active by default.
+
+/// A broken variant of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mutant {
+    /// The log append is never `fdatasync`ed.
+    NoLogSync,
+    /// A new segment's directory entry is never synced.
+    NoSegmentDirSync,
+    /// A send is acknowledged before its line is synced (the sync happens at the next write).
+    AckBeforeSync,
+    /// The queue's rename is never made durable by a directory sync.
+    NoQueueDirSync,
+    /// The record's staging file is renamed into place without being synced.
+    NoRecordTmpSync,
+    /// Recovery does not repair a torn tail before the next append.
+    NoTornTailRepair,
+    /// The drain hands keyed entries to the adapter without checking their receipt.
+    SkipReceiptFence,
+    /// The drain removes a keyed entry before appending its settlement.
+    SettleAfterRemoval,
+    /// A send publishes its queue entry before appending its line.
+    EnqueueBeforeAppend,
+    /// A rollover writes into the segment it seals.
+    RolloverTouchesSealed,
+    /// Close deletes the session before recording and revoking it.
+    CloseDeletesBeforeRevoking,
+    /// A lifecycle write replaces the record before logging its move.
+    RecordBeforeEvent,
+    /// Recovery does not roll a lagging record forward.
+    NoRollForward,
+    /// A keyed replay does not restore a lost queue entry.
+    ReplayWithoutRestore,
+    /// A new session's directory entry is never synced.
+    NoSessionDirSync,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Mutant; 15] = [
+        Mutant::NoLogSync,
+        Mutant::NoSegmentDirSync,
+        Mutant::AckBeforeSync,
+        Mutant::NoQueueDirSync,
+        Mutant::NoRecordTmpSync,
+        Mutant::NoTornTailRepair,
+        Mutant::SkipReceiptFence,
+        Mutant::SettleAfterRemoval,
+        Mutant::EnqueueBeforeAppend,
+        Mutant::RolloverTouchesSealed,
+        Mutant::CloseDeletesBeforeRevoking,
+        Mutant::RecordBeforeEvent,
+        Mutant::NoRollForward,
+        Mutant::ReplayWithoutRestore,
+        Mutant::NoSessionDirSync,
+    ];
+
+    /// The mutant's kebab-case name.
+    pub fn name(self) -> String {
+        let debug = format!("{self:?}");
+        let mut name = String::new();
+        for (i, c) in debug.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                name.push('-');
+            }
+            name.push(c.to_ascii_lowercase());
+        }
+        name
+    }
+
+    /// Parses a kebab-case name.
+    pub fn parse(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|mutant| mutant.name() == name)
+    }
+}
+
+#[cfg(feature = "mutants")]
+thread_local! {
+    static SELECTED: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Selects `mutant` for the calling thread (`None`: the real engine).
+#[cfg(feature = "mutants")]
+pub fn select(mutant: Option<Mutant>) {
+    SELECTED.with(|selected| selected.set(mutant));
+}
+
+/// Whether `mutant` is selected on the calling thread.
+#[cfg(feature = "mutants")]
+pub(crate) fn active(mutant: Mutant) -> bool {
+    SELECTED.with(|selected| selected.get() == Some(mutant))
+}
+
+/// Whether `mutant` is selected: never, without the `mutants` feature.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub(crate) const fn active(_mutant: Mutant) -> bool {
+    false
+}
