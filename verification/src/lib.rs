@@ -7,3 +7,4 @@
 
 pub mod demo;
 pub mod seed;
+pub mod sweep;

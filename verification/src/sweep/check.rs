@@ -1,0 +1,411 @@
+//! The oracle: judge a recovered image against what was acknowledged (DESIGN.md section 7).
+//!
+//! 1. Acceptance: every acknowledged send is in the log, and owed, settled or delivered.
+//! 2. Same-key replay: retrying the in-flight keyed send yields exactly one `sent` line for the
+//!    key, the original mid if it had been appended, and the debt restored if owed.
+//! 3. Fail-closed drain: no adapter call for a message without a sent line, with bytes that
+//!    differ from its receipt, or already settled (checked at every call, see `run`).
+//! 4. Append-only: segment bytes acknowledged before the crash are still there (a prefix of the
+//!    newest segment, the whole of a sealed one).
+//! 5. Lifecycle completeness: the record's public triple is the last logged move (or the
+//!    creation triple), and no move is logged twice in a row.
+//! 6. Close atomicity: a session is fully open or fully closed.
+//! 7. Model refinement: the recovered public state is one the model allows.
+//!
+//! After the checks the workload continues (replay of an in-flight keyed send, then a drain of
+//! every open session) and rules 1-3 and 7 are checked again.
+
+use std::collections::BTreeMap;
+
+use faultfs::{Fs, SimFs};
+use spex_engine::timeline::Line;
+use spex_engine::{Key, SendRequest, Store};
+use spex_model::{self as model, Mid, Model};
+
+use super::run::{CheckingAdapter, Execution, candidates, model_triple, open, sid};
+use super::scenario::{OPERATION, Scenario, Step};
+
+/// Projects the engine's recovered state onto the model's public state.
+pub(crate) fn project(store: &Store<SimFs>, run: &Execution) -> Result<Model, String> {
+    let mut observed = Model::default();
+    for id in run.created.keys() {
+        if store.fs().exists(&store.layout().revoked(&sid(id))).map_err(|e| e.to_string())? {
+            observed.closed.insert(id.clone());
+        }
+    }
+    for summary in store.list().map_err(|e| format!("listing: {e}"))? {
+        let id = summary.id.clone();
+        let lines = store.lines(&id).map_err(|e| format!("reading {id}: {e}"))?;
+        let record = store.record(&id).map_err(|e| format!("record of {id}: {e}"))?;
+        let mut raw = BTreeMap::new();
+        let mut events = Vec::new();
+        for line in &lines {
+            match line {
+                Line::Status(event) => {
+                    events.push(model::Event::Status(model_triple(&event.triple)))
+                }
+                Line::Sent(event, _) => {
+                    raw.insert(event.mid.clone(), event.text.clone());
+                    events.push(model::Event::Sent {
+                        mid: Mid::Known(event.mid.clone()),
+                        text: event.text.clone(),
+                        from: event.from.clone(),
+                    });
+                }
+                Line::Settled(_) => {}
+            }
+        }
+        let mut owed = Vec::new();
+        for entry in store.queue(&id).map_err(|e| format!("queue of {id}: {e}"))? {
+            let text = match raw.get(&entry.mid) {
+                Some(text) if entry.text.starts_with(text.as_str()) => text.clone(),
+                Some(_) => {
+                    format!("<owed text of {} does not start with its logged text>", entry.mid)
+                }
+                None => format!("<owed {} without a sent line>", entry.mid),
+            };
+            owed.push(model::Owed {
+                mid: Mid::Known(entry.mid),
+                text,
+                from: entry.from,
+                keyed: entry.dispatch.is_some(),
+            });
+        }
+        let mut keys = BTreeMap::new();
+        for (session, key) in &run.keys {
+            if *session != id.as_str() {
+                continue;
+            }
+            let digest = spex_engine::digest::request_digest(OPERATION, key);
+            let found = lines.iter().find_map(|line| match line {
+                Line::Sent(event, Some(receipt)) if receipt.request_digest == digest => {
+                    Some(event.clone())
+                }
+                _ => None,
+            });
+            if let Some(event) = found {
+                let settled = lines.iter().any(|line| {
+                    matches!(line, Line::Settled(s) if s.request_digest == digest && s.mid == event.mid)
+                });
+                keys.insert(
+                    (OPERATION.to_owned(), key.clone()),
+                    model::KeyState { mid: Mid::Known(event.mid), text: event.text, settled },
+                );
+            }
+        }
+        observed.sessions.insert(
+            id.as_str().to_owned(),
+            model::Session {
+                triple: model_triple(&record.public_triple()),
+                events,
+                owed,
+                keys,
+                archived: record.archived(),
+            },
+        );
+    }
+    Ok(observed)
+}
+
+/// Runs recovery on every session that has a record (every writer would run it first).
+pub(crate) fn recover_all(store: &Store<SimFs>, run: &Execution) -> Result<(), String> {
+    for id in run.created.keys() {
+        let session = sid(id);
+        if store.fs().exists(&store.layout().record(&session)).map_err(|e| e.to_string())? {
+            store
+                .recover_session(&session)
+                .map_err(|error| format!("recovery of {id} failed: {error}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a store rebooted from a crash image, opened and recovered.
+pub(crate) fn check_recovered(
+    store: &Store<SimFs>,
+    scenario: &Scenario,
+    run: &Execution,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    let observed = match project(store, run) {
+        Ok(observed) => observed,
+        Err(error) => {
+            violations.push(format!("the recovered store is unreadable: {error}"));
+            return violations;
+        }
+    };
+    let allowed = candidates(scenario, run);
+    if !allowed.iter().any(|candidate| candidate.admits(&observed)) {
+        violations.push(format!(
+            "rule 7 (model refinement): the recovered state is none of the {} the model allows: {}",
+            allowed.len(),
+            describe(&observed)
+        ));
+    }
+    check_acceptance(&observed, run, &run.delivered, &mut violations);
+    check_append_only(store, run, &mut violations);
+    check_lifecycle(run, &observed, &mut violations);
+    check_close(store, run, &mut violations);
+    violations
+}
+
+/// Continues the workload after recovery (replay the in-flight keyed send, drain everything)
+/// and checks rules 1-3 again.
+pub(crate) fn continue_and_check(
+    store: &Store<SimFs>,
+    scenario: &Scenario,
+    run: &Execution,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    let before = match project(store, run) {
+        Ok(before) => before,
+        Err(_) => return violations, // already reported by check_recovered
+    };
+    if let Some(Step::Send { to, text, from, key: Some(key) }) =
+        run.in_flight.map(|index| &scenario.steps[index])
+    {
+        let request = SendRequest {
+            text: (*text).to_owned(),
+            from: from.map(sid),
+            key: Some(Key { operation: OPERATION.to_owned(), key: (*key).to_owned() }),
+            ..SendRequest::default()
+        };
+        let prior = before.sessions.get(*to).and_then(|session| {
+            session.keys.get(&(OPERATION.to_owned(), (*key).to_owned())).cloned()
+        });
+        match store.send(&sid(to), &request) {
+            Err(spex_engine::Error::KeyConflict { .. })
+                if prior.as_ref().is_some_and(|p| p.text != *text) => {}
+            Err(spex_engine::Error::NoSuchSession { .. } | spex_engine::Error::Revoked { .. }) => {}
+            Err(error) => {
+                violations.push(format!("rule 2 (same-key replay): the retry failed: {error}"))
+            }
+            Ok(accepted) => {
+                if let Some(prior) = &prior {
+                    if prior.text == *text && Mid::Known(accepted.mid.clone()) != prior.mid {
+                        violations.push(format!(
+                            "rule 2 (same-key replay): the retry answered {} instead of the original {:?}",
+                            accepted.mid, prior.mid
+                        ));
+                    }
+                    let owed = store
+                        .queue(&sid(to))
+                        .map(|q| q.iter().any(|e| e.mid == accepted.mid))
+                        .unwrap_or(false);
+                    if !prior.settled && !owed {
+                        violations.push(format!("rule 2 (same-key replay): {} is neither settled nor owed after the retry", accepted.mid));
+                    }
+                }
+                let digest = spex_engine::digest::request_digest(OPERATION, key);
+                let count = store
+                    .lines(&sid(to))
+                    .map(|lines| lines.iter().filter(|line| matches!(line, Line::Sent(_, Some(r)) if r.request_digest == digest)).count())
+                    .unwrap_or(0);
+                if count != 1 {
+                    violations.push(format!("rule 2 (same-key replay): {count} sent lines for key {key:?} after the retry"));
+                }
+            }
+        }
+    }
+    let mut delivered = run.delivered.clone();
+    let ids: Vec<String> = before.sessions.keys().cloned().collect();
+    for id in &ids {
+        let mut adapter_violations = Vec::new();
+        let mut calls = Vec::new();
+        let result = {
+            let mut adapter = CheckingAdapter {
+                store,
+                session: sid(id),
+                delivered: &mut calls,
+                violations: &mut adapter_violations,
+            };
+            store.drain(&sid(id), &mut adapter)
+        };
+        violations.extend(adapter_violations);
+        delivered.extend(calls);
+        match result {
+            Ok(report) => {
+                if let Some(stop) = report.stopped {
+                    violations.push(format!("drain of {id} after recovery stopped: {stop}"));
+                }
+            }
+            Err(error) => violations.push(format!("drain of {id} after recovery failed: {error}")),
+        }
+    }
+    if let Ok(after) = project(store, run) {
+        check_acceptance(&after, run, &delivered, &mut violations);
+        for (id, session) in &after.sessions {
+            if !session.owed.is_empty() {
+                violations.push(format!(
+                    "{} message(s) still owed to {id} after a full drain",
+                    session.owed.len()
+                ));
+            }
+        }
+    }
+    violations
+}
+
+fn describe(observed: &Model) -> String {
+    let sessions: Vec<String> = observed
+        .sessions
+        .iter()
+        .map(|(id, s)| {
+            format!(
+                "{id}: {} events, {} owed, status {}, {} keys{}",
+                s.events.len(),
+                s.owed.len(),
+                s.triple.status,
+                s.keys.len(),
+                if s.archived { ", archived" } else { "" }
+            )
+        })
+        .collect();
+    format!("[{}] closed {:?}", sessions.join("; "), observed.closed)
+}
+
+/// Rule 1.
+fn check_acceptance(
+    observed: &Model,
+    run: &Execution,
+    delivered: &[String],
+    violations: &mut Vec<String>,
+) {
+    for (to, mid, from) in &run.acked {
+        let Some(session) = observed.sessions.get(to) else { continue };
+        // A closed sender's debt is dropped by design; its line must still be there.
+        let revoked = from.as_ref().is_some_and(|from| observed.closed.contains(from));
+        let known = Mid::Known(mid.clone());
+        let logged = session
+            .events
+            .iter()
+            .any(|event| matches!(event, model::Event::Sent { mid: m, .. } if *m == known));
+        if !logged {
+            violations
+                .push(format!("rule 1 (acceptance): acknowledged {mid} is not in {to}'s log"));
+            continue;
+        }
+        let owed = session.owed.iter().any(|owed| owed.mid == known);
+        let settled = session.keys.values().any(|key| key.mid == known && key.settled);
+        let handed = delivered.iter().any(|d| d == mid);
+        if !(owed || settled || handed || revoked) {
+            violations.push(format!(
+                "rule 1 (acceptance): acknowledged {mid} is neither owed, settled nor delivered"
+            ));
+        }
+    }
+}
+
+/// Rule 4.
+fn check_append_only(store: &Store<SimFs>, run: &Execution, violations: &mut Vec<String>) {
+    for (path, (bytes, newest)) in &run.segments {
+        let now = match store.fs().read(std::path::Path::new(path)) {
+            Ok(now) => now,
+            Err(_) => {
+                // A segment of a closed session is gone with it; otherwise it was lost.
+                let closed =
+                    run.model.closed.iter().any(|id| path.contains(&format!("/sessions/{id}/")));
+                let in_flight_close = run.in_flight.is_some();
+                if !closed && !in_flight_close {
+                    violations
+                        .push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
+                }
+                continue;
+            }
+        };
+        let intact = if *newest { now.starts_with(bytes) } else { now == *bytes };
+        if !intact {
+            let at = now
+                .iter()
+                .zip(bytes)
+                .position(|(a, b)| a != b)
+                .unwrap_or(now.len().min(bytes.len()));
+            violations.push(format!(
+                "rule 4 (append-only): {} segment {path} changed at byte {at} ({} acknowledged bytes, {} now)",
+                if *newest { "newest" } else { "sealed" },
+                bytes.len(),
+                now.len()
+            ));
+        }
+    }
+}
+
+/// Rule 5.
+fn check_lifecycle(run: &Execution, observed: &Model, violations: &mut Vec<String>) {
+    for (id, session) in &observed.sessions {
+        let statuses: Vec<&model::Triple> = session
+            .events
+            .iter()
+            .filter_map(|event| match event {
+                model::Event::Status(triple) => Some(triple),
+                model::Event::Sent { .. } => None,
+            })
+            .collect();
+        let expected = statuses.last().copied().or_else(|| run.created.get(id));
+        if let Some(expected) = expected
+            && *expected != session.triple
+        {
+            violations.push(format!(
+                "rule 5 (lifecycle completeness): {id}'s record shows {:?} but its last logged move is {:?}",
+                session.triple, expected
+            ));
+        }
+        if statuses.windows(2).any(|pair| pair[0] == pair[1]) {
+            violations.push(format!(
+                "rule 5 (lifecycle completeness): {id} logs the same move twice in a row"
+            ));
+        }
+    }
+}
+
+/// Rule 6.
+fn check_close(store: &Store<SimFs>, run: &Execution, violations: &mut Vec<String>) {
+    let ledger = store.fs().read(&store.layout().close_ledger()).unwrap_or_default();
+    let ledger = String::from_utf8_lossy(&ledger);
+    for id in run.created.keys() {
+        let session = sid(id);
+        let exists = |path: &std::path::Path| store.fs().exists(path).unwrap_or(false);
+        let dir = exists(&store.layout().session_dir(&session));
+        let record = exists(&store.layout().record(&session));
+        let revoked = exists(&store.layout().revoked(&session));
+        let closing = exists(&store.layout().closing(&session));
+        let in_ledger = ledger.lines().any(|line| line.contains(&format!("\"id\":\"{id}\"")));
+        let open = dir && record && !revoked && !closing && !in_ledger;
+        let closed = !dir && revoked && !closing && in_ledger;
+        // A create that never completed leaves nothing (or an empty directory) behind.
+        let never_created = !record && !revoked && !in_ledger && !closing;
+        if !(open || closed || never_created) {
+            violations.push(format!(
+                "rule 6 (close atomicity): {id} is half closed (dir {dir}, record {record}, revoked {revoked}, closing {closing}, ledger {in_ledger})"
+            ));
+        }
+    }
+}
+
+/// Opens, recovers and checks a rebooted filesystem, then continues the workload and checks
+/// again. `fs` may carry a plan that crashes the recovery itself (depth 2): then the filesystem
+/// is handed back so the caller can take the images of that second crash.
+pub(crate) fn check_image(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &Execution,
+    seed: u64,
+) -> Result<Vec<String>, SimFs> {
+    let store = match open(fs.clone(), scenario, seed) {
+        Ok(store) => store,
+        Err(error) if error.is_crash() => return Err(fs),
+        Err(error) => return Ok(vec![format!("the recovered store does not open: {error}")]),
+    };
+    let recovered = recover_all(&store, run);
+    if fs.halted().is_some() {
+        return Err(fs);
+    }
+    if let Err(error) = recovered {
+        return Ok(vec![error]);
+    }
+    let mut violations = check_recovered(&store, scenario, run);
+    if violations.is_empty() {
+        violations.extend(continue_and_check(&store, scenario, run));
+    }
+    Ok(violations)
+}

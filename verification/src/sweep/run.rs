@@ -1,0 +1,319 @@
+//! Running a scenario against the engine on `SimFs`, in step with the model.
+//!
+//! The run records what was acknowledged (the model state after every acknowledged step, the
+//! acknowledged sends, the segments as they stood, the adapter's deliveries) and, when the
+//! simulated process crashes, which step was in flight. The checker judges recovered images
+//! against exactly that.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use faultfs::{CrashMode, SimFs};
+use spex_engine::env::{ManualClock, SeededIds};
+use spex_engine::timeline::Line;
+use spex_engine::{
+    Adapter, Config, Error, Key, Lifecycle, Message, SendRequest, SessionId, Store, Triple,
+};
+use spex_model::{self as model, Expect, Mid, Model, Op};
+
+use super::scenario::{OPERATION, Scenario, Step};
+
+/// The root of the simulated store.
+pub const ROOT: &str = "/store";
+
+/// Opens the store of a scenario on `fs`.
+pub fn open(fs: SimFs, scenario: &Scenario, seed: u64) -> Result<Store<SimFs>, Error> {
+    let config = Config {
+        segment_bytes_max: scenario.segment_bytes_max,
+        lock_wait_ms: 5_000,
+        drain_attempts_max: 1,
+        drain_retry_delay_ms: 0,
+    };
+    Store::open(
+        fs,
+        ROOT,
+        Arc::new(ManualClock::new(1_784_160_000_000)),
+        Arc::new(SeededIds::new(seed)),
+        config,
+    )
+}
+
+pub(crate) fn sid(id: &str) -> SessionId {
+    SessionId::new(id).expect("scenario ids are valid")
+}
+
+pub(crate) fn model_triple(triple: &Triple) -> model::Triple {
+    model::Triple::new(
+        triple.status.name(),
+        triple.proposal.map(spex_engine::Proposal::name),
+        triple.note.as_deref(),
+    )
+}
+
+/// The adapter of a sweep: accepts everything, and checks every call against the log at the
+/// moment of the call (oracle rule 3: no call for an absent, different or settled receipt).
+pub(crate) struct CheckingAdapter<'a> {
+    pub(crate) store: &'a Store<SimFs>,
+    pub(crate) session: SessionId,
+    pub(crate) delivered: &'a mut Vec<String>,
+    pub(crate) violations: &'a mut Vec<String>,
+}
+
+impl Adapter for CheckingAdapter<'_> {
+    fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
+        match self.store.lines(&self.session) {
+            Err(error) => self
+                .violations
+                .push(format!("adapter call for {} on an unreadable log: {error}", message.mid)),
+            Ok(lines) => {
+                let sent = lines.iter().find_map(|line| match line {
+                    Line::Sent(event, receipt) if event.mid == message.mid => Some(receipt.clone()),
+                    _ => None,
+                });
+                let settled = lines
+                    .iter()
+                    .any(|line| matches!(line, Line::Settled(s) if s.mid == message.mid));
+                match sent {
+                    None => self.violations.push(format!(
+                        "rule 3 (fail-closed drain): adapter called for {} which has no sent line",
+                        message.mid
+                    )),
+                    Some(Some(receipt)) if receipt.delivery.text != message.text => self.violations.push(format!(
+                        "rule 3 (fail-closed drain): adapter called for {} with bytes that differ from its receipt",
+                        message.mid
+                    )),
+                    Some(_) if settled => self.violations.push(format!(
+                        "rule 3 (fail-closed drain): adapter called for {} after its settlement",
+                        message.mid
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+        self.delivered.push(message.mid.to_owned());
+        Ok(())
+    }
+}
+
+/// What a run did up to its end or its crash.
+#[derive(Clone, Debug, Default)]
+pub struct Execution {
+    /// The model state after the last acknowledged step.
+    pub model: Model,
+    /// The step in flight when the process crashed, and its model op(s).
+    pub in_flight: Option<usize>,
+    /// Acknowledged sends: (target, mid, sender).
+    pub acked: Vec<(String, String, Option<String>)>,
+    /// Every mid the adapter was handed.
+    pub delivered: Vec<String>,
+    /// Violations seen while running (adapter checks, unexpected answers).
+    pub violations: Vec<String>,
+    /// Segment contents after the last acknowledged step: path -> (bytes, was newest).
+    pub segments: BTreeMap<String, (Vec<u8>, bool)>,
+    /// Sessions created so far (acknowledged or in flight) with their creation triple.
+    pub created: BTreeMap<String, model::Triple>,
+    /// (session, key) pairs used by keyed sends so far.
+    pub keys: BTreeSet<(String, String)>,
+}
+
+/// The model op of a step, given the engine's answer where there is one.
+pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
+    match step {
+        Step::Create { id, .. } => {
+            Op::Create { id: (*id).to_owned(), triple: model::Triple::new("queued", None, None) }
+        }
+        Step::Set { id, status, proposal, note } => Op::Lifecycle {
+            id: (*id).to_owned(),
+            triple: model::Triple::new(
+                status.name(),
+                proposal.map(spex_engine::Proposal::name),
+                *note,
+            ),
+        },
+        Step::Send { to, text, from, key } => Op::Send {
+            to: (*to).to_owned(),
+            text: (*text).to_owned(),
+            from: from.map(str::to_owned),
+            key: key.map(|key| (OPERATION.to_owned(), key.to_owned())),
+            mid,
+        },
+        Step::Drain { id } => Op::DrainHead { id: (*id).to_owned() },
+        Step::Archive { id } => Op::Archive { id: (*id).to_owned() },
+        Step::Close { id } => Op::Close { id: (*id).to_owned() },
+    }
+}
+
+/// Runs `scenario` on `fs` until it ends or the simulated process crashes.
+pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
+    let mut run = Execution::default();
+    let store = match open(fs.clone(), scenario, seed) {
+        Ok(store) => store,
+        Err(error) if error.is_crash() => return run,
+        Err(error) => {
+            run.violations.push(format!("the store does not open: {error}"));
+            return run;
+        }
+    };
+    for (index, step) in scenario.steps.iter().enumerate() {
+        match step {
+            Step::Create { id, .. } => {
+                run.created
+                    .entry((*id).to_owned())
+                    .or_insert_with(|| model::Triple::new("queued", None, None));
+            }
+            Step::Send { to, key: Some(key), .. } => {
+                run.keys.insert(((*to).to_owned(), (*key).to_owned()));
+            }
+            _ => {}
+        }
+        match execute_step(&store, step, &mut run) {
+            Ok(()) => snapshot_segments(fs, &mut run),
+            Err(error) if error.is_crash() => {
+                run.in_flight = Some(index);
+                return run;
+            }
+            Err(error) => {
+                run.violations
+                    .push(format!("step {index} ({}) failed: {error}", step.transition()));
+                return run;
+            }
+        }
+    }
+    run
+}
+
+/// Runs one step and advances the model; a crash error is returned as is.
+fn execute_step(store: &Store<SimFs>, step: &Step, run: &mut Execution) -> Result<(), Error> {
+    let expect = run.model.expect(&model_op(step, Mid::Any));
+    match step {
+        Step::Create { id, adapter } => {
+            let result = store.create_session(
+                &sid(id),
+                &Triple::new(spex_engine::Status::Queued, None, None),
+                *adapter,
+                None,
+            );
+            match (result, &expect) {
+                (Ok(_), Expect::Ok) => run.model = run.model.apply(&model_op(step, Mid::Any)),
+                (Err(Error::SessionExists { .. }), Expect::Exists) => {}
+                (Err(error), _) if error.is_crash() => return Err(error),
+                (other, _) => {
+                    run.violations.push(format!("create {id}: expected {expect:?}, got {other:?}"))
+                }
+            }
+        }
+        Step::Set { id, status, proposal, note } => {
+            let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
+            store.append(&sid(id), &Lifecycle::Set(triple))?;
+            run.model = run.model.apply(&model_op(step, Mid::Any));
+        }
+        Step::Send { to, text, from, key } => {
+            let request = SendRequest {
+                text: (*text).to_owned(),
+                from: from.map(sid),
+                key: key.map(|key| Key { operation: OPERATION.to_owned(), key: key.to_owned() }),
+                ..SendRequest::default()
+            };
+            match (store.send(&sid(to), &request), &expect) {
+                (Ok(accepted), Expect::Ok) if !accepted.replayed => {
+                    run.model = run.model.apply(&model_op(step, Mid::Known(accepted.mid.clone())));
+                    run.acked.push(((*to).to_owned(), accepted.mid, from.map(str::to_owned)));
+                }
+                (Ok(accepted), Expect::Replay(original))
+                    if accepted.replayed
+                        && (*original == Mid::Known(accepted.mid.clone())
+                            || *original == Mid::Any) =>
+                {
+                    run.model = run.model.apply(&model_op(step, Mid::Known(accepted.mid.clone())));
+                    run.acked.push(((*to).to_owned(), accepted.mid, from.map(str::to_owned)));
+                }
+                (Err(Error::KeyConflict { .. }), Expect::KeyConflict) => {}
+                (Err(Error::Revoked { .. }), Expect::Revoked) => {}
+                (Err(error), _) if error.is_crash() => return Err(error),
+                (other, _) => run
+                    .violations
+                    .push(format!("send {text:?} to {to}: expected {expect:?}, got {other:?}")),
+            }
+        }
+        Step::Drain { id } => {
+            let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
+            let mut violations = Vec::new();
+            let mut delivered = Vec::new();
+            let result = {
+                let mut adapter = CheckingAdapter {
+                    store,
+                    session: sid(id),
+                    delivered: &mut delivered,
+                    violations: &mut violations,
+                };
+                store.drain(&sid(id), &mut adapter)
+            };
+            run.delivered.extend(delivered);
+            run.violations.extend(violations);
+            let report = result?;
+            if let Some(stop) = report.stopped {
+                run.violations.push(format!("drain of {id} stopped: {stop}"));
+            }
+            for _ in 0..owed {
+                run.model = run.model.apply(&model_op(step, Mid::Any));
+            }
+        }
+        Step::Archive { id } => {
+            store.archive(&sid(id))?;
+            run.model = run.model.apply(&model_op(step, Mid::Any));
+        }
+        Step::Close { id } => {
+            store.close(&sid(id))?;
+            run.model = run.model.apply(&model_op(step, Mid::Any));
+        }
+    }
+    Ok(())
+}
+
+/// Records every segment as it stands after an acknowledged step.
+fn snapshot_segments(fs: &SimFs, run: &mut Execution) {
+    let image = fs.crash(CrashMode::ProcessKill).images.remove(0);
+    let mut segments = BTreeMap::new();
+    let mut newest: BTreeMap<String, String> = BTreeMap::new();
+    for path in image.nodes().keys() {
+        if let Some((dir, _)) = path.rsplit_once("/timeline/")
+            && path.ends_with(".ndjson")
+        {
+            let entry = newest.entry(dir.to_owned()).or_default();
+            if path.as_str() > entry.as_str() {
+                *entry = path.clone();
+            }
+        }
+    }
+    for path in image.nodes().keys() {
+        if path.contains("/timeline/") && path.ends_with(".ndjson") {
+            let dir =
+                path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
+            let is_newest = newest.get(&dir) == Some(path);
+            let bytes = image.file(path).map(<[u8]>::to_vec).unwrap_or_default();
+            segments.insert(path.clone(), (bytes, is_newest));
+        }
+    }
+    run.segments = segments;
+}
+
+/// Which model states are allowed after recovery from a crash during `run`.
+pub(crate) fn candidates(scenario: &Scenario, run: &Execution) -> Vec<Model> {
+    let Some(index) = run.in_flight else { return vec![run.model.clone()] };
+    let step = &scenario.steps[index];
+    let op = model_op(step, Mid::Any);
+    match step {
+        Step::Drain { id } => {
+            // Any number of heads drained, then the next one interrupted.
+            let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
+            let mut states = Vec::new();
+            let mut state = run.model.clone();
+            for _ in 0..=owed {
+                states.extend(state.crash_candidates(&op));
+                state = state.apply(&op);
+            }
+            states
+        }
+        _ => run.model.crash_candidates(&op),
+    }
+}

@@ -1,0 +1,203 @@
+//! Scenarios: small workloads over one or two sessions that together exercise every transition
+//! and every write path (new segments, rollover, settlement, close, replay, conflict).
+
+use std::fmt;
+
+use spex_engine::{Proposal, Status};
+
+/// One step of a workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Create a session (queued), with an optional adapter spec.
+    Create {
+        /// The session.
+        id: &'static str,
+        /// Its adapter.
+        adapter: Option<&'static str>,
+    },
+    /// A lifecycle write.
+    Set {
+        /// The session.
+        id: &'static str,
+        /// Status.
+        status: Status,
+        /// Proposal.
+        proposal: Option<Proposal>,
+        /// Note.
+        note: Option<&'static str>,
+    },
+    /// A send; keyed when `key` is set (operation `sweep`).
+    Send {
+        /// The target.
+        to: &'static str,
+        /// The raw text.
+        text: &'static str,
+        /// The sending session.
+        from: Option<&'static str>,
+        /// The idempotency key.
+        key: Option<&'static str>,
+    },
+    /// Drain a session with an accepting adapter.
+    Drain {
+        /// The session.
+        id: &'static str,
+    },
+    /// Archive.
+    Archive {
+        /// The session.
+        id: &'static str,
+    },
+    /// Close.
+    Close {
+        /// The session.
+        id: &'static str,
+    },
+}
+
+impl Step {
+    /// The transition's name, as in the sweep matrix.
+    pub fn transition(&self) -> &'static str {
+        match self {
+            Step::Create { .. } => "create",
+            Step::Set { .. } => "append",
+            Step::Send { key: None, .. } => "send",
+            Step::Send { key: Some(_), .. } => "send-keyed",
+            Step::Drain { .. } => "drain",
+            Step::Archive { .. } => "archive",
+            Step::Close { .. } => "close",
+        }
+    }
+}
+
+/// A named workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// Its name.
+    pub name: &'static str,
+    /// The segment bound the store runs with.
+    pub segment_bytes_max: u64,
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name)
+    }
+}
+
+/// The operation every scenario's keyed sends use.
+pub const OPERATION: &str = "sweep";
+
+fn send(to: &'static str, text: &'static str, key: Option<&'static str>) -> Step {
+    Step::Send { to, text, from: None, key }
+}
+
+/// Every scenario, in a stable order.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "send",
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "s", adapter: Some("exec:cat") },
+                send("s", "hello", None),
+                send("s", "merge when green", Some("k1")),
+                send("s", "merge when green", Some("k1")),
+                send("s", "a different payload", Some("k1")),
+                send("s", "bye", None),
+            ],
+        },
+        Scenario {
+            name: "drain",
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "s", adapter: None },
+                send("s", "first", None),
+                send("s", "second, keyed", Some("k")),
+                Step::Drain { id: "s" },
+                send("s", "second, keyed", Some("k")),
+                send("s", "third, keyed", Some("k3")),
+                Step::Drain { id: "s" },
+            ],
+        },
+        Scenario {
+            name: "lifecycle",
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "s", adapter: None },
+                Step::Set { id: "s", status: Status::Active, proposal: None, note: None },
+                send("s", "status?", None),
+                Step::Set {
+                    id: "s",
+                    status: Status::Awaiting,
+                    proposal: Some(Proposal::Merge),
+                    note: Some("ready"),
+                },
+                Step::Set {
+                    id: "s",
+                    status: Status::Awaiting,
+                    proposal: Some(Proposal::Merge),
+                    note: Some("ready"),
+                },
+                Step::Set {
+                    id: "s",
+                    status: Status::Asking,
+                    proposal: None,
+                    note: Some("which branch?"),
+                },
+                Step::Archive { id: "s" },
+            ],
+        },
+        Scenario {
+            name: "close",
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "a", adapter: None },
+                Step::Create { id: "b", adapter: None },
+                Step::Send { to: "a", text: "from b", from: Some("b"), key: None },
+                send("a", "from a human", Some("h")),
+                Step::Close { id: "b" },
+                Step::Drain { id: "a" },
+            ],
+        },
+        Scenario {
+            name: "rollover",
+            segment_bytes_max: 1024,
+            steps: vec![
+                Step::Create { id: "s", adapter: None },
+                send(
+                    "s",
+                    "0: the quick brown fox jumps over the lazy dog, again and again and again and again and again and again and again and again and again and again and again",
+                    None,
+                ),
+                send(
+                    "s",
+                    "1: pack my box with five dozen liquor jugs, pack my box with five dozen liquor jugs, pack my box with five dozen liquor jugs, pack my box",
+                    Some("r1"),
+                ),
+                send(
+                    "s",
+                    "2: sphinx of black quartz, judge my vow; sphinx of black quartz, judge my vow; sphinx of black quartz, judge my vow; sphinx of black quartz",
+                    None,
+                ),
+                send(
+                    "s",
+                    "3: how vexingly quick daft zebras jump; how vexingly quick daft zebras jump; how vexingly quick daft zebras jump; how vexingly quick",
+                    Some("r3"),
+                ),
+                send(
+                    "s",
+                    "4: the five boxing wizards jump quickly; the five boxing wizards jump quickly; the five boxing wizards jump quickly; the five boxing",
+                    None,
+                ),
+                Step::Drain { id: "s" },
+            ],
+        },
+    ]
+}
+
+/// The scenario called `name`.
+pub fn named(name: &str) -> Option<Scenario> {
+    all().into_iter().find(|scenario| scenario.name == name)
+}
