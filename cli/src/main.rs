@@ -21,12 +21,15 @@ struct Cli {
 enum Command {
     /// Demonstrate the crash model: litmus tests, and a crash sweep of a small log writer.
     Demo(commands::demo::Args),
+    /// Crash sweeps of the engine, replays of their violations, and the mutant check.
+    Verify(commands::verify::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => commands::demo::run(&args),
+        Command::Verify(args) => commands::verify::run(&args),
     };
     match result {
         Ok(code) => code.into(),

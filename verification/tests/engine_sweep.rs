@@ -11,8 +11,16 @@ use spex_verification::sweep::{self, Options, Token};
 fn the_real_engine_survives_every_crash_point() {
     let seed = 20_261_130;
     let report = sweep::sweep(&Options::full(seed), &mut |_| {});
-    let first = report.violations.first().map(|v| format!("{}\n  {}", v.replay_command(), v.messages.join("\n  ")));
-    assert!(report.violations.is_empty(), "{} violations; first:\n{}", report.violations.len(), first.unwrap_or_default());
+    let first = report
+        .violations
+        .first()
+        .map(|v| format!("{}\n  {}", v.replay_command(), v.messages.join("\n  ")));
+    assert!(
+        report.violations.is_empty(),
+        "{} violations; first:\n{}",
+        report.violations.len(),
+        first.unwrap_or_default()
+    );
     assert!(report.images > 10_000, "the sweep checks many images: {}", report.images);
     // No empty cell: every (scenario, transition, boundary, mode) visited has images.
     for (key, cell) in &report.cells {
@@ -54,7 +62,10 @@ fn every_mutant_is_caught_by_the_default_sweep() {
 #[test]
 fn a_violation_replays_bit_for_bit() {
     spex_engine::mutant::select(Some(Mutant::NoLogSync));
-    let report = sweep::sweep(&Options { depth2: false, stop_at_first: true, ..Options::full(3) }, &mut |_| {});
+    let report = sweep::sweep(
+        &Options { depth2: false, stop_at_first: true, ..Options::full(3) },
+        &mut |_| {},
+    );
     let violation = report.violations.first().expect("the mutant is caught").clone();
     let token: Token = violation.token.to_string().parse().expect("tokens parse back");
     assert_eq!(token, violation.token);
@@ -68,7 +79,9 @@ fn a_violation_replays_bit_for_bit() {
 
 #[test]
 fn tokens_reject_malformed_text() {
-    for bad in ["", "v2:send:1:kill:0:0", "v1:send:x:kill:0:0", "v1:send:1:flood:0:0", "v1:send:1:kill:0"] {
+    for bad in
+        ["", "v2:send:1:kill:0:0", "v1:send:x:kill:0:0", "v1:send:1:flood:0:0", "v1:send:1:kill:0"]
+    {
         assert!(bad.parse::<Token>().is_err(), "{bad}");
     }
     assert!(sweep::replay(&"v1:nope:1:kill:0:0".parse().expect("well formed")).is_err());

@@ -1,1 +1,2 @@
 pub(crate) mod demo;
+pub(crate) mod verify;

@@ -1,0 +1,336 @@
+//! `spex verify`: crash sweeps of the engine, replays of their violations, and the mutant check.
+//!
+//! - `sweep`: crash every scenario at every boundary under process kill and power loss (and its
+//!   recovery again, with `--depth 2`), check every oracle rule, print the matrix. Exit 5 when a
+//!   violation is found, so a pipeline can gate on it; `--shard I/N` splits the crash points.
+//! - `replay TOKEN`: re-run the one image a violation names, bit for bit.
+//! - `mutants`: run the sweep against each deliberately broken engine; every one must be caught.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use faultfs::CrashMode;
+use serde_json::json;
+use spex_engine::mutant::Mutant;
+use spex_verification::seed;
+use spex_verification::sweep::{self, Options, Report, Token};
+
+use crate::exit::Code;
+
+/// JSON schema version of `spex verify --json`.
+const SCHEMA_VERSION: u32 = 1;
+
+/// Arguments of `spex verify`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Crash every scenario at every boundary, recover, and check every oracle rule.
+    Sweep(SweepArgs),
+    /// Re-run the one crash image a violation's token names.
+    Replay(ReplayArgs),
+    /// Sweep each deliberately broken engine variant; every one must be caught.
+    Mutants(MutantsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SweepArgs {
+    /// Only these scenarios (repeatable): send, drain, lifecycle, close, rollover.
+    #[arg(long = "scenario", value_name = "NAME")]
+    scenarios: Vec<String>,
+    /// Crash modes.
+    #[arg(long, value_enum, default_value_t = ModeArg::All)]
+    mode: ModeArg,
+    /// 1: crash each transition; 2: also crash each recovery at each of its boundaries.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    depth: u8,
+    /// Stop starting new crash points after this long (e.g. 90s, 5m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    budget: Option<Duration>,
+    /// Sweep only shard I of N (0-based): crash point k is swept when k % N == I.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    shard: Option<(u64, u64)>,
+    /// Seed of every plan and sampled image (default: SPEX_SEED, else random; always printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The token a violation printed.
+    token: String,
+    /// Also print the op trace of the run up to the crash.
+    #[arg(long)]
+    trace: bool,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct MutantsArgs {
+    /// Seed of the sweeps.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    Kill,
+    Power,
+    All,
+}
+
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let (index, count) = text.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
+    let index: u64 = index.parse().map_err(|_| format!("{index:?} is not a number"))?;
+    let count: u64 = count.parse().map_err(|_| format!("{count:?} is not a number"))?;
+    if count == 0 || index >= count {
+        return Err(format!("shard {index}/{count}: need 0 <= I < N"));
+    }
+    Ok((index, count))
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<Code> {
+    match &args.command {
+        Command::Sweep(args) => run_sweep(args),
+        Command::Replay(args) => run_replay(args),
+        Command::Mutants(args) => run_mutants(args),
+    }
+}
+
+fn run_sweep(args: &SweepArgs) -> anyhow::Result<Code> {
+    let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "spex verify sweep: seed {seed} (replay with --seed {seed} or {}={seed})",
+        seed::SEED_ENV
+    );
+    let mut scenarios = Vec::new();
+    for name in &args.scenarios {
+        scenarios.push(sweep::scenario::named(name).with_context(|| {
+            let names: Vec<&str> = sweep::scenario::all().iter().map(|s| s.name).collect();
+            format!("unknown scenario {name:?} (expected one of: {})", names.join(", "))
+        })?);
+    }
+    if scenarios.is_empty() {
+        scenarios = sweep::scenario::all();
+    }
+    let modes = match args.mode {
+        ModeArg::Kill => vec![CrashMode::ProcessKill],
+        ModeArg::Power => vec![CrashMode::PowerLoss],
+        ModeArg::All => vec![CrashMode::ProcessKill, CrashMode::PowerLoss],
+    };
+    let options = Options {
+        seed,
+        scenarios,
+        modes,
+        depth2: args.depth == 2,
+        shard: args.shard.unwrap_or((0, 1)),
+        stop_at_first: false,
+        budget: args.budget,
+    };
+    let bar = progress_bar();
+    let report = sweep::sweep(&options, &mut |progress| {
+        if let Some(bar) = &bar {
+            bar.set_length(progress.total);
+            bar.set_position(progress.done);
+            bar.set_message(format!(
+                "{} images, {} violations",
+                progress.images, progress.violations
+            ));
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sweep_json(seed, &report))?);
+    } else {
+        print!("{}", render_sweep(&report));
+    }
+    Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
+}
+
+fn progress_bar() -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    let style = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:40}] {pos}/{len} crash points, {msg}",
+    )
+    .map(|style| style.progress_chars("=> "));
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
+fn render_sweep(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    // Roll the matrix up to scenario x transition x mode for the summary; the JSON has every cell.
+    let mut rows: BTreeMap<(String, String, &'static str), (u64, u64, u64, u64)> = BTreeMap::new();
+    for ((scenario, transition, _, mode), cell) in &report.cells {
+        let row = rows.entry((scenario.clone(), transition.clone(), mode.name())).or_default();
+        row.0 += 1;
+        row.1 += cell.points;
+        row.2 += cell.images;
+        row.3 += cell.violations;
+    }
+    let _ = writeln!(
+        out,
+        "{:<10} {:<22} {:<6} {:>10} {:>12} {:>8} {:>10}",
+        "scenario", "transition", "mode", "boundaries", "crash points", "images", "violations"
+    );
+    for ((scenario, transition, mode), (boundaries, points, images, violations)) in &rows {
+        let _ = writeln!(
+            out,
+            "{scenario:<10} {transition:<22} {mode:<6} {boundaries:>10} {points:>12} {images:>8} {violations:>10}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{} crash points, {} images, {} cells, {} violations in {:.1?}{}",
+        report.crash_points,
+        report.images,
+        report.cells.len(),
+        report.violations.len(),
+        report.elapsed,
+        if report.truncated { " (budget ran out: not every point was visited)" } else { "" }
+    );
+    for violation in &report.violations {
+        let _ = writeln!(
+            out,
+            "\nviolation: {} crash in {} at {}",
+            violation.token.mode, violation.transition, violation.boundary
+        );
+        for message in &violation.messages {
+            let _ = writeln!(out, "  {message}");
+        }
+        let _ = writeln!(out, "  replay: {}", violation.replay_command());
+    }
+    out
+}
+
+fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
+    json!({
+        "schema": SCHEMA_VERSION,
+        "seed": seed,
+        "crashPoints": report.crash_points,
+        "images": report.images,
+        "elapsedMs": report.elapsed.as_millis() as u64,
+        "truncated": report.truncated,
+        "cells": report.cells.iter().map(|((scenario, transition, boundary, mode), cell)| json!({
+            "scenario": scenario,
+            "transition": transition,
+            "boundary": boundary,
+            "mode": mode.name(),
+            "points": cell.points,
+            "images": cell.images,
+            "violations": cell.violations,
+        })).collect::<Vec<_>>(),
+        "violations": report.violations.iter().map(|violation| json!({
+            "token": violation.token.to_string(),
+            "transition": violation.transition,
+            "boundary": violation.boundary,
+            "messages": violation.messages,
+            "replay": violation.replay_command(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn run_replay(args: &ReplayArgs) -> anyhow::Result<Code> {
+    let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
+    let replay = sweep::replay(&token).map_err(anyhow::Error::msg)?;
+    if args.json {
+        let document = json!({
+            "schema": SCHEMA_VERSION,
+            "token": token.to_string(),
+            "boundary": replay.boundary,
+            "traceHash": replay.trace_hash,
+            "violations": replay.messages,
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    } else {
+        println!("token      {token}");
+        println!("boundary   {}", replay.boundary);
+        println!("trace hash {}", replay.trace_hash);
+        if replay.messages.is_empty() {
+            println!("result     no violation");
+        }
+        for message in &replay.messages {
+            println!("violation  {message}");
+        }
+        if args.trace {
+            println!("\n{}", replay.trace);
+        }
+    }
+    Ok(if replay.messages.is_empty() { Code::Ok } else { Code::Violation })
+}
+
+fn run_mutants(args: &MutantsArgs) -> anyhow::Result<Code> {
+    let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
+    eprintln!("spex verify mutants: seed {seed}");
+    let options = Options { depth2: false, ..Options::full(seed) };
+    let mut results = Vec::new();
+    for mutant in Mutant::ALL {
+        let caught = sweep::catch(mutant, &options);
+        if !args.json {
+            match &caught.first {
+                Some(violation) => println!(
+                    "{:<30} caught in {:>8.1?} after {:>6} images: {} at {}",
+                    mutant.name(),
+                    caught.elapsed,
+                    caught.images,
+                    violation
+                        .messages
+                        .first()
+                        .map_or("", String::as_str)
+                        .chars()
+                        .take(90)
+                        .collect::<String>(),
+                    violation.boundary
+                ),
+                None => println!("{:<30} NOT CAUGHT after {} images", mutant.name(), caught.images),
+            }
+        }
+        results.push(caught);
+    }
+    let missed: Vec<String> = results
+        .iter()
+        .filter(|caught| caught.first.is_none())
+        .map(|caught| caught.mutant.name())
+        .collect();
+    if args.json {
+        let document = json!({
+            "schema": SCHEMA_VERSION,
+            "seed": seed,
+            "mutants": results.iter().map(|caught| json!({
+                "name": caught.mutant.name(),
+                "caught": caught.first.is_some(),
+                "elapsedMs": caught.elapsed.as_millis() as u64,
+                "images": caught.images,
+                "token": caught.first.as_ref().map(|v| v.token.to_string()),
+                "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    }
+    if !missed.is_empty() {
+        bail!("mutants not caught by the sweep: {}", missed.join(", "));
+    }
+    Ok(Code::Ok)
+}
