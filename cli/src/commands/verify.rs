@@ -178,11 +178,14 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
+/// Boundaries, crash points, images and violations of one summary row.
+type RowTotals = (u64, u64, u64, u64);
+
 fn render_sweep(report: &Report) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     // Roll the matrix up to scenario x transition x mode for the summary; the JSON has every cell.
-    let mut rows: BTreeMap<(String, String, &'static str), (u64, u64, u64, u64)> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, String, &'static str), RowTotals> = BTreeMap::new();
     for ((scenario, transition, _, mode), cell) in &report.cells {
         let row = rows.entry((scenario.clone(), transition.clone(), mode.name())).or_default();
         row.0 += 1;
