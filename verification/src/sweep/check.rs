@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use faultfs::{Fs, SimFs};
+
 use spex_engine::timeline::Line;
 use spex_engine::{Key, SendRequest, Store};
 use spex_model::{self as model, Mid, Model};
@@ -26,7 +27,7 @@ use super::run::{CheckingAdapter, Execution, candidates, model_triple, open, sid
 use super::scenario::{OPERATION, Scenario, Step};
 
 /// Projects the engine's recovered state onto the model's public state.
-pub(crate) fn project(store: &Store<SimFs>, run: &Execution) -> Result<Model, String> {
+pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model, String> {
     let mut observed = Model::default();
     for id in run.created.keys() {
         if store.fs().exists(&store.layout().revoked(&sid(id))).map_err(|e| e.to_string())? {
@@ -108,7 +109,7 @@ pub(crate) fn project(store: &Store<SimFs>, run: &Execution) -> Result<Model, St
 }
 
 /// Runs recovery on every session that has a record (every writer would run it first).
-pub(crate) fn recover_all(store: &Store<SimFs>, run: &Execution) -> Result<(), String> {
+pub(crate) fn recover_all<F: Fs>(store: &Store<F>, run: &Execution) -> Result<(), String> {
     for id in run.created.keys() {
         let session = sid(id);
         if store.fs().exists(&store.layout().record(&session)).map_err(|e| e.to_string())? {
@@ -297,37 +298,42 @@ fn check_acceptance(
 }
 
 /// Rule 4.
-fn check_append_only(store: &Store<SimFs>, run: &Execution, violations: &mut Vec<String>) {
-    for (path, (bytes, newest)) in &run.segments {
-        let now = match store.fs().read(std::path::Path::new(path)) {
+fn check_append_only<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
+    for (path, snapshot) in &run.segments {
+        let full = store.layout().root().join(path);
+        let now = match store.fs().read(&full) {
             Ok(now) => now,
             Err(_) => {
                 // A segment of a closed session is gone with it; otherwise it was lost.
-                let closed =
-                    run.model.closed.iter().any(|id| path.contains(&format!("/sessions/{id}/")));
-                let in_flight_close = run.in_flight.is_some();
-                if !closed && !in_flight_close {
-                    violations
-                        .push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
+                let closed = run.model.closed.iter().any(|id| path.starts_with(&format!("sessions/{id}/")));
+                if !closed && !run_closes_in_flight(run, path) {
+                    violations.push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
                 }
                 continue;
             }
         };
-        let intact = if *newest { now.starts_with(bytes) } else { now == *bytes };
+        let intact = now.len() as u64 >= snapshot.len
+            && hash(&now[..snapshot.len as usize]) == snapshot.sha256
+            && (snapshot.newest || now.len() as u64 == snapshot.len);
         if !intact {
-            let at = now
-                .iter()
-                .zip(bytes)
-                .position(|(a, b)| a != b)
-                .unwrap_or(now.len().min(bytes.len()));
             violations.push(format!(
-                "rule 4 (append-only): {} segment {path} changed at byte {at} ({} acknowledged bytes, {} now)",
-                if *newest { "newest" } else { "sealed" },
-                bytes.len(),
+                "rule 4 (append-only): {} segment {path} changed ({} acknowledged bytes, {} now)",
+                if snapshot.newest { "newest" } else { "sealed" },
+                snapshot.len,
                 now.len()
             ));
         }
     }
+}
+
+/// Whether the step in flight is the close of the session owning `path`.
+fn run_closes_in_flight(run: &Execution, path: &str) -> bool {
+    run.closing_in_flight.as_ref().is_some_and(|id| path.starts_with(&format!("sessions/{id}/")))
+}
+
+pub(crate) fn hash(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// Rule 5.
@@ -359,7 +365,7 @@ fn check_lifecycle(run: &Execution, observed: &Model, violations: &mut Vec<Strin
 }
 
 /// Rule 6.
-fn check_close(store: &Store<SimFs>, run: &Execution, violations: &mut Vec<String>) {
+fn check_close<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
     let ledger = store.fs().read(&store.layout().close_ledger()).unwrap_or_default();
     let ledger = String::from_utf8_lossy(&ledger);
     for id in run.created.keys() {

@@ -52,14 +52,14 @@ pub(crate) fn model_triple(triple: &Triple) -> model::Triple {
 
 /// The adapter of a sweep: accepts everything, and checks every call against the log at the
 /// moment of the call (oracle rule 3: no call for an absent, different or settled receipt).
-pub(crate) struct CheckingAdapter<'a> {
-    pub(crate) store: &'a Store<SimFs>,
+pub(crate) struct CheckingAdapter<'a, F: faultfs::Fs> {
+    pub(crate) store: &'a Store<F>,
     pub(crate) session: SessionId,
     pub(crate) delivered: &'a mut Vec<String>,
     pub(crate) violations: &'a mut Vec<String>,
 }
 
-impl Adapter for CheckingAdapter<'_> {
+impl<F: faultfs::Fs> Adapter for CheckingAdapter<'_, F> {
     fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
         match self.store.lines(&self.session) {
             Err(error) => self
@@ -95,6 +95,17 @@ impl Adapter for CheckingAdapter<'_> {
     }
 }
 
+/// A segment as it stood after an acknowledged step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentSnapshot {
+    /// Its length.
+    pub len: u64,
+    /// SHA-256 of its bytes, lowercase hex.
+    pub sha256: String,
+    /// Whether it was its session's newest segment (only the newest may grow).
+    pub newest: bool,
+}
+
 /// What a run did up to its end or its crash.
 #[derive(Clone, Debug, Default)]
 pub struct Execution {
@@ -108,8 +119,10 @@ pub struct Execution {
     pub delivered: Vec<String>,
     /// Violations seen while running (adapter checks, unexpected answers).
     pub violations: Vec<String>,
-    /// Segment contents after the last acknowledged step: path -> (bytes, was newest).
-    pub segments: BTreeMap<String, (Vec<u8>, bool)>,
+    /// Segments after the last acknowledged step, by path relative to the store root.
+    pub segments: BTreeMap<String, SegmentSnapshot>,
+    /// The session whose close is in flight, if any.
+    pub closing_in_flight: Option<String>,
     /// Sessions created so far (acknowledged or in flight) with their creation triple.
     pub created: BTreeMap<String, model::Triple>,
     /// (session, key) pairs used by keyed sends so far.
@@ -170,6 +183,9 @@ pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
             Ok(()) => snapshot_segments(fs, &mut run),
             Err(error) if error.is_crash() => {
                 run.in_flight = Some(index);
+                if let Step::Close { id } = step {
+                    run.closing_in_flight = Some((*id).to_owned());
+                }
                 return run;
             }
             Err(error) => {
@@ -273,28 +289,41 @@ fn execute_step(store: &Store<SimFs>, step: &Step, run: &mut Execution) -> Resul
 /// Records every segment as it stands after an acknowledged step.
 fn snapshot_segments(fs: &SimFs, run: &mut Execution) {
     let image = fs.crash(CrashMode::ProcessKill).images.remove(0);
-    let mut segments = BTreeMap::new();
+    let files: Vec<(String, Vec<u8>)> = image
+        .nodes()
+        .keys()
+        .filter_map(|path| {
+            let relative = path.strip_prefix(&format!("{ROOT}/"))?;
+            Some((relative.to_owned(), image.file(path)?.to_vec()))
+        })
+        .collect();
+    run.segments = snapshot_of(files);
+}
+
+/// Snapshots of the numbered segments among `files` (path relative to the root, bytes).
+pub(crate) fn snapshot_of(files: Vec<(String, Vec<u8>)>) -> BTreeMap<String, SegmentSnapshot> {
+    let segments: Vec<(String, Vec<u8>)> =
+        files.into_iter().filter(|(path, _)| path.contains("/timeline/") && path.ends_with(".ndjson")).collect();
     let mut newest: BTreeMap<String, String> = BTreeMap::new();
-    for path in image.nodes().keys() {
-        if let Some((dir, _)) = path.rsplit_once("/timeline/")
-            && path.ends_with(".ndjson")
-        {
-            let entry = newest.entry(dir.to_owned()).or_default();
-            if path.as_str() > entry.as_str() {
-                *entry = path.clone();
-            }
+    for (path, _) in &segments {
+        let dir = path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
+        let entry = newest.entry(dir).or_default();
+        if path.as_str() > entry.as_str() {
+            *entry = path.clone();
         }
     }
-    for path in image.nodes().keys() {
-        if path.contains("/timeline/") && path.ends_with(".ndjson") {
-            let dir =
-                path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
-            let is_newest = newest.get(&dir) == Some(path);
-            let bytes = image.file(path).map(<[u8]>::to_vec).unwrap_or_default();
-            segments.insert(path.clone(), (bytes, is_newest));
-        }
-    }
-    run.segments = segments;
+    segments
+        .into_iter()
+        .map(|(path, bytes)| {
+            let dir = path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
+            let snapshot = SegmentSnapshot {
+                len: bytes.len() as u64,
+                sha256: super::check::hash(&bytes),
+                newest: newest.get(&dir) == Some(&path),
+            };
+            (path, snapshot)
+        })
+        .collect()
 }
 
 /// Which model states are allowed after recovery from a crash during `run`.
