@@ -156,6 +156,45 @@ pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
     }
 }
 
+/// The engine's answer to one step: what the model needs to advance.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Answer {
+    /// The step succeeded (create, lifecycle write, archive, close).
+    Done,
+    /// A send was accepted.
+    Accepted {
+        /// The mid.
+        mid: String,
+        /// Whether it was a replay.
+        replayed: bool,
+    },
+    /// The step was refused with this error (as the engine printed it).
+    Refused(String),
+    /// A drain ran to its end, or stopped early for this reason.
+    Drained(Option<String>),
+}
+
+/// Marks a step as started: sessions and keys it may create become known to the checker.
+pub(crate) fn begin(run: &mut Execution, step: &Step) {
+    match step {
+        Step::Create { id, .. } => {
+            run.created.entry((*id).to_owned()).or_insert_with(|| model::Triple::new("queued", None, None));
+        }
+        Step::Send { to, key: Some(key), .. } => {
+            run.keys.insert(((*to).to_owned(), (*key).to_owned()));
+        }
+        _ => {}
+    }
+}
+
+/// Marks a step as interrupted by a crash.
+pub(crate) fn interrupt(run: &mut Execution, index: usize, step: &Step) {
+    run.in_flight = Some(index);
+    if let Step::Close { id } = step {
+        run.closing_in_flight = Some((*id).to_owned());
+    }
+}
+
 /// Runs `scenario` on `fs` until it ends or the simulated process crashes.
 pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
     let mut run = Execution::default();
@@ -168,29 +207,23 @@ pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
         }
     };
     for (index, step) in scenario.steps.iter().enumerate() {
-        match step {
-            Step::Create { id, .. } => {
-                run.created
-                    .entry((*id).to_owned())
-                    .or_insert_with(|| model::Triple::new("queued", None, None));
+        begin(&mut run, step);
+        let mut delivered = Vec::new();
+        let mut violations = Vec::new();
+        let answer = perform(&store, step, &mut delivered, &mut violations);
+        run.delivered.extend(delivered);
+        run.violations.extend(violations);
+        match answer {
+            Ok(answer) => {
+                advance(&mut run, step, &answer);
+                snapshot_segments(fs, &mut run);
             }
-            Step::Send { to, key: Some(key), .. } => {
-                run.keys.insert(((*to).to_owned(), (*key).to_owned()));
-            }
-            _ => {}
-        }
-        match execute_step(&store, step, &mut run) {
-            Ok(()) => snapshot_segments(fs, &mut run),
             Err(error) if error.is_crash() => {
-                run.in_flight = Some(index);
-                if let Step::Close { id } = step {
-                    run.closing_in_flight = Some((*id).to_owned());
-                }
+                interrupt(&mut run, index, step);
                 return run;
             }
             Err(error) => {
-                run.violations
-                    .push(format!("step {index} ({}) failed: {error}", step.transition()));
+                run.violations.push(format!("step {index} ({}) failed: {error}", step.transition()));
                 return run;
             }
         }
@@ -198,30 +231,27 @@ pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
     run
 }
 
-/// Runs one step and advances the model; a crash error is returned as is.
-fn execute_step(store: &Store<SimFs>, step: &Step, run: &mut Execution) -> Result<(), Error> {
-    let expect = run.model.expect(&model_op(step, Mid::Any));
+/// Runs one step against the engine. Refusals are answers; I/O failures and crashes are errors.
+pub(crate) fn perform<F: faultfs::Fs>(
+    store: &Store<F>,
+    step: &Step,
+    delivered: &mut Vec<String>,
+    violations: &mut Vec<String>,
+) -> Result<Answer, Error> {
+    let refused = |error: Error| match error {
+        Error::SessionExists { .. } | Error::KeyConflict { .. } | Error::Revoked { .. } | Error::NoSuchSession { .. } => {
+            Ok(Answer::Refused(error.to_string()))
+        }
+        error => Err(error),
+    };
     match step {
         Step::Create { id, adapter } => {
-            let result = store.create_session(
-                &sid(id),
-                &Triple::new(spex_engine::Status::Queued, None, None),
-                *adapter,
-                None,
-            );
-            match (result, &expect) {
-                (Ok(_), Expect::Ok) => run.model = run.model.apply(&model_op(step, Mid::Any)),
-                (Err(Error::SessionExists { .. }), Expect::Exists) => {}
-                (Err(error), _) if error.is_crash() => return Err(error),
-                (other, _) => {
-                    run.violations.push(format!("create {id}: expected {expect:?}, got {other:?}"))
-                }
-            }
+            let triple = Triple::new(spex_engine::Status::Queued, None, None);
+            store.create_session(&sid(id), &triple, *adapter, None).map(|_| Answer::Done).or_else(refused)
         }
         Step::Set { id, status, proposal, note } => {
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
-            store.append(&sid(id), &Lifecycle::Set(triple))?;
-            run.model = run.model.apply(&model_op(step, Mid::Any));
+            store.append(&sid(id), &Lifecycle::Set(triple)).map(|_| Answer::Done)
         }
         Step::Send { to, text, from, key } => {
             let request = SendRequest {
@@ -230,60 +260,54 @@ fn execute_step(store: &Store<SimFs>, step: &Step, run: &mut Execution) -> Resul
                 key: key.map(|key| Key { operation: OPERATION.to_owned(), key: key.to_owned() }),
                 ..SendRequest::default()
             };
-            match (store.send(&sid(to), &request), &expect) {
-                (Ok(accepted), Expect::Ok) if !accepted.replayed => {
-                    run.model = run.model.apply(&model_op(step, Mid::Known(accepted.mid.clone())));
-                    run.acked.push(((*to).to_owned(), accepted.mid, from.map(str::to_owned)));
-                }
-                (Ok(accepted), Expect::Replay(original))
-                    if accepted.replayed
-                        && (*original == Mid::Known(accepted.mid.clone())
-                            || *original == Mid::Any) =>
-                {
-                    run.model = run.model.apply(&model_op(step, Mid::Known(accepted.mid.clone())));
-                    run.acked.push(((*to).to_owned(), accepted.mid, from.map(str::to_owned)));
-                }
-                (Err(Error::KeyConflict { .. }), Expect::KeyConflict) => {}
-                (Err(Error::Revoked { .. }), Expect::Revoked) => {}
-                (Err(error), _) if error.is_crash() => return Err(error),
-                (other, _) => run
-                    .violations
-                    .push(format!("send {text:?} to {to}: expected {expect:?}, got {other:?}")),
-            }
+            store
+                .send(&sid(to), &request)
+                .map(|accepted| Answer::Accepted { mid: accepted.mid, replayed: accepted.replayed })
+                .or_else(refused)
         }
         Step::Drain { id } => {
-            let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
-            let mut violations = Vec::new();
-            let mut delivered = Vec::new();
-            let result = {
-                let mut adapter = CheckingAdapter {
-                    store,
-                    session: sid(id),
-                    delivered: &mut delivered,
-                    violations: &mut violations,
-                };
-                store.drain(&sid(id), &mut adapter)
-            };
-            run.delivered.extend(delivered);
-            run.violations.extend(violations);
-            let report = result?;
-            if let Some(stop) = report.stopped {
+            let mut adapter = CheckingAdapter { store, session: sid(id), delivered, violations };
+            let report = store.drain(&sid(id), &mut adapter)?;
+            Ok(Answer::Drained(report.stopped.map(|stop| stop.to_string())))
+        }
+        Step::Archive { id } => store.archive(&sid(id)).map(|()| Answer::Done),
+        Step::Close { id } => store.close(&sid(id)).map(|()| Answer::Done),
+    }
+}
+
+/// Advances the model by an acknowledged step, checking the answer against what the model
+/// expected.
+pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
+    let expect = run.model.expect(&model_op(step, Mid::Any));
+    match (step, answer, &expect) {
+        (Step::Send { to, from, .. }, Answer::Accepted { mid, replayed: false }, Expect::Ok) => {
+            run.model = run.model.apply(&model_op(step, Mid::Known(mid.clone())));
+            run.acked.push(((*to).to_owned(), mid.clone(), from.map(str::to_owned)));
+        }
+        (Step::Send { to, from, .. }, Answer::Accepted { mid, replayed: true }, Expect::Replay(original))
+            if *original == Mid::Known(mid.clone()) || *original == Mid::Any =>
+        {
+            run.model = run.model.apply(&model_op(step, Mid::Known(mid.clone())));
+            run.acked.push(((*to).to_owned(), mid.clone(), from.map(str::to_owned)));
+        }
+        (Step::Drain { id }, Answer::Drained(stopped), Expect::Ok) => {
+            if let Some(stop) = stopped {
                 run.violations.push(format!("drain of {id} stopped: {stop}"));
             }
+            let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
             for _ in 0..owed {
                 run.model = run.model.apply(&model_op(step, Mid::Any));
             }
         }
-        Step::Archive { id } => {
-            store.archive(&sid(id))?;
+        (Step::Create { .. } | Step::Set { .. } | Step::Archive { .. } | Step::Close { .. }, Answer::Done, Expect::Ok) => {
             run.model = run.model.apply(&model_op(step, Mid::Any));
         }
-        Step::Close { id } => {
-            store.close(&sid(id))?;
-            run.model = run.model.apply(&model_op(step, Mid::Any));
-        }
+        (_, Answer::Refused(_), Expect::Exists | Expect::KeyConflict | Expect::Revoked | Expect::NoSuchSession) => {}
+        (step, answer, expect) => run.violations.push(format!(
+            "{} answered {answer:?} where the model expected {expect:?}",
+            step.transition()
+        )),
     }
-    Ok(())
 }
 
 /// Records every segment as it stands after an acknowledged step.
