@@ -38,7 +38,7 @@ use crate::env::Clock;
 use crate::error::{Error, Result};
 
 /// How long a lock file may stay empty before it is considered abandoned.
-pub const EMPTY_GRACE_MS: u64 = 2_000;
+pub const EMPTY_GRACE_MS: u64 = 1_000;
 /// Slack when comparing a process's start time with a lock file's modification time (the boot
 /// time the start is derived from has one-second resolution).
 pub const PID_REUSE_SLACK_MS: u64 = 1_000;

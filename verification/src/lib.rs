@@ -6,5 +6,6 @@
 //! the verification issue's.
 
 pub mod demo;
+pub mod realproc;
 pub mod seed;
 pub mod sweep;

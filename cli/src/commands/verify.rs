@@ -14,6 +14,7 @@ use anyhow::{Context as _, bail};
 use faultfs::CrashMode;
 use serde_json::json;
 use spex_engine::mutant::Mutant;
+use spex_verification::realproc::{self, Kill};
 use spex_verification::seed;
 use spex_verification::sweep::{self, Options, Report, Token};
 
@@ -37,6 +38,46 @@ enum Command {
     Replay(ReplayArgs),
     /// Sweep each deliberately broken engine variant; every one must be caught.
     Mutants(MutantsArgs),
+    /// Kill the real binary at every boundary of each scenario (and at random moments with
+    /// SIGKILL), then recover the real directory and check every oracle rule.
+    RealSweep(RealSweepArgs),
+    /// Run one scenario on a real directory (the child of `real-sweep`; honours SPEX_KILL_AT).
+    #[command(hide = true)]
+    RunScenario(RunScenarioArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RealSweepArgs {
+    /// Only these scenarios (repeatable).
+    #[arg(long = "scenario", value_name = "NAME")]
+    scenarios: Vec<String>,
+    /// SIGKILL runs at seeded random moments, after the per-boundary kills.
+    #[arg(long, default_value_t = 20)]
+    soak: u64,
+    /// Replay one kill: before mutating op K only.
+    #[arg(long, value_name = "K", conflicts_with = "kill_after_us")]
+    kill_at: Option<u64>,
+    /// Replay one soak kill: SIGKILL after this many microseconds.
+    #[arg(long, value_name = "US")]
+    kill_after_us: Option<u64>,
+    /// Seed (default: SPEX_SEED, else random; always printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Scratch directory for the runs (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    scratch: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunScenarioArgs {
+    #[arg(long)]
+    scenario: String,
+    #[arg(long)]
+    root: std::path::PathBuf,
+    #[arg(long)]
+    journal: std::path::PathBuf,
+    #[arg(long)]
+    seed: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,6 +149,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<Code> {
         Command::Sweep(args) => run_sweep(args),
         Command::Replay(args) => run_replay(args),
         Command::Mutants(args) => run_mutants(args),
+        Command::RealSweep(args) => run_real_sweep(args),
+        Command::RunScenario(args) => {
+            let scenario = realproc::scenario_named(&args.scenario).map_err(anyhow::Error::msg)?;
+            realproc::run_child(&scenario, &args.root, args.seed, &args.journal)
+                .map_err(anyhow::Error::msg)?;
+            Ok(Code::Ok)
+        }
     }
 }
 
@@ -336,4 +384,71 @@ fn run_mutants(args: &MutantsArgs) -> anyhow::Result<Code> {
         bail!("mutants not caught by the sweep: {}", missed.join(", "));
     }
     Ok(Code::Ok)
+}
+
+fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
+    let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "spex verify real-sweep: seed {seed} (replay with --seed {seed} or {}={seed})",
+        seed::SEED_ENV
+    );
+    let binary = std::env::current_exe().context("locating the spex binary")?;
+    let mut scenarios = Vec::new();
+    for name in &args.scenarios {
+        scenarios.push(realproc::scenario_named(name).map_err(anyhow::Error::msg)?);
+    }
+    if scenarios.is_empty() {
+        scenarios = sweep::scenario::all();
+    }
+    let temporary;
+    let scratch = match &args.scratch {
+        Some(dir) => dir.clone(),
+        None => {
+            temporary = tempfile::tempdir().context("creating a scratch directory")?;
+            temporary.path().to_path_buf()
+        }
+    };
+    let single = match (args.kill_at, args.kill_after_us) {
+        (Some(k), _) => Some(Kill::AtOp(k)),
+        (_, Some(us)) => Some(Kill::After(Duration::from_micros(us))),
+        _ => None,
+    };
+    if let Some(kill) = single {
+        let mut code = Code::Ok;
+        for scenario in &scenarios {
+            let work = scratch.join(scenario.name);
+            std::fs::create_dir_all(&work)
+                .with_context(|| format!("creating {}", work.display()))?;
+            let outcome = realproc::run_once(&binary, scenario, seed, kill, &work)
+                .map_err(anyhow::Error::msg)?;
+            println!(
+                "{} {kill:?}: died {}, {} violation(s)",
+                scenario.name,
+                outcome.died,
+                outcome.violations.len()
+            );
+            for message in &outcome.violations {
+                println!("  {message}");
+                code = Code::Violation;
+            }
+        }
+        return Ok(code);
+    }
+    let report = realproc::sweep(&binary, &scenarios, seed, args.soak, &scratch)
+        .map_err(anyhow::Error::msg)?;
+    println!(
+        "{} runs of the real binary ({} killed mid-way), {} violations in {:.1?}",
+        report.runs,
+        report.kills,
+        report.violations.len(),
+        report.elapsed
+    );
+    for violation in &report.violations {
+        println!("\nviolation in {} ({:?}):", violation.scenario, violation.kill);
+        for message in &violation.messages {
+            println!("  {message}");
+        }
+        println!("  replay: {}", violation.replay);
+    }
+    Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
 }

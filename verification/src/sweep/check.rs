@@ -122,8 +122,8 @@ pub(crate) fn recover_all<F: Fs>(store: &Store<F>, run: &Execution) -> Result<()
 }
 
 /// Checks a store rebooted from a crash image, opened and recovered.
-pub(crate) fn check_recovered(
-    store: &Store<SimFs>,
+pub(crate) fn check_recovered<F: Fs>(
+    store: &Store<F>,
     scenario: &Scenario,
     run: &Execution,
 ) -> Vec<String> {
@@ -152,8 +152,8 @@ pub(crate) fn check_recovered(
 
 /// Continues the workload after recovery (replay the in-flight keyed send, drain everything)
 /// and checks rules 1-3 again.
-pub(crate) fn continue_and_check(
-    store: &Store<SimFs>,
+pub(crate) fn continue_and_check<F: Fs>(
+    store: &Store<F>,
     scenario: &Scenario,
     run: &Execution,
 ) -> Vec<String> {
@@ -219,6 +219,7 @@ pub(crate) fn continue_and_check(
                 session: sid(id),
                 delivered: &mut calls,
                 violations: &mut adapter_violations,
+                journal: None,
             };
             store.drain(&sid(id), &mut adapter)
         };
@@ -305,9 +306,11 @@ fn check_append_only<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut 
             Ok(now) => now,
             Err(_) => {
                 // A segment of a closed session is gone with it; otherwise it was lost.
-                let closed = run.model.closed.iter().any(|id| path.starts_with(&format!("sessions/{id}/")));
+                let closed =
+                    run.model.closed.iter().any(|id| path.starts_with(&format!("sessions/{id}/")));
                 if !closed && !run_closes_in_flight(run, path) {
-                    violations.push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
+                    violations
+                        .push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
                 }
                 continue;
             }

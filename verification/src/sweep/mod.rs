@@ -11,7 +11,7 @@
 //! violations. Every violation carries a replay token; `replay` reproduces it bit for bit (the
 //! trace hash is printed so two replays can be compared).
 
-mod check;
+pub(crate) mod check;
 pub mod run;
 pub mod scenario;
 

@@ -57,6 +57,8 @@ pub(crate) struct CheckingAdapter<'a, F: faultfs::Fs> {
     pub(crate) session: SessionId,
     pub(crate) delivered: &'a mut Vec<String>,
     pub(crate) violations: &'a mut Vec<String>,
+    /// Where a real-process run journals each delivery the moment it happens.
+    pub(crate) journal: Option<&'a mut dyn FnMut(&str)>,
 }
 
 impl<F: faultfs::Fs> Adapter for CheckingAdapter<'_, F> {
@@ -91,6 +93,9 @@ impl<F: faultfs::Fs> Adapter for CheckingAdapter<'_, F> {
             }
         }
         self.delivered.push(message.mid.to_owned());
+        if let Some(journal) = self.journal.as_mut() {
+            journal(message.mid);
+        }
         Ok(())
     }
 }
@@ -178,7 +183,9 @@ pub enum Answer {
 pub(crate) fn begin(run: &mut Execution, step: &Step) {
     match step {
         Step::Create { id, .. } => {
-            run.created.entry((*id).to_owned()).or_insert_with(|| model::Triple::new("queued", None, None));
+            run.created
+                .entry((*id).to_owned())
+                .or_insert_with(|| model::Triple::new("queued", None, None));
         }
         Step::Send { to, key: Some(key), .. } => {
             run.keys.insert(((*to).to_owned(), (*key).to_owned()));
@@ -210,7 +217,7 @@ pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
         begin(&mut run, step);
         let mut delivered = Vec::new();
         let mut violations = Vec::new();
-        let answer = perform(&store, step, &mut delivered, &mut violations);
+        let answer = perform(&store, step, &mut delivered, &mut violations, None);
         run.delivered.extend(delivered);
         run.violations.extend(violations);
         match answer {
@@ -223,7 +230,8 @@ pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
                 return run;
             }
             Err(error) => {
-                run.violations.push(format!("step {index} ({}) failed: {error}", step.transition()));
+                run.violations
+                    .push(format!("step {index} ({}) failed: {error}", step.transition()));
                 return run;
             }
         }
@@ -232,22 +240,27 @@ pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
 }
 
 /// Runs one step against the engine. Refusals are answers; I/O failures and crashes are errors.
-pub(crate) fn perform<F: faultfs::Fs>(
-    store: &Store<F>,
+pub(crate) fn perform<'a, F: faultfs::Fs>(
+    store: &'a Store<F>,
     step: &Step,
-    delivered: &mut Vec<String>,
-    violations: &mut Vec<String>,
+    delivered: &'a mut Vec<String>,
+    violations: &'a mut Vec<String>,
+    journal: Option<&'a mut dyn FnMut(&str)>,
 ) -> Result<Answer, Error> {
     let refused = |error: Error| match error {
-        Error::SessionExists { .. } | Error::KeyConflict { .. } | Error::Revoked { .. } | Error::NoSuchSession { .. } => {
-            Ok(Answer::Refused(error.to_string()))
-        }
+        Error::SessionExists { .. }
+        | Error::KeyConflict { .. }
+        | Error::Revoked { .. }
+        | Error::NoSuchSession { .. } => Ok(Answer::Refused(error.to_string())),
         error => Err(error),
     };
     match step {
         Step::Create { id, adapter } => {
             let triple = Triple::new(spex_engine::Status::Queued, None, None);
-            store.create_session(&sid(id), &triple, *adapter, None).map(|_| Answer::Done).or_else(refused)
+            store
+                .create_session(&sid(id), &triple, *adapter, None)
+                .map(|_| Answer::Done)
+                .or_else(refused)
         }
         Step::Set { id, status, proposal, note } => {
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
@@ -266,7 +279,8 @@ pub(crate) fn perform<F: faultfs::Fs>(
                 .or_else(refused)
         }
         Step::Drain { id } => {
-            let mut adapter = CheckingAdapter { store, session: sid(id), delivered, violations };
+            let mut adapter =
+                CheckingAdapter { store, session: sid(id), delivered, violations, journal };
             let report = store.drain(&sid(id), &mut adapter)?;
             Ok(Answer::Drained(report.stopped.map(|stop| stop.to_string())))
         }
@@ -284,9 +298,11 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             run.model = run.model.apply(&model_op(step, Mid::Known(mid.clone())));
             run.acked.push(((*to).to_owned(), mid.clone(), from.map(str::to_owned)));
         }
-        (Step::Send { to, from, .. }, Answer::Accepted { mid, replayed: true }, Expect::Replay(original))
-            if *original == Mid::Known(mid.clone()) || *original == Mid::Any =>
-        {
+        (
+            Step::Send { to, from, .. },
+            Answer::Accepted { mid, replayed: true },
+            Expect::Replay(original),
+        ) if *original == Mid::Known(mid.clone()) || *original == Mid::Any => {
             run.model = run.model.apply(&model_op(step, Mid::Known(mid.clone())));
             run.acked.push(((*to).to_owned(), mid.clone(), from.map(str::to_owned)));
         }
@@ -299,10 +315,18 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
                 run.model = run.model.apply(&model_op(step, Mid::Any));
             }
         }
-        (Step::Create { .. } | Step::Set { .. } | Step::Archive { .. } | Step::Close { .. }, Answer::Done, Expect::Ok) => {
+        (
+            Step::Create { .. } | Step::Set { .. } | Step::Archive { .. } | Step::Close { .. },
+            Answer::Done,
+            Expect::Ok,
+        ) => {
             run.model = run.model.apply(&model_op(step, Mid::Any));
         }
-        (_, Answer::Refused(_), Expect::Exists | Expect::KeyConflict | Expect::Revoked | Expect::NoSuchSession) => {}
+        (
+            _,
+            Answer::Refused(_),
+            Expect::Exists | Expect::KeyConflict | Expect::Revoked | Expect::NoSuchSession,
+        ) => {}
         (step, answer, expect) => run.violations.push(format!(
             "{} answered {answer:?} where the model expected {expect:?}",
             step.transition()
@@ -326,8 +350,10 @@ fn snapshot_segments(fs: &SimFs, run: &mut Execution) {
 
 /// Snapshots of the numbered segments among `files` (path relative to the root, bytes).
 pub(crate) fn snapshot_of(files: Vec<(String, Vec<u8>)>) -> BTreeMap<String, SegmentSnapshot> {
-    let segments: Vec<(String, Vec<u8>)> =
-        files.into_iter().filter(|(path, _)| path.contains("/timeline/") && path.ends_with(".ndjson")).collect();
+    let segments: Vec<(String, Vec<u8>)> = files
+        .into_iter()
+        .filter(|(path, _)| path.contains("/timeline/") && path.ends_with(".ndjson"))
+        .collect();
     let mut newest: BTreeMap<String, String> = BTreeMap::new();
     for (path, _) in &segments {
         let dir = path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
@@ -339,7 +365,8 @@ pub(crate) fn snapshot_of(files: Vec<(String, Vec<u8>)>) -> BTreeMap<String, Seg
     segments
         .into_iter()
         .map(|(path, bytes)| {
-            let dir = path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
+            let dir =
+                path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
             let snapshot = SegmentSnapshot {
                 len: bytes.len() as u64,
                 sha256: super::check::hash(&bytes),
