@@ -98,6 +98,8 @@ pub struct KeyState {
     pub mid: Mid,
     /// The payload it was sent with (raw text).
     pub text: String,
+    /// Its sender (part of the payload: another sender under the same key is a conflict).
+    pub from: Option<String>,
     /// Whether its delivery was settled.
     pub settled: bool,
 }
@@ -209,7 +211,9 @@ impl Model {
                 }
                 let Some(session) = self.sessions.get(to) else { return Expect::NoSuchSession };
                 match key.as_ref().and_then(|key| session.keys.get(key)) {
-                    Some(state) if state.text == *text => Expect::Replay(state.mid.clone()),
+                    Some(state) if state.text == *text && state.from == *from => {
+                        Expect::Replay(state.mid.clone())
+                    }
                     Some(_) => Expect::KeyConflict,
                     None => Expect::Ok,
                 }
@@ -266,7 +270,12 @@ impl Model {
                 if let Some(key) = key {
                     session.keys.insert(
                         key.clone(),
-                        KeyState { mid: mid.clone(), text: text.clone(), settled: false },
+                        KeyState {
+                            mid: mid.clone(),
+                            text: text.clone(),
+                            from: from.clone(),
+                            settled: false,
+                        },
                     );
                 }
             }
@@ -276,14 +285,10 @@ impl Model {
                 let state = session.keys[key].clone();
                 let owed = session.owed.iter().any(|owed| owed.mid == original);
                 if !owed && !state.settled {
-                    let from = session.events.iter().find_map(|event| match event {
-                        Event::Sent { mid, from, .. } if *mid == original => Some(from.clone()),
-                        _ => None,
-                    });
                     session.owed.push(Owed {
                         mid: original,
                         text: state.text,
-                        from: from.flatten(),
+                        from: state.from,
                         keyed: true,
                     });
                 }
@@ -331,7 +336,12 @@ impl Model {
                 if let Some(key) = key {
                     session.keys.insert(
                         key.clone(),
-                        KeyState { mid: Mid::Any, text: text.clone(), settled: false },
+                        KeyState {
+                            mid: Mid::Any,
+                            text: text.clone(),
+                            from: from.clone(),
+                            settled: false,
+                        },
                     );
                 }
                 candidates.push(appended);
@@ -447,6 +457,17 @@ mod tests {
         assert!(drained.sessions["s"].keys[&("op".into(), "k".into())].settled);
         let replayed = drained.apply(&send("x", Some("k"), "m2"));
         assert!(replayed.sessions["s"].owed.is_empty(), "a settled replay is inert");
+    }
+
+    #[test]
+    fn another_sender_under_the_same_key_is_a_conflict() {
+        // Found by conformance: the sender is part of the payload.
+        let model = created().apply(&send("x", Some("k"), "m1"));
+        let mut other = send("x", Some("k"), "m2");
+        if let Op::Send { from, .. } = &mut other {
+            *from = Some("someone".into());
+        }
+        assert_eq!(model.expect(&other), Expect::KeyConflict);
     }
 
     #[test]

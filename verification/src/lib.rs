@@ -5,6 +5,7 @@
 //! small log writer that demonstrates the method on `faultfs::SimFs`. The engine's sweeps are
 //! the verification issue's.
 
+pub mod conformance;
 pub mod demo;
 pub mod realproc;
 pub mod seed;

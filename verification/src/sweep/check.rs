@@ -90,7 +90,12 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
                 });
                 keys.insert(
                     (OPERATION.to_owned(), key.clone()),
-                    model::KeyState { mid: Mid::Known(event.mid), text: event.text, settled },
+                    model::KeyState {
+                        mid: Mid::Known(event.mid),
+                        text: event.text,
+                        from: event.from,
+                        settled,
+                    },
                 );
             }
         }
@@ -183,7 +188,7 @@ pub(crate) fn continue_and_check<F: Fs>(
             }
             Ok(accepted) => {
                 if let Some(prior) = &prior {
-                    if prior.text == *text && Mid::Known(accepted.mid.clone()) != prior.mid {
+                    if Mid::Known(accepted.mid.clone()) != prior.mid {
                         violations.push(format!(
                             "rule 2 (same-key replay): the retry answered {} instead of the original {:?}",
                             accepted.mid, prior.mid
@@ -220,6 +225,7 @@ pub(crate) fn continue_and_check<F: Fs>(
                 delivered: &mut calls,
                 violations: &mut adapter_violations,
                 journal: None,
+                refuse: false,
             };
             store.drain(&sid(id), &mut adapter)
         };

@@ -59,6 +59,8 @@ pub(crate) struct CheckingAdapter<'a, F: faultfs::Fs> {
     pub(crate) violations: &'a mut Vec<String>,
     /// Where a real-process run journals each delivery the moment it happens.
     pub(crate) journal: Option<&'a mut dyn FnMut(&str)>,
+    /// Refuse every message (after checking it).
+    pub(crate) refuse: bool,
 }
 
 impl<F: faultfs::Fs> Adapter for CheckingAdapter<'_, F> {
@@ -91,6 +93,9 @@ impl<F: faultfs::Fs> Adapter for CheckingAdapter<'_, F> {
                     Some(_) => {}
                 }
             }
+        }
+        if self.refuse {
+            return Err("this adapter refuses everything".to_owned());
         }
         self.delivered.push(message.mid.to_owned());
         if let Some(journal) = self.journal.as_mut() {
@@ -155,7 +160,7 @@ pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
             key: key.map(|key| (OPERATION.to_owned(), key.to_owned())),
             mid,
         },
-        Step::Drain { id } => Op::DrainHead { id: (*id).to_owned() },
+        Step::Drain { id } | Step::DrainRefusing { id } => Op::DrainHead { id: (*id).to_owned() },
         Step::Archive { id } => Op::Archive { id: (*id).to_owned() },
         Step::Close { id } => Op::Close { id: (*id).to_owned() },
     }
@@ -264,7 +269,7 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
         }
         Step::Set { id, status, proposal, note } => {
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
-            store.append(&sid(id), &Lifecycle::Set(triple)).map(|_| Answer::Done)
+            store.append(&sid(id), &Lifecycle::Set(triple)).map(|_| Answer::Done).or_else(refused)
         }
         Step::Send { to, text, from, key } => {
             let request = SendRequest {
@@ -278,14 +283,18 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
                 .map(|accepted| Answer::Accepted { mid: accepted.mid, replayed: accepted.replayed })
                 .or_else(refused)
         }
-        Step::Drain { id } => {
+        Step::Drain { id } | Step::DrainRefusing { id } => {
+            let refuse = matches!(step, Step::DrainRefusing { .. });
             let mut adapter =
-                CheckingAdapter { store, session: sid(id), delivered, violations, journal };
-            let report = store.drain(&sid(id), &mut adapter)?;
-            Ok(Answer::Drained(report.stopped.map(|stop| stop.to_string())))
+                CheckingAdapter { store, session: sid(id), delivered, violations, journal, refuse };
+            match store.drain(&sid(id), &mut adapter) {
+                Ok(report) => Ok(Answer::Drained(report.stopped.map(|stop| stop.to_string()))),
+                Err(error @ Error::NoSuchSession { .. }) => Ok(Answer::Refused(error.to_string())),
+                Err(error) => Err(error),
+            }
         }
-        Step::Archive { id } => store.archive(&sid(id)).map(|()| Answer::Done),
-        Step::Close { id } => store.close(&sid(id)).map(|()| Answer::Done),
+        Step::Archive { id } => store.archive(&sid(id)).map(|()| Answer::Done).or_else(refused),
+        Step::Close { id } => store.close(&sid(id)).map(|()| Answer::Done).or_else(refused),
     }
 }
 
@@ -313,6 +322,28 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
             for _ in 0..owed {
                 run.model = run.model.apply(&model_op(step, Mid::Any));
+            }
+        }
+        (Step::DrainRefusing { id }, Answer::Drained(stopped), Expect::Ok) => {
+            // Nothing is delivered: the drain drops heads from closed senders, then stops at the
+            // first message the adapter refuses; everything else stays owed.
+            let session = run.model.sessions.get(*id);
+            let owed = session.map_or(0, |session| session.owed.len());
+            let revoked_heads = session.map_or(0, |session| {
+                session
+                    .owed
+                    .iter()
+                    .take_while(|owed| {
+                        owed.from.as_ref().is_some_and(|from| run.model.closed.contains(from))
+                    })
+                    .count()
+            });
+            for _ in 0..revoked_heads {
+                run.model = run.model.apply(&model_op(step, Mid::Any));
+            }
+            if stopped.is_some() != (owed > revoked_heads) {
+                run.violations
+                    .push(format!("refused drain of {id}: stopped {stopped:?} with {owed} owed"));
             }
         }
         (

@@ -42,6 +42,11 @@ pub enum Step {
         /// The session.
         id: &'static str,
     },
+    /// Drain a session with an adapter that refuses everything (the drain stops, all stays owed).
+    DrainRefusing {
+        /// The session.
+        id: &'static str,
+    },
     /// Archive.
     Archive {
         /// The session.
@@ -62,7 +67,7 @@ impl Step {
             Step::Set { .. } => "append",
             Step::Send { key: None, .. } => "send",
             Step::Send { key: Some(_), .. } => "send-keyed",
-            Step::Drain { .. } => "drain",
+            Step::Drain { .. } | Step::DrainRefusing { .. } => "drain",
             Step::Archive { .. } => "archive",
             Step::Close { .. } => "close",
         }
