@@ -21,7 +21,7 @@ pub fn conform<F: Fs>(store: &Store<F>, steps: &[Step]) -> Result<(), String> {
             .map_err(|error| format!("step {index} {step:?}: the engine failed: {error}"))?;
         execution.delivered.extend(delivered);
         run::advance(&mut execution, step, &answer);
-        violations.extend(execution.violations.drain(..));
+        violations.append(&mut execution.violations);
         if !violations.is_empty() {
             return Err(format!("step {index} {step:?}: {}", violations.join("; ")));
         }
