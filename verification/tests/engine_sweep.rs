@@ -26,9 +26,12 @@ fn the_real_engine_survives_every_crash_point() {
     for (key, cell) in &report.cells {
         assert!(cell.points > 0 && cell.images > 0, "empty cell {key:?}");
     }
-    // Every transition of every scenario appears under both modes.
+    // Every transition appears under both modes, crashed and with every injected fault.
     for mode in [CrashMode::ProcessKill, CrashMode::PowerLoss] {
-        for transition in ["create", "send", "send-keyed", "drain", "append", "archive", "close"] {
+        for transition in [
+            "create", "send", "send-keyed", "drain", "append", "archive", "close", "send+eio", "send+enospc",
+            "send+short", "drain+eio", "append+short", "close+eio", "send-keyed+recovery",
+        ] {
             assert!(
                 report.cells.keys().any(|(_, t, _, m)| t == transition && *m == mode),
                 "no cell for {transition} under {mode}"

@@ -94,6 +94,12 @@ struct SweepArgs {
     /// Stop starting new crash points after this long (e.g. 90s, 5m).
     #[arg(long, value_parser = humantime::parse_duration)]
     budget: Option<Duration>,
+    /// Faults injected at every boundary besides the crashes: eio, enospc, short.
+    #[arg(long, value_delimiter = ',', default_value = "eio,enospc,short")]
+    faults: Vec<faultfs::Fault>,
+    /// Inject no faults (crashes only).
+    #[arg(long, conflicts_with = "faults")]
+    no_faults: bool,
     /// Sweep only shard I of N (0-based): crash point k is swept when k % N == I.
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     shard: Option<(u64, u64)>,
@@ -188,6 +194,11 @@ fn run_sweep(args: &SweepArgs) -> anyhow::Result<Code> {
         shard: args.shard.unwrap_or((0, 1)),
         stop_at_first: false,
         budget: args.budget,
+        faults: if args.no_faults {
+            Vec::new()
+        } else {
+            args.faults.iter().copied().filter(|f| *f != faultfs::Fault::Crash).collect()
+        },
     };
     let bar = progress_bar();
     let report = sweep::sweep(&options, &mut |progress| {

@@ -42,6 +42,9 @@ pub struct Token {
     pub image: usize,
     /// A second crash inside recovery: (mode, point, image).
     pub second: Option<(CrashMode, u64, usize)>,
+    /// An injected I/O fault at op `k` instead of a crash (`image` then names the power-loss
+    /// image taken after the failure, or is `usize::MAX` for the reopened process).
+    pub fault: Option<faultfs::Fault>,
 }
 
 fn mode_name(mode: CrashMode) -> &'static str {
@@ -71,6 +74,9 @@ impl fmt::Display for Token {
         if let Some((mode, j, image)) = self.second {
             write!(f, ":{}:{j}:{image}", mode_name(mode))?;
         }
+        if let Some(fault) = self.fault {
+            write!(f, ":{fault}")?;
+        }
         Ok(())
     }
 }
@@ -81,11 +87,16 @@ impl FromStr for Token {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = s.split(':').collect();
         let bad = |what: &str| format!("replay token {s:?}: {what}");
-        if parts.first() != Some(&"v1") || !(parts.len() == 6 || parts.len() == 9) {
+        if parts.first() != Some(&"v1") || !matches!(parts.len(), 6 | 7 | 9) {
             return Err(bad(
-                "expected v1:<scenario>:<seed>:<mode>:<k>:<image>[:<mode>:<j>:<image>]",
+                "expected v1:<scenario>:<seed>:<mode>:<k>:<image>[:<mode>:<j>:<image> | :<fault>]",
             ));
         }
+        let fault = if parts.len() == 7 {
+            Some(parts[6].parse::<faultfs::Fault>().map_err(|error| bad(&error))?)
+        } else {
+            None
+        };
         let number =
             |text: &str| text.parse::<u64>().map_err(|_| bad(&format!("{text:?} is not a number")));
         let second = if parts.len() == 9 {
@@ -100,6 +111,7 @@ impl FromStr for Token {
             k: number(parts[4])?,
             image: number(parts[5])? as usize,
             second,
+            fault,
         })
     }
 }
@@ -155,6 +167,8 @@ pub struct Options {
     pub stop_at_first: bool,
     /// Stop starting new crash points after this long.
     pub budget: Option<Duration>,
+    /// Also inject each of these faults at every boundary (instead of crashing there).
+    pub faults: Vec<faultfs::Fault>,
 }
 
 impl Options {
@@ -168,6 +182,7 @@ impl Options {
             shard: (0, 1),
             stop_at_first: false,
             budget: None,
+            faults: vec![faultfs::Fault::Eio, faultfs::Fault::Enospc, faultfs::Fault::ShortWrite],
         }
     }
 }
@@ -225,6 +240,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
                         k: fs.op_count(),
                         image: 0,
                         second: None,
+                        fault: None,
                     },
                     transition: "none".to_owned(),
                     boundary: "no crash".to_owned(),
@@ -251,6 +267,11 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
                 break 'scenarios;
             }
             sweep_point(options, scenario, boundaries, k, &mut report);
+            for &fault in &options.faults {
+                if k < *ops {
+                    fault_point(options, scenario, boundaries, k, fault, &mut report);
+                }
+            }
             done += 1;
             progress(Progress {
                 done,
@@ -293,6 +314,7 @@ fn sweep_point(
                 k,
                 image: image_index,
                 second: None,
+                fault: None,
             };
             let mut messages = run.violations.clone();
             match check::check_image(
@@ -321,8 +343,105 @@ fn sweep_point(
     }
 }
 
+/// Injects `fault` at op `k`: the failing step must not be acknowledged and must poison its
+/// session in that handle; then the process reopens the store (and, separately, the machine
+/// loses power right after the failure) and every rule is checked.
+fn fault_point(
+    options: &Options,
+    scenario: &Scenario,
+    boundaries: &[String],
+    k: u64,
+    fault: faultfs::Fault,
+    report: &mut Report,
+) {
+    let seed = options.seed;
+    let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
+    let (run, store) = run::execute_with(&fs, scenario, seed);
+    let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
+    let faulted_step = run.step_ops.iter().position(|(start, end)| (*start..*end).contains(&k));
+    let transition = match run.in_flight.or(faulted_step) {
+        Some(index) => format!("{}+{fault}", scenario.steps[index].transition()),
+        None => format!("open+{fault}"),
+    };
+    let mut common = run.violations.clone();
+    // A refusal (e.g. a key conflict) acknowledges nothing; its lock release may fail quietly.
+    if let Some(index) = faulted_step
+        && run.in_flight != Some(index)
+        && !run.refused.contains(&index)
+    {
+        common.push(format!(
+            "an injected {fault} at op {k} ({boundary}) failed step {index} ({}), which was acknowledged anyway",
+            scenario.steps[index].transition()
+        ));
+    }
+    if let (Some(store), Some(index)) = (&store, run.in_flight)
+        && run.failed.is_some()
+    {
+        let id = match &scenario.steps[index] {
+            Step::Create { id, .. }
+            | Step::Set { id, .. }
+            | Step::Drain { id }
+            | Step::DrainRefusing { id } => id,
+            Step::Archive { id } | Step::Close { id } => id,
+            Step::Send { to, .. } => to,
+        };
+        match store.recover_session(&run::sid(id)) {
+            Err(spex_engine::Error::Poisoned { .. }) => {}
+            other => common
+                .push(format!("after a failed {fault} the handle was not poisoned: {other:?}")),
+        }
+    }
+    // Power loss right after the failure (fsyncgate: dropped data is visible but not durable).
+    let power = fs.crash(CrashMode::PowerLoss);
+    let key =
+        (scenario.name.to_owned(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
+    report.cells.entry(key.clone()).or_default().points += 1;
+    for (image_index, image) in power.images.iter().enumerate() {
+        let token = Token {
+            scenario: scenario.name.to_owned(),
+            seed,
+            mode: CrashMode::PowerLoss,
+            k,
+            image: image_index,
+            second: None,
+            fault: Some(fault),
+        };
+        let mut messages = common.clone();
+        match check::check_image(
+            SimFs::from_image(image, FaultPlan::none(seed)),
+            scenario,
+            &run,
+            seed,
+        ) {
+            Ok(found) => messages.extend(found),
+            Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
+        }
+        record(report, &key, token, &transition, &boundary, messages);
+    }
+    // The process goes on: a new handle on the same filesystem recovers.
+    drop(store);
+    let key =
+        (scenario.name.to_owned(), transition.clone(), boundary.clone(), CrashMode::ProcessKill);
+    report.cells.entry(key.clone()).or_default().points += 1;
+    let token = Token {
+        scenario: scenario.name.to_owned(),
+        seed,
+        mode: CrashMode::ProcessKill,
+        k,
+        image: usize::MAX,
+        second: None,
+        fault: Some(fault),
+    };
+    let mut messages = common;
+    match check::check_image(fs, scenario, &run, seed) {
+        Ok(found) => messages.extend(found),
+        Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
+    }
+    record(report, &key, token, &transition, &boundary, messages);
+}
+
 fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: usize) -> Token {
-    Token { scenario: scenario.name.to_owned(), seed, mode, k, image, second: None }
+    Token { scenario: scenario.name.to_owned(), seed, mode, k, image, second: None, fault: None }
 }
 
 /// Depth 2: crash the recovery of `image` at each of its boundaries, check those images.
@@ -416,6 +535,9 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
     let scenario = scenario::named(&token.scenario)
         .ok_or_else(|| format!("unknown scenario {:?}", token.scenario))?;
     let seed = token.seed;
+    if let Some(fault) = token.fault {
+        return replay_fault(token, &scenario, fault);
+    }
     let fs = SimFs::new(FaultPlan::crash_at(seed, token.k));
     let run = execute(&fs, &scenario, seed);
     let trace = fs.trace();
@@ -450,6 +572,48 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
         }
     };
     match check::check_image(checked.clone(), &scenario, &run, seed) {
+        Ok(found) => messages.extend(found),
+        Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
+    }
+    hasher.update(checked.trace().hash_hex());
+    Ok(Replay {
+        messages,
+        trace_hash: hex::encode(hasher.finalize()),
+        boundary,
+        trace: trace.to_string(),
+    })
+}
+
+/// Replays an injected-fault token: the power-loss image after the failure, or (image
+/// `usize::MAX`) the reopened process.
+fn replay_fault(
+    token: &Token,
+    scenario: &Scenario,
+    fault: faultfs::Fault,
+) -> Result<Replay, String> {
+    let seed = token.seed;
+    let fs = SimFs::new(FaultPlan::fault_at(seed, token.k, fault));
+    let (run, store) = run::execute_with(&fs, scenario, seed);
+    drop(store);
+    let trace = fs.trace();
+    let boundary = trace
+        .entries()
+        .get(token.k as usize)
+        .map_or_else(|| "end".to_owned(), |entry| entry.boundary.to_string());
+    let mut hasher = Sha256::new();
+    hasher.update(trace.hash_hex());
+    let checked = if token.image == usize::MAX {
+        fs
+    } else {
+        let images = fs.crash(CrashMode::PowerLoss).images;
+        let image = images
+            .get(token.image)
+            .ok_or_else(|| format!("only {} images after the failure", images.len()))?;
+        hasher.update(image.hash_hex());
+        SimFs::from_image(image, FaultPlan::none(seed))
+    };
+    let mut messages = run.violations.clone();
+    match check::check_image(checked.clone(), scenario, &run, seed) {
         Ok(found) => messages.extend(found),
         Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
     }

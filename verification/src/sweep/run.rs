@@ -133,6 +133,12 @@ pub struct Execution {
     pub segments: BTreeMap<String, SegmentSnapshot>,
     /// The session whose close is in flight, if any.
     pub closing_in_flight: Option<String>,
+    /// The I/O error that ended the run, if one did (injected faults).
+    pub failed: Option<String>,
+    /// Mutating ops issued by each step: [start, end) of the filesystem's op count.
+    pub step_ops: Vec<(u64, u64)>,
+    /// Steps the engine refused (a conflict, a revoked sender, ...): nothing was acknowledged.
+    pub refused: Vec<usize>,
     /// Sessions created so far (acknowledged or in flight) with their creation triple.
     pub created: BTreeMap<String, model::Triple>,
     /// (session, key) pairs used by keyed sends so far.
@@ -209,39 +215,64 @@ pub(crate) fn interrupt(run: &mut Execution, index: usize, step: &Step) {
 
 /// Runs `scenario` on `fs` until it ends or the simulated process crashes.
 pub fn execute(fs: &SimFs, scenario: &Scenario, seed: u64) -> Execution {
+    execute_with(fs, scenario, seed).0
+}
+
+/// As [`execute`], also returning the open store handle (if it opened) so an injected-fault
+/// sweep can check that the handle was poisoned. An I/O error ends the run like a crash: the
+/// failed step is in flight (never acknowledged), and `failed` records the error.
+pub fn execute_with(
+    fs: &SimFs,
+    scenario: &Scenario,
+    seed: u64,
+) -> (Execution, Option<Store<SimFs>>) {
     let mut run = Execution::default();
     let store = match open(fs.clone(), scenario, seed) {
         Ok(store) => store,
-        Err(error) if error.is_crash() => return run,
+        Err(error) if error.is_crash() => return (run, None),
+        Err(error @ Error::Io(_)) => {
+            run.failed = Some(error.to_string());
+            return (run, None);
+        }
         Err(error) => {
             run.violations.push(format!("the store does not open: {error}"));
-            return run;
+            return (run, None);
         }
     };
     for (index, step) in scenario.steps.iter().enumerate() {
         begin(&mut run, step);
         let mut delivered = Vec::new();
         let mut violations = Vec::new();
+        let ops_before = fs.op_count();
         let answer = perform(&store, step, &mut delivered, &mut violations, None);
         run.delivered.extend(delivered);
         run.violations.extend(violations);
+        run.step_ops.push((ops_before, fs.op_count()));
         match answer {
             Ok(answer) => {
+                if matches!(answer, Answer::Refused(_)) {
+                    run.refused.push(index);
+                }
                 advance(&mut run, step, &answer);
                 snapshot_segments(fs, &mut run);
             }
             Err(error) if error.is_crash() => {
                 interrupt(&mut run, index, step);
-                return run;
+                return (run, Some(store));
+            }
+            Err(error @ (Error::Io(_) | Error::Poisoned { .. })) => {
+                interrupt(&mut run, index, step);
+                run.failed = Some(error.to_string());
+                return (run, Some(store));
             }
             Err(error) => {
                 run.violations
                     .push(format!("step {index} ({}) failed: {error}", step.transition()));
-                return run;
+                return (run, Some(store));
             }
         }
     }
-    run
+    (run, Some(store))
 }
 
 /// Runs one step against the engine. Refusals are answers; I/O failures and crashes are errors.
