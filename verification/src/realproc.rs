@@ -201,7 +201,7 @@ pub fn run_once(
     let journal = work.join("journal");
     let mut command = Command::new(binary);
     command
-        .args(["verify", "run-scenario", "--scenario", scenario.name, "--seed", &seed.to_string()])
+        .args(["verify", "run-scenario", "--scenario", &scenario.name, "--seed", &seed.to_string()])
         .arg("--root")
         .arg(&root)
         .arg("--journal")
@@ -255,7 +255,7 @@ pub fn count_ops(
 ) -> Result<u64, String> {
     let trace = work.join("trace");
     let status = Command::new(binary)
-        .args(["verify", "run-scenario", "--scenario", scenario.name, "--seed", &seed.to_string()])
+        .args(["verify", "run-scenario", "--scenario", &scenario.name, "--seed", &seed.to_string()])
         .arg("--root")
         .arg(work.join("root"))
         .arg("--journal")
@@ -367,7 +367,7 @@ fn tally(report: &mut RealReport, scenario: &Scenario, seed: u64, outcome: Outco
             ),
         };
         report.violations.push(RealViolation {
-            scenario: scenario.name.to_owned(),
+            scenario: scenario.name.to_string(),
             kill: outcome.kill,
             messages: outcome.violations,
             replay,
@@ -378,7 +378,7 @@ fn tally(report: &mut RealReport, scenario: &Scenario, seed: u64, outcome: Outco
 /// The scenario called `name`, or an error listing the names.
 pub fn scenario_named(name: &str) -> Result<Scenario, String> {
     scenario::named(name).ok_or_else(|| {
-        let names: Vec<&str> = scenario::all().iter().map(|s| s.name).collect();
+        let names: Vec<String> = scenario::all().iter().map(|s| s.name.to_string()).collect();
         format!("unknown scenario {name:?} (expected one of: {})", names.join(", "))
     })
 }

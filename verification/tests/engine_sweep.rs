@@ -29,8 +29,20 @@ fn the_real_engine_survives_every_crash_point() {
     // Every transition appears under both modes, crashed and with every injected fault.
     for mode in [CrashMode::ProcessKill, CrashMode::PowerLoss] {
         for transition in [
-            "create", "send", "send-keyed", "drain", "append", "archive", "close", "send+eio", "send+enospc",
-            "send+short", "drain+eio", "append+short", "close+eio", "send-keyed+recovery",
+            "create",
+            "send",
+            "send-keyed",
+            "drain",
+            "append",
+            "archive",
+            "close",
+            "send+eio",
+            "send+enospc",
+            "send+short",
+            "drain+eio",
+            "append+short",
+            "close+eio",
+            "send-keyed+recovery",
         ] {
             assert!(
                 report.cells.keys().any(|(_, t, _, m)| t == transition && *m == mode),
@@ -88,4 +100,24 @@ fn tokens_reject_malformed_text() {
         assert!(bad.parse::<Token>().is_err(), "{bad}");
     }
     assert!(sweep::replay(&"v1:nope:1:kill:0:0".parse().expect("well formed")).is_err());
+}
+
+#[test]
+fn a_violation_shrinks_to_a_minimal_workload_that_still_reproduces() {
+    spex_engine::mutant::select(Some(Mutant::SkipReceiptFence));
+    let options = Options {
+        scenarios: vec![sweep::scenario::named("drain").expect("a scenario")],
+        ..Options::full(1)
+    };
+    let report = sweep::sweep(
+        &Options { depth2: false, faults: Vec::new(), stop_at_first: true, ..options },
+        &mut |_| {},
+    );
+    let violation = report.violations.first().expect("the mutant is caught").clone();
+    let shrunk = sweep::shrink::shrink(&violation.token).expect("it shrinks");
+    let replayed = sweep::replay(&shrunk.token).expect("the shrunk token replays");
+    spex_engine::mutant::select(None);
+    assert!(shrunk.steps.len() < 7, "fewer steps than the scenario: {:?}", shrunk.steps);
+    assert!(!replayed.messages.is_empty(), "the minimal reproducer still fails");
+    assert_eq!(replayed.messages, shrunk.messages);
 }

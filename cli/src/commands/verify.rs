@@ -36,6 +36,8 @@ enum Command {
     Sweep(SweepArgs),
     /// Re-run the one crash image a violation's token names.
     Replay(ReplayArgs),
+    /// Reduce a violation to a minimal reproducer: fewest workload steps, closest image.
+    Shrink(ShrinkArgs),
     /// Sweep each deliberately broken engine variant; every one must be caught.
     Mutants(MutantsArgs),
     /// Kill the real binary at every boundary of each scenario (and at random moments with
@@ -112,9 +114,28 @@ struct SweepArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct ShrinkArgs {
+    /// The token a violation printed.
+    token: String,
+    /// Run against this deliberately broken engine (as `spex verify mutants` reports).
+    #[arg(long, value_parser = parse_mutant)]
+    mutant: Option<Mutant>,
+}
+
+fn parse_mutant(name: &str) -> Result<Mutant, String> {
+    Mutant::parse(name).ok_or_else(|| {
+        let names: Vec<String> = Mutant::ALL.iter().map(|m| m.name()).collect();
+        format!("unknown mutant {name:?} (expected one of: {})", names.join(", "))
+    })
+}
+
+#[derive(Debug, clap::Args)]
 struct ReplayArgs {
     /// The token a violation printed.
     token: String,
+    /// Run against this deliberately broken engine (as `spex verify mutants` reports).
+    #[arg(long, value_parser = parse_mutant)]
+    mutant: Option<Mutant>,
     /// Also print the op trace of the run up to the crash.
     #[arg(long)]
     trace: bool,
@@ -154,6 +175,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<Code> {
     match &args.command {
         Command::Sweep(args) => run_sweep(args),
         Command::Replay(args) => run_replay(args),
+        Command::Shrink(args) => run_shrink(args),
         Command::Mutants(args) => run_mutants(args),
         Command::RealSweep(args) => run_real_sweep(args),
         Command::RunScenario(args) => {
@@ -174,7 +196,8 @@ fn run_sweep(args: &SweepArgs) -> anyhow::Result<Code> {
     let mut scenarios = Vec::new();
     for name in &args.scenarios {
         scenarios.push(sweep::scenario::named(name).with_context(|| {
-            let names: Vec<&str> = sweep::scenario::all().iter().map(|s| s.name).collect();
+            let names: Vec<String> =
+                sweep::scenario::all().iter().map(|s| s.name.to_string()).collect();
             format!("unknown scenario {name:?} (expected one of: {})", names.join(", "))
         })?);
     }
@@ -316,7 +339,9 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
 
 fn run_replay(args: &ReplayArgs) -> anyhow::Result<Code> {
     let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
+    spex_engine::mutant::select(args.mutant);
     let replay = sweep::replay(&token).map_err(anyhow::Error::msg)?;
+    spex_engine::mutant::select(None);
     if args.json {
         let document = json!({
             "schema": SCHEMA_VERSION,
@@ -352,20 +377,23 @@ fn run_mutants(args: &MutantsArgs) -> anyhow::Result<Code> {
         let caught = sweep::catch(mutant, &options);
         if !args.json {
             match &caught.first {
-                Some(violation) => println!(
-                    "{:<30} caught in {:>8.1?} after {:>6} images: {} at {}",
-                    mutant.name(),
-                    caught.elapsed,
-                    caught.images,
-                    violation
-                        .messages
-                        .first()
-                        .map_or("", String::as_str)
-                        .chars()
-                        .take(90)
-                        .collect::<String>(),
-                    violation.boundary
-                ),
+                Some(violation) => {
+                    let message = violation.messages.first().map_or("", String::as_str);
+                    let message: String = message.chars().take(90).collect();
+                    println!(
+                        "{:<30} caught in {:>8.1?} after {:>6} images at {}: {message}",
+                        mutant.name(),
+                        caught.elapsed,
+                        caught.images,
+                        violation.boundary
+                    );
+                    println!(
+                        "{:<30} replay: {} --mutant {}",
+                        "",
+                        violation.replay_command(),
+                        mutant.name()
+                    );
+                }
                 None => println!("{:<30} NOT CAUGHT after {} images", mutant.name(), caught.images),
             }
         }
@@ -427,7 +455,7 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
     if let Some(kill) = single {
         let mut code = Code::Ok;
         for scenario in &scenarios {
-            let work = scratch.join(scenario.name);
+            let work = scratch.join(scenario.name.as_ref());
             std::fs::create_dir_all(&work)
                 .with_context(|| format!("creating {}", work.display()))?;
             let outcome = realproc::run_once(&binary, scenario, seed, kill, &work)
@@ -462,4 +490,26 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
         println!("  replay: {}", violation.replay);
     }
     Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
+}
+
+fn run_shrink(args: &ShrinkArgs) -> anyhow::Result<Code> {
+    let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
+    spex_engine::mutant::select(args.mutant);
+    let shrunk = sweep::shrink::shrink(&token).map_err(anyhow::Error::msg);
+    spex_engine::mutant::select(None);
+    let shrunk = shrunk?;
+    let scenario = sweep::scenario::named(&shrunk.token.scenario).context("the shrunk scenario")?;
+    println!("minimal reproducer: {} step(s) of {}", scenario.steps.len(), token.scenario);
+    for (index, step) in scenario.steps.iter().enumerate() {
+        println!("  {index}. {step:?}");
+    }
+    if shrunk.image_distance != u64::MAX {
+        println!("image: {} bytes from what the kernel held at the crash", shrunk.image_distance);
+    }
+    for message in &shrunk.messages {
+        println!("violation: {message}");
+    }
+    let mutant = args.mutant.map(|m| format!(" --mutant {}", m.name())).unwrap_or_default();
+    println!("replay: spex verify replay '{}'{mutant}", shrunk.token);
+    Ok(Code::Violation)
 }

@@ -14,6 +14,7 @@
 pub(crate) mod check;
 pub mod run;
 pub mod scenario;
+pub mod shrink;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -234,7 +235,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
             if !run.violations.is_empty() {
                 report.violations.push(Violation {
                     token: Token {
-                        scenario: scenario.name.to_owned(),
+                        scenario: scenario.name.to_string(),
                         seed,
                         mode: CrashMode::ProcessKill,
                         k: fs.op_count(),
@@ -303,12 +304,12 @@ fn sweep_point(
         None => "open".to_owned(),
     };
     for &mode in &options.modes {
-        let key = (scenario.name.to_owned(), transition.clone(), boundary.clone(), mode);
+        let key = (scenario.name.to_string(), transition.clone(), boundary.clone(), mode);
         report.cells.entry(key.clone()).or_default().points += 1;
         let crash = fs.crash(mode);
         for (image_index, image) in crash.images.iter().enumerate() {
             let token = Token {
-                scenario: scenario.name.to_owned(),
+                scenario: scenario.name.to_string(),
                 seed,
                 mode,
                 k,
@@ -394,11 +395,11 @@ fn fault_point(
     // Power loss right after the failure (fsyncgate: dropped data is visible but not durable).
     let power = fs.crash(CrashMode::PowerLoss);
     let key =
-        (scenario.name.to_owned(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
+        (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;
     for (image_index, image) in power.images.iter().enumerate() {
         let token = Token {
-            scenario: scenario.name.to_owned(),
+            scenario: scenario.name.to_string(),
             seed,
             mode: CrashMode::PowerLoss,
             k,
@@ -421,10 +422,10 @@ fn fault_point(
     // The process goes on: a new handle on the same filesystem recovers.
     drop(store);
     let key =
-        (scenario.name.to_owned(), transition.clone(), boundary.clone(), CrashMode::ProcessKill);
+        (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::ProcessKill);
     report.cells.entry(key.clone()).or_default().points += 1;
     let token = Token {
-        scenario: scenario.name.to_owned(),
+        scenario: scenario.name.to_string(),
         seed,
         mode: CrashMode::ProcessKill,
         k,
@@ -441,7 +442,7 @@ fn fault_point(
 }
 
 fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: usize) -> Token {
-    Token { scenario: scenario.name.to_owned(), seed, mode, k, image, second: None, fault: None }
+    Token { scenario: scenario.name.to_string(), seed, mode, k, image, second: None, fault: None }
 }
 
 /// Depth 2: crash the recovery of `image` at each of its boundaries, check those images.
@@ -469,7 +470,7 @@ fn sweep_recovery(
         let Err(halted) = check::check_image(crashing, scenario, run, seed) else { continue };
         for &mode in &options.modes {
             let key = (
-                scenario.name.to_owned(),
+                scenario.name.to_string(),
                 format!("{transition}+recovery"),
                 boundary.to_owned(),
                 mode,

@@ -77,8 +77,8 @@ impl Step {
 /// A named workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scenario {
-    /// Its name.
-    pub name: &'static str,
+    /// Its name (a shrunk workload's names its kept steps: `drain[0,3]`).
+    pub name: std::borrow::Cow<'static, str>,
     /// The segment bound the store runs with.
     pub segment_bytes_max: u64,
     /// The steps.
@@ -87,7 +87,7 @@ pub struct Scenario {
 
 impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name)
+        f.pad(&self.name)
     }
 }
 
@@ -102,7 +102,7 @@ fn send(to: &'static str, text: &'static str, key: Option<&'static str>) -> Step
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "send",
+            name: std::borrow::Cow::Borrowed("send"),
             segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
             steps: vec![
                 Step::Create { id: "s", adapter: Some("exec:cat") },
@@ -114,7 +114,7 @@ pub fn all() -> Vec<Scenario> {
             ],
         },
         Scenario {
-            name: "drain",
+            name: std::borrow::Cow::Borrowed("drain"),
             segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
             steps: vec![
                 Step::Create { id: "s", adapter: None },
@@ -127,7 +127,7 @@ pub fn all() -> Vec<Scenario> {
             ],
         },
         Scenario {
-            name: "lifecycle",
+            name: std::borrow::Cow::Borrowed("lifecycle"),
             segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
             steps: vec![
                 Step::Create { id: "s", adapter: None },
@@ -155,7 +155,7 @@ pub fn all() -> Vec<Scenario> {
             ],
         },
         Scenario {
-            name: "close",
+            name: std::borrow::Cow::Borrowed("close"),
             segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
             steps: vec![
                 Step::Create { id: "a", adapter: None },
@@ -167,7 +167,7 @@ pub fn all() -> Vec<Scenario> {
             ],
         },
         Scenario {
-            name: "rollover",
+            name: std::borrow::Cow::Borrowed("rollover"),
             segment_bytes_max: 1024,
             steps: vec![
                 Step::Create { id: "s", adapter: None },
@@ -202,7 +202,26 @@ pub fn all() -> Vec<Scenario> {
     ]
 }
 
-/// The scenario called `name`.
+/// The scenario called `name`; `name[i,j,...]` keeps only those steps (a shrunk workload).
 pub fn named(name: &str) -> Option<Scenario> {
-    all().into_iter().find(|scenario| scenario.name == name)
+    let (base, subset) = match name.split_once('[') {
+        Some((base, rest)) => (base, Some(rest.strip_suffix(']')?)),
+        None => (name, None),
+    };
+    let mut scenario = all().into_iter().find(|scenario| scenario.name == base)?;
+    if let Some(subset) = subset {
+        let mut steps = Vec::new();
+        for index in subset.split(',').filter(|part| !part.is_empty()) {
+            steps.push(scenario.steps.get(index.parse::<usize>().ok()?)?.clone());
+        }
+        scenario.steps = steps;
+        scenario.name = std::borrow::Cow::Owned(name.to_owned());
+    }
+    Some(scenario)
+}
+
+/// The name of `scenario` restricted to `steps`.
+pub fn subset_name(base: &str, steps: &[usize]) -> String {
+    let list: Vec<String> = steps.iter().map(usize::to_string).collect();
+    format!("{base}[{}]", list.join(","))
 }
