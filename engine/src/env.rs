@@ -2,12 +2,10 @@
 //! a global random generator itself; a simulated run injects [`ManualClock`] and [`SeededIds`]
 //! and is deterministic from one seed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::sync::Mutex;
+use crate::sync::{AtomicU64, Mutex, Ordering, yield_now};
 
 /// Milliseconds since the Unix epoch.
 pub type UnixMs = u64;
@@ -90,7 +88,7 @@ impl Clock for ManualClock {
 
     fn sleep_ms(&self, ms: u64) {
         self.now_ms.fetch_add(ms, Ordering::SeqCst);
-        std::thread::yield_now();
+        yield_now();
     }
 }
 

@@ -29,7 +29,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::MutexGuard;
 use std::time::UNIX_EPOCH;
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
@@ -46,12 +45,18 @@ pub const PID_REUSE_SLACK_MS: u64 = 1_000;
 const RETRY_DELAY_MS_MAX: u64 = 50;
 
 /// The locks this process holds, as (pid, path): the pid is part of the key because a simulated
-/// filesystem can play several processes inside one real one. A std mutex, not the loom switch:
-/// it is process-wide state, not part of the modelled concurrency.
+/// filesystem can play several processes inside one real one. Under loom it is a loom mutex, so
+/// the models explore it with everything else.
+#[cfg(not(loom))]
 static HOLDING: std::sync::Mutex<BTreeSet<(u32, PathBuf)>> = std::sync::Mutex::new(BTreeSet::new());
 
-fn holding() -> MutexGuard<'static, BTreeSet<(u32, PathBuf)>> {
-    HOLDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref HOLDING: crate::sync::Mutex<BTreeSet<(u32, PathBuf)>> = crate::sync::Mutex::new(BTreeSet::new());
+}
+
+fn holding() -> crate::sync::MutexGuard<'static, BTreeSet<(u32, PathBuf)>> {
+    crate::sync::lock(&HOLDING)
 }
 
 /// The boundaries of one transition's lock operations.

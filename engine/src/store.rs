@@ -32,8 +32,10 @@ use crate::queue::{self, Entry};
 use crate::receipts::ReceiptIndexes;
 use crate::record::Record;
 use crate::steps::{self, Steps};
-use crate::sync::{Arc, Mutex, lock as lock_mutex};
+use crate::sync::{Mutex, lock as lock_mutex};
+// Shared ownership of the injected clock and id source (not synchronization: std's Arc).
 use crate::timeline::{self, Cursor, Event, Line, Stamp, Triple};
+use std::sync::Arc;
 
 /// Tunables of a store handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

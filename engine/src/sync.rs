@@ -2,9 +2,17 @@
 //! here, so loom models can explore the interleavings of sends, drains and lifecycle writes.
 
 #[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(loom)]
+pub(crate) use loom::thread::yield_now;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;
 
 /// Locks `mutex`. A poisoned mutex means a thread panicked while holding it, which is a bug;
 /// the guarded data is in-memory bookkeeping that is still the best information available.

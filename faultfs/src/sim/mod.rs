@@ -36,7 +36,13 @@ mod image;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+// The simulated state is shared between threads (several "processes" in one test); under loom
+// its mutex is loom's, so loom models explore the interleavings of filesystem ops too.
+#[cfg(loom)]
+use loom::sync::{Arc as SyncArc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+use std::sync::{Arc as SyncArc, Mutex, MutexGuard};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 pub use image::{CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode};
@@ -188,7 +194,7 @@ pub(crate) struct State {
 /// handle to the same filesystem (as seen by the same process; see [`SimFs::as_process`]).
 #[derive(Clone, Debug)]
 pub struct SimFs {
-    state: Arc<Mutex<State>>,
+    state: SyncArc<Mutex<State>>,
     process_id: u32,
 }
 
@@ -219,7 +225,7 @@ impl SimFs {
             sampled_images: SAMPLED_IMAGES_DEFAULT,
             rules: Rules::CRASH_MODEL,
         };
-        SimFs { state: Arc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
+        SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
 
     /// An empty filesystem running `plan` under a weakened crash model (see [`Rules`]); only for
@@ -275,7 +281,7 @@ impl SimFs {
             let now = state.clock_ms;
             state.processes.entry(pid).or_insert(now);
         }
-        SimFs { state: Arc::clone(&self.state), process_id: pid }
+        SimFs { state: SyncArc::clone(&self.state), process_id: pid }
     }
 
     /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
