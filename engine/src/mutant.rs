@@ -38,10 +38,16 @@ pub enum Mutant {
     ReplayWithoutRestore,
     /// A new session's directory entry is never synced.
     NoSessionDirSync,
+    /// A send reads the queue before taking the record lock (a lost update under concurrency;
+    /// caught by the loom model, not by the single-threaded crash sweeps).
+    QueueReadOutsideLock,
 }
 
 impl Mutant {
-    /// Every mutant.
+    /// Mutants only concurrency exposes (the loom model catches them).
+    pub const CONCURRENCY: [Mutant; 1] = [Mutant::QueueReadOutsideLock];
+
+    /// Every mutant the crash sweeps must catch.
     pub const ALL: [Mutant; 15] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
@@ -75,7 +81,7 @@ impl Mutant {
 
     /// Parses a kebab-case name.
     pub fn parse(name: &str) -> Option<Mutant> {
-        Mutant::ALL.into_iter().find(|mutant| mutant.name() == name)
+        Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name)
     }
 }
 

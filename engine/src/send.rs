@@ -88,6 +88,8 @@ impl<F: Fs> Store<F> {
                 reason: "operation and key must be non-empty".to_owned(),
             });
         }
+        let read_early =
+            if active(Mutant::QueueReadOutsideLock) { Some(self.queue(to)?) } else { None };
         self.transition(to, &SEND, |_| {
             let record = self.record(to)?;
             if let Some(sender) = from
@@ -157,14 +159,23 @@ impl<F: Fs> Store<F> {
                 dispatch: keyed
                     .map(|(operation, request_digest, _)| Dispatch { operation, request_digest }),
             };
-            self.accept_and_enqueue(to, &line, entry)?;
+            self.accept_and_enqueue(to, &line, entry, read_early.clone())?;
             Ok(Accepted { mid, replayed: false, restored: false })
         })
     }
 
     /// Steps 1 to 3 of the module header.
-    fn accept_and_enqueue(&self, to: &SessionId, line: &Line, entry: Entry) -> Result<()> {
-        let mut entries = self.queue(to)?;
+    fn accept_and_enqueue(
+        &self,
+        to: &SessionId,
+        line: &Line,
+        entry: Entry,
+        read_early: Option<Vec<Entry>>,
+    ) -> Result<()> {
+        let mut entries = match read_early {
+            Some(entries) => entries,
+            None => self.queue(to)?,
+        };
         if entries.len() >= QUEUE_ENTRIES_MAX {
             return Err(Error::TooLarge {
                 what: "delivery queue (entries)",
