@@ -19,6 +19,8 @@ use crate::mutant::{Mutant, active};
 pub(crate) enum StateFile {
     Record,
     Queue,
+    /// Derived data (the receipt index): written without syncs.
+    Index,
 }
 
 /// The boundaries of one transition's writes of one state file.

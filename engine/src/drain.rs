@@ -218,6 +218,7 @@ impl<F: Fs> Store<F> {
                 id,
                 &dispatch.operation,
                 &dispatch.request_digest,
+                &DRAIN.index,
             )?;
             match fence(&head, known.as_ref()) {
                 Err(stop) => return Ok(Next::Stop(stop)),

@@ -18,7 +18,8 @@
 //! `session.json.tmp` and `pending.json.tmp` (the staging files of atomic replaces, removed by
 //! recovery), `<root>/.closing/<id>` (a session being closed, moved out of `sessions/` in one
 //! rename so a close is atomic), and `<lock>.takeover` (the flock that makes stale-lock takeover
-//! race-free).
+//! race-free), and `receipts.index.json` (a derived index of keyed-send receipts, rebuilt from
+//! the log whenever it is missing or stale).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -190,6 +191,16 @@ impl Layout {
     /// The record's staging file.
     pub fn record_tmp(&self, id: &SessionId) -> PathBuf {
         self.session_dir(id).join("session.json.tmp")
+    }
+
+    /// The persisted receipt index (derived; see `receipts`).
+    pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("receipts.index.json")
+    }
+
+    /// The receipt index's staging file.
+    pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("receipts.index.json.tmp")
     }
 
     /// The legacy first segment.

@@ -1,21 +1,52 @@
 //! Receipt lookup for keyed sends and the drain's fence.
 //!
-//! A per-handle, per-session index of receipts (operation + request digest -> message id,
-//! payload hash, frozen delivery, settled?) folded from the log. The first lookup on a session
-//! in a handle reads the whole log once: O(log bytes). Every later lookup reads only the bytes
-//! appended since (O(new bytes)), from the index's cursor. The index is derived: if its cursor
-//! no longer points into the log (a segment vanished, or the newest shrank), it is rebuilt from
-//! the start, so a lost or stale index costs one full read and never a wrong answer. Lookups run
-//! under the record lock, after recovery, so every line folded is complete and stays.
+//! An index of receipts (operation + request digest -> message id, frozen delivery, settled?)
+//! folded from the log, kept in memory per handle and persisted per session in
+//! `receipts.index.json` (with the cursor it was folded to and a hash of the bytes just before
+//! it), so a new process does not re-read the whole log either.
+//!
+//! Cost of a lookup: loading the persisted index (O(receipts)) once per handle, then reading only
+//! the log bytes appended since its cursor (O(new bytes)). The index is derived data: it is
+//! written without fsync (tmp + rename) and trusted only if its cursor still points into the log
+//! and the bytes before it still hash the same; otherwise (lost, torn, stale, or a log that was
+//! truncated and regrown after a power loss) it is rebuilt from the log, which costs one full
+//! read and never a wrong answer. Lookups run under the record lock, after recovery, so every
+//! line folded is complete.
 
 use std::collections::HashMap;
 
-use faultfs::Fs;
+use faultfs::{Boundary, File, Fs, OpenOptions};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
+use crate::atomic::{self, ReplaceSteps};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, SessionId};
+use crate::layout::{Layout, SegmentNo, SessionId};
 use crate::sync::{Mutex, lock};
 use crate::timeline::{self, Cursor, Line, Receipt};
+
+/// Format version of the persisted index.
+const INDEX_VERSION: u32 = 1;
+/// Bytes before the cursor whose hash pins the persisted index to the log it was folded from.
+const TAIL_PIN_BYTES: u64 = 256;
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Persisted {
+    version: u32,
+    segment: u64,
+    offset: u64,
+    index: u64,
+    tail_sha256: String,
+    receipts: Vec<PersistedReceipt>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PersistedReceipt {
+    mid: String,
+    settled: bool,
+    receipt: Receipt,
+}
 
 /// What the log says about one receipt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +60,106 @@ pub(crate) struct Known {
 struct Index {
     cursor: Cursor,
     receipts: HashMap<(String, String), Known>,
+}
+
+/// The hash of the (up to) `TAIL_PIN_BYTES` bytes before `cursor` in its segment.
+fn tail_pin<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    cursor: Cursor,
+) -> Result<Option<String>> {
+    if cursor.offset == 0 {
+        return Ok(Some(String::new()));
+    }
+    let path = if cursor.segment == 0 {
+        layout.legacy_segment(id)
+    } else {
+        layout.segment(id, SegmentNo(cursor.segment))
+    };
+    let file = match fs.open(&path, OpenOptions::read(), Boundary::new("read")) {
+        Ok(file) => file,
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    if file.len()? < cursor.offset {
+        return Ok(None);
+    }
+    let start = cursor.offset.saturating_sub(TAIL_PIN_BYTES);
+    let mut bytes = vec![0u8; (cursor.offset - start) as usize];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let read = file.read_at(start + filled as u64, &mut bytes[filled..])?;
+        if read == 0 {
+            return Ok(None);
+        }
+        filled += read;
+    }
+    Ok(Some(hex::encode(Sha256::digest(&bytes))))
+}
+
+/// Loads the persisted index if it is intact and still pinned to this log.
+fn load<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Option<Index>> {
+    let Some(bytes) = atomic::read(fs, &layout.receipt_index(id))? else { return Ok(None) };
+    let Ok(persisted) = serde_json::from_slice::<Persisted>(&bytes) else { return Ok(None) };
+    if persisted.version != INDEX_VERSION {
+        return Ok(None);
+    }
+    let cursor =
+        Cursor { segment: persisted.segment, offset: persisted.offset, index: persisted.index };
+    if tail_pin(fs, layout, id, cursor)?.as_deref() != Some(persisted.tail_sha256.as_str()) {
+        return Ok(None);
+    }
+    let receipts = persisted
+        .receipts
+        .into_iter()
+        .map(|r| {
+            (
+                (r.receipt.operation.clone(), r.receipt.request_digest.clone()),
+                Known { mid: r.mid, receipt: r.receipt, settled: r.settled },
+            )
+        })
+        .collect();
+    Ok(Some(Index { cursor, receipts }))
+}
+
+/// Persists the index (derived data: no fsync; a lost or torn copy is rebuilt).
+fn persist<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    index: &Index,
+    steps: &ReplaceSteps,
+) -> Result<()> {
+    let Some(tail_sha256) = tail_pin(fs, layout, id, index.cursor)? else { return Ok(()) };
+    let mut receipts: Vec<PersistedReceipt> = index
+        .receipts
+        .values()
+        .map(|known| PersistedReceipt {
+            mid: known.mid.clone(),
+            settled: known.settled,
+            receipt: known.receipt.clone(),
+        })
+        .collect();
+    receipts.sort_by(|a, b| {
+        (&a.receipt.operation, &a.receipt.request_digest)
+            .cmp(&(&b.receipt.operation, &b.receipt.request_digest))
+    });
+    let persisted = Persisted {
+        version: INDEX_VERSION,
+        segment: index.cursor.segment,
+        offset: index.cursor.offset,
+        index: index.cursor.index,
+        tail_sha256,
+        receipts,
+    };
+    let bytes = serde_json::to_vec(&persisted).expect("the index always serializes");
+    let tmp = layout.receipt_index_tmp(id);
+    let file = fs.open(&tmp, OpenOptions::create_truncate(), steps.create)?;
+    file.write_at(0, &bytes, steps.write)?;
+    drop(file);
+    fs.rename(&tmp, &layout.receipt_index(id), steps.rename)?;
+    Ok(())
 }
 
 impl Index {
@@ -65,7 +196,8 @@ pub(crate) struct ReceiptIndexes {
 }
 
 impl ReceiptIndexes {
-    /// The receipt for (operation, request digest), after folding what the log gained.
+    /// The receipt for (operation, request digest), after folding what the log gained (and
+    /// persisting the index if it moved).
     pub(crate) fn lookup<F: Fs>(
         &self,
         fs: &F,
@@ -73,9 +205,15 @@ impl ReceiptIndexes {
         id: &SessionId,
         operation: &str,
         request_digest: &str,
+        steps: &ReplaceSteps,
     ) -> Result<Option<Known>> {
         let mut indexes = lock(&self.by_session);
-        let index = indexes.entry(id.clone()).or_default();
+        if !indexes.contains_key(id) {
+            let loaded = load(fs, layout, id)?.unwrap_or_default();
+            indexes.insert(id.clone(), loaded);
+        }
+        let index = indexes.get_mut(id).expect("inserted above");
+        let before = index.cursor;
         match timeline::read_from(fs, layout, id, index.cursor) {
             Ok((lines, next)) => {
                 index.fold(lines);
@@ -88,6 +226,9 @@ impl ReceiptIndexes {
                 index.cursor = next;
             }
             Err(error) => return Err(error),
+        }
+        if index.cursor != before {
+            persist(fs, layout, id, index, steps)?;
         }
         Ok(index.receipts.get(&(operation.to_owned(), request_digest.to_owned())).cloned())
     }

@@ -109,8 +109,14 @@ impl<F: Fs> Store<F> {
                 (key.operation.clone(), request_digest, payload_hash)
             });
             if let Some((operation, request_digest, payload_hash)) = &keyed
-                && let Some(known) =
-                    self.receipts.lookup(&self.fs, &self.layout, to, operation, request_digest)?
+                && let Some(known) = self.receipts.lookup(
+                    &self.fs,
+                    &self.layout,
+                    to,
+                    operation,
+                    request_digest,
+                    &SEND.index,
+                )?
             {
                 if known.receipt.payload_hash != *payload_hash {
                     return Err(Error::KeyConflict {

@@ -14,6 +14,7 @@ pub(crate) struct Steps {
     pub(crate) log: LogSteps,
     pub(crate) record: ReplaceSteps,
     pub(crate) queue: ReplaceSteps,
+    pub(crate) index: ReplaceSteps,
     pub(crate) lock: LockSteps,
     pub(crate) delivery_lock: LockSteps,
     /// Recovery run at the start of the transition.
@@ -65,6 +66,7 @@ macro_rules! steps {
             },
             record: replace_steps!(concat!($t, ".record"), StateFile::Record),
             queue: replace_steps!(concat!($t, ".queue"), StateFile::Queue),
+            index: replace_steps!(concat!($t, ".index"), StateFile::Index),
             lock: lock_steps!(concat!($t, ".lock")),
             delivery_lock: lock_steps!(concat!($t, ".delivery-lock")),
             recover_record: replace_steps!(concat!($t, ".recover.record"), StateFile::Record),

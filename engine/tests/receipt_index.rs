@@ -1,0 +1,107 @@
+//! The persisted receipt index: a new process finds a keyed send's receipt without re-reading
+//! the whole log, and an index that is lost, torn or pinned to bytes the log no longer holds is
+//! rebuilt from the log, never trusted. A keyed send must stay cheap on a long log and correct
+//! when its derived index is wrong.
+
+#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the test damages real files directly"
+)]
+
+mod common;
+
+use common::{config, id, queued};
+use spex_engine::{Config, Error, Key, SegmentNo, SendRequest, Store};
+
+fn keyed(text: &str, key: &str) -> SendRequest {
+    SendRequest {
+        text: text.into(),
+        key: Some(Key { operation: "op".into(), key: key.into() }),
+        ..SendRequest::default()
+    }
+}
+
+fn reopen(root: &std::path::Path, config: Config) -> Store<spex_engine::faultfs::RealFs> {
+    Store::open(
+        spex_engine::faultfs::RealFs::new(),
+        root,
+        std::sync::Arc::new(spex_engine::env::ManualClock::new(1_784_200_000_000)),
+        std::sync::Arc::new(spex_engine::env::SeededIds::new(99)),
+        config,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_new_process_reads_only_what_the_index_has_not_folded() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = Config { segment_bytes_max: 1024, ..config() };
+    let store = reopen(dir.path(), small);
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    let first = store.send(&s, &keyed("first", "k1")).unwrap();
+    for i in 0..20 {
+        store
+            .send(&s, &keyed(&format!("message {i} {}", "x".repeat(100)), &format!("n{i}")))
+            .unwrap();
+    }
+    drop(store);
+    assert!(dir.path().join("sessions/s/receipts.index.json").exists());
+    // Damage the first (sealed) segment: a full read would now fail.
+    let sealed = dir.path().join("sessions/s/timeline").join(SegmentNo(1).file_name());
+    let mut bytes = std::fs::read(&sealed).unwrap();
+    bytes[0] = b'#';
+    std::fs::write(&sealed, &bytes).unwrap();
+    // A new process replays the first key from the persisted index without reading segment 1.
+    let store = reopen(dir.path(), small);
+    let replay = store.send(&s, &keyed("first", "k1")).unwrap();
+    assert_eq!((replay.mid, replay.replayed), (first.mid, true));
+    // Without the index, the same lookup must read the whole log, and reports the damage.
+    std::fs::remove_file(dir.path().join("sessions/s/receipts.index.json")).unwrap();
+    let store = reopen(dir.path(), small);
+    assert!(matches!(store.send(&s, &keyed("first", "k1")), Err(Error::Corrupt { .. })));
+}
+
+#[test]
+fn a_stale_or_torn_index_is_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = reopen(dir.path(), config());
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    store.send(&s, &SendRequest { text: "plain".into(), ..SendRequest::default() }).unwrap();
+    let segment = dir.path().join("sessions/s/timeline").join(SegmentNo(1).file_name());
+    let before_key = std::fs::metadata(&segment).unwrap().len();
+    let lost = store.send(&s, &keyed("lost in a power loss", "k")).unwrap();
+    store.send(&s, &keyed("other", "k2")).unwrap(); // the index is folded past the keyed line
+    drop(store);
+    // A power loss took the keyed lines back; later writes regrew the log past the old cursor.
+    let file = std::fs::File::options().write(true).open(&segment).unwrap();
+    file.set_len(before_key).unwrap();
+    drop(file);
+    let store = reopen(dir.path(), config());
+    for i in 0..5 {
+        store
+            .send(
+                &s,
+                &SendRequest {
+                    text: format!("regrown {i} {}", "y".repeat(80)),
+                    ..SendRequest::default()
+                },
+            )
+            .unwrap();
+    }
+    drop(store);
+    // The index still claims key "k"; its pin no longer matches, so it is rebuilt.
+    let store = reopen(dir.path(), config());
+    let fresh = store.send(&s, &keyed("lost in a power loss", "k")).unwrap();
+    assert!(!fresh.replayed, "the receipt is gone from the log, so this is a new send");
+    assert_ne!(fresh.mid, lost.mid);
+    // A torn index file is ignored too.
+    std::fs::write(dir.path().join("sessions/s/receipts.index.json"), b"{\"version\":1,\"seg")
+        .unwrap();
+    let store = reopen(dir.path(), config());
+    let replay = store.send(&s, &keyed("lost in a power loss", "k")).unwrap();
+    assert_eq!((replay.mid, replay.replayed), (fresh.mid, true));
+}
