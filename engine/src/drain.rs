@@ -232,6 +232,17 @@ impl<F: Fs> Store<F> {
         }
     }
 
+    /// The settlement line of a delivered keyed entry (`None` for an unkeyed one).
+    fn settlement(&self, delivered: &Entry) -> Option<Line> {
+        let dispatch = delivered.dispatch.as_ref()?;
+        Some(Line::Settled(Settlement {
+            ts: crate::env::format_ts(self.clock.now_ms()),
+            operation: dispatch.operation.clone(),
+            request_digest: dispatch.request_digest.clone(),
+            mid: delivered.mid.clone(),
+        }))
+    }
+
     /// Step 3: settle (keyed) and remove the delivered entry.
     fn settle(&self, id: &SessionId, delivered: &Entry) -> Result<()> {
         let mut entries = self.queue(id)?;
@@ -246,13 +257,7 @@ impl<F: Fs> Store<F> {
         let tmp = self.layout.queue_tmp(id);
         if active(Mutant::SettleAfterRemoval) {
             self.write_queue(id, &entries, &DRAIN)?;
-            if let Some(dispatch) = &delivered.dispatch {
-                let line = Line::Settled(Settlement {
-                    ts: crate::env::format_ts(self.clock.now_ms()),
-                    operation: dispatch.operation.clone(),
-                    request_digest: dispatch.request_digest.clone(),
-                    mid: delivered.mid.clone(),
-                });
+            if let Some(line) = self.settlement(delivered) {
                 self.append_line(id, &line, &DRAIN)?;
             }
             return Ok(());
@@ -260,17 +265,11 @@ impl<F: Fs> Store<F> {
         if !entries.is_empty() {
             atomic::stage(&self.fs, &tmp, &queue::encode(&entries), &DRAIN.queue)?;
         }
-        if let Some(dispatch) = &delivered.dispatch {
-            let line = Line::Settled(Settlement {
-                ts: crate::env::format_ts(self.clock.now_ms()),
-                operation: dispatch.operation.clone(),
-                request_digest: dispatch.request_digest.clone(),
-                mid: delivered.mid.clone(),
-            });
-            if let Err(error) = self.append_line(id, &line, &DRAIN) {
-                atomic::discard(&self.fs, &tmp, &DRAIN.queue);
-                return Err(error);
-            }
+        if let Some(line) = self.settlement(delivered)
+            && let Err(error) = self.append_line(id, &line, &DRAIN)
+        {
+            atomic::discard(&self.fs, &tmp, &DRAIN.queue);
+            return Err(error);
         }
         if entries.is_empty() {
             atomic::remove(

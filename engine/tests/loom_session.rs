@@ -110,20 +110,7 @@ fn send_drain_and_lifecycle_race_on_one_session() {
     builder.max_branches = 100_000;
     builder.check(|| {
         EXPLORED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let config =
-            Config { lock_wait_ms: 1_000_000, drain_retry_delay_ms: 0, ..Config::default() };
-        let store = Arc::new(
-            Store::open(
-                SimFs::new(FaultPlan::none(1)),
-                "/store",
-                Arc::new(ManualClock::new(1_784_160_000_000)),
-                Arc::new(SeededIds::new(1)),
-                config,
-            )
-            .unwrap(),
-        );
-        let s = SessionId::new("s").unwrap();
-        store.create_session(&s, &Triple::new(Status::Queued, None, None), None, None).unwrap();
+        let (store, s) = setup();
 
         let sender = {
             let (store, s) = (Arc::clone(&store), s.clone());

@@ -96,12 +96,7 @@ fn open_store<F: faultfs::Fs>(
     seed: u64,
     root: &Path,
 ) -> spex_engine::Result<Store<F>> {
-    let config = spex_engine::Config {
-        segment_bytes_max: scenario.segment_bytes_max,
-        lock_wait_ms: 5_000,
-        drain_attempts_max: 1,
-        drain_retry_delay_ms: 0,
-    };
+    let config = run::config(scenario);
     Store::open(
         fs,
         root,

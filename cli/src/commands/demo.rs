@@ -7,12 +7,12 @@
 use std::fmt::Write as _;
 
 use anyhow::Context as _;
-use faultfs::CrashMode;
 use faultfs::litmus;
 use serde_json::json;
 use spex_verification::demo::{self, Report, Writer};
 use spex_verification::seed;
 
+use super::ModeArg;
 use crate::exit::Code;
 
 /// JSON schema version of `spex demo --json`.
@@ -40,23 +40,6 @@ pub(crate) struct Args {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ModeArg {
-    Kill,
-    Power,
-    All,
-}
-
-impl ModeArg {
-    fn modes(self) -> &'static [CrashMode] {
-        match self {
-            ModeArg::Kill => &[CrashMode::ProcessKill],
-            ModeArg::Power => &[CrashMode::PowerLoss],
-            ModeArg::All => &[CrashMode::ProcessKill, CrashMode::PowerLoss],
-        }
-    }
 }
 
 struct LitmusRow {

@@ -11,13 +11,13 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use faultfs::CrashMode;
 use serde_json::json;
 use spex_engine::mutant::Mutant;
 use spex_verification::realproc::{self, Kill};
 use spex_verification::seed;
 use spex_verification::sweep::{self, Options, Report, Token};
 
+use super::ModeArg;
 use crate::exit::Code;
 
 /// JSON schema version of `spex verify --json`.
@@ -154,13 +154,6 @@ struct MutantsArgs {
     json: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ModeArg {
-    Kill,
-    Power,
-    All,
-}
-
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     let (index, count) = text.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
     let index: u64 = index.parse().map_err(|_| format!("{index:?} is not a number"))?;
@@ -204,11 +197,7 @@ fn run_sweep(args: &SweepArgs) -> anyhow::Result<Code> {
     if scenarios.is_empty() {
         scenarios = sweep::scenario::all();
     }
-    let modes = match args.mode {
-        ModeArg::Kill => vec![CrashMode::ProcessKill],
-        ModeArg::Power => vec![CrashMode::PowerLoss],
-        ModeArg::All => vec![CrashMode::ProcessKill, CrashMode::PowerLoss],
-    };
+    let modes = args.mode.modes().to_vec();
     let options = Options {
         seed,
         scenarios,

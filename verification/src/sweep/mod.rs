@@ -318,15 +318,7 @@ fn sweep_point(
                 fault: None,
             };
             let mut messages = run.violations.clone();
-            match check::check_image(
-                SimFs::from_image(image, FaultPlan::none(seed)),
-                scenario,
-                &run,
-                seed,
-            ) {
-                Ok(found) => messages.extend(found),
-                Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
-            }
+            messages.extend(check_rebooted(image, scenario, &run, seed));
             record(report, &key, token, &transition, &boundary, messages);
             if options.depth2 && mode == CrashMode::ProcessKill {
                 sweep_recovery(
@@ -408,15 +400,7 @@ fn fault_point(
             fault: Some(fault),
         };
         let mut messages = common.clone();
-        match check::check_image(
-            SimFs::from_image(image, FaultPlan::none(seed)),
-            scenario,
-            &run,
-            seed,
-        ) {
-            Ok(found) => messages.extend(found),
-            Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
-        }
+        messages.extend(check_rebooted(image, scenario, &run, seed));
         record(report, &key, token, &transition, &boundary, messages);
     }
     // The process goes on: a new handle on the same filesystem recovers.
@@ -439,6 +423,19 @@ fn fault_point(
         Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
     }
     record(report, &key, token, &transition, &boundary, messages);
+}
+
+/// Reboots `image` with no fault planned and checks it.
+fn check_rebooted(
+    image: &faultfs::Image,
+    scenario: &Scenario,
+    run: &run::Execution,
+    seed: u64,
+) -> Vec<String> {
+    match check::check_image(SimFs::from_image(image, FaultPlan::none(seed)), scenario, run, seed) {
+        Ok(found) => found,
+        Err(_) => vec!["recovery crashed without a planned fault".to_owned()],
+    }
 }
 
 fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: usize) -> Token {

@@ -21,20 +21,24 @@ use super::scenario::{OPERATION, Scenario, Step};
 /// The root of the simulated store.
 pub const ROOT: &str = "/store";
 
-/// Opens the store of a scenario on `fs`.
-pub fn open(fs: SimFs, scenario: &Scenario, seed: u64) -> Result<Store<SimFs>, Error> {
-    let config = Config {
+/// The store configuration a scenario runs with.
+pub(crate) fn config(scenario: &Scenario) -> Config {
+    Config {
         segment_bytes_max: scenario.segment_bytes_max,
         lock_wait_ms: 5_000,
         drain_attempts_max: 1,
         drain_retry_delay_ms: 0,
-    };
+    }
+}
+
+/// Opens the store of a scenario on `fs`.
+pub fn open(fs: SimFs, scenario: &Scenario, seed: u64) -> Result<Store<SimFs>, Error> {
     Store::open(
         fs,
         ROOT,
         Arc::new(ManualClock::new(1_784_160_000_000)),
         Arc::new(SeededIds::new(seed)),
-        config,
+        config(scenario),
     )
 }
 
