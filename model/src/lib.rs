@@ -117,6 +117,8 @@ pub struct Session {
     pub keys: BTreeMap<(String, String), KeyState>,
     /// Archived?
     pub archived: bool,
+    /// Retired (its worktree is gone): lifecycle writes are refused, sends still recorded.
+    pub retired: bool,
 }
 
 /// The whole public state.
@@ -173,6 +175,11 @@ pub enum Op {
         /// The session.
         id: String,
     },
+    /// The session's worktree disappears.
+    Retire {
+        /// The session.
+        id: String,
+    },
 }
 
 /// What the model expects of a transition.
@@ -190,6 +197,8 @@ pub enum Expect {
     NoSuchSession,
     /// Refused: the session already exists.
     Exists,
+    /// Refused: the session is retired (lifecycle writes only).
+    Retired,
 }
 
 impl Model {
@@ -218,10 +227,12 @@ impl Model {
                     None => Expect::Ok,
                 }
             }
-            Op::Lifecycle { id, .. }
-            | Op::DrainHead { id }
-            | Op::Archive { id }
-            | Op::Close { id } => {
+            Op::Lifecycle { id, .. } => match self.sessions.get(id) {
+                None => Expect::NoSuchSession,
+                Some(session) if session.retired => Expect::Retired,
+                Some(_) => Expect::Ok,
+            },
+            Op::DrainHead { id } | Op::Archive { id } | Op::Close { id } | Op::Retire { id } => {
                 if self.sessions.contains_key(id) {
                     Expect::Ok
                 } else {
@@ -244,6 +255,7 @@ impl Model {
                         owed: Vec::new(),
                         keys: BTreeMap::new(),
                         archived: false,
+                        retired: false,
                     },
                 );
             }
@@ -309,6 +321,7 @@ impl Model {
                 }
             }
             (Op::Archive { id }, Expect::Ok) => next.session_mut(id).archived = true,
+            (Op::Retire { id }, Expect::Ok) => next.session_mut(id).retired = true,
             (Op::Close { id }, Expect::Ok) => {
                 next.sessions.remove(id);
                 next.closed.insert(id.clone());

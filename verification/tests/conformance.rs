@@ -1,7 +1,7 @@
 //! Property-based conformance: random sequences over several sessions (keyed and unkeyed sends
 //! with key reuse under the same and a different payload, drains that accept or refuse,
-//! lifecycle writes, rollovers under a tiny segment bound, archive, close, sends from closed
-//! sessions) run against the engine on `SimFs` and on real files, compared with the model after
+//! lifecycle writes, rollovers under a tiny segment bound, archive, close, retired sessions, sends
+//! from closed sessions) run against the engine on `SimFs` and on real files, compared with the model after
 //! every step. A disagreement shrinks to a minimal sequence; regressions live in
 //! `tests/conformance.proptest-regressions`.
 
@@ -38,6 +38,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(id, status, proposal, note)| Step::Set { id, status, proposal, note }),
         1 => id().prop_map(|id| Step::Archive { id }),
         1 => id().prop_map(|id| Step::Close { id }),
+        1 => id().prop_map(|id| Step::Retire { id }),
     ]
 }
 

@@ -107,6 +107,13 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
                 owed,
                 keys,
                 archived: record.archived(),
+                retired: match record.worktree() {
+                    Some(worktree) => !store
+                        .fs()
+                        .exists(std::path::Path::new(worktree))
+                        .map_err(|e| e.to_string())?,
+                    None => false,
+                },
             },
         );
     }

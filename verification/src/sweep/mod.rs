@@ -356,9 +356,13 @@ fn fault_point(
         Some(index) => format!("{}+{fault}", scenario.steps[index].transition()),
         None => format!("open+{fault}"),
     };
+    // The harness's own ops (worktrees) are fault points too, but the engine's rules about
+    // failed writes do not apply to them.
+    let engine_op = !boundary.starts_with("harness.");
     let mut common = run.violations.clone();
     // A refusal (e.g. a key conflict) acknowledges nothing; its lock release may fail quietly.
     if let Some(index) = faulted_step
+        && engine_op
         && run.in_flight != Some(index)
         && !run.refused.contains(&index)
     {
@@ -369,13 +373,14 @@ fn fault_point(
     }
     if let (Some(store), Some(index)) = (&store, run.in_flight)
         && run.failed.is_some()
+        && engine_op
     {
         let id = match &scenario.steps[index] {
             Step::Create { id, .. }
             | Step::Set { id, .. }
             | Step::Drain { id }
             | Step::DrainRefusing { id } => id,
-            Step::Archive { id } | Step::Close { id } => id,
+            Step::Archive { id } | Step::Close { id } | Step::Retire { id } => id,
             Step::Send { to, .. } => to,
         };
         match store.recover_session(&run::sid(id)) {

@@ -149,6 +149,25 @@ pub struct Execution {
     pub keys: BTreeSet<(String, String)>,
 }
 
+/// Where the harness keeps a session's worktree (inside the store root, so a real-process run
+/// and a simulated one both have it).
+pub(crate) fn worktree<F: faultfs::Fs>(store: &Store<F>, id: &str) -> std::path::PathBuf {
+    store.layout().root().join("worktrees").join(id)
+}
+
+fn ensure_dir<F: faultfs::Fs>(store: &Store<F>, dir: &std::path::Path) -> Result<(), Error> {
+    let boundary = faultfs::Boundary::new("harness.worktree.create");
+    for path in [dir.parent().unwrap_or(dir), dir] {
+        match store.fs().create_dir(path, boundary) {
+            Err(error) if error.io_kind() != Some(std::io::ErrorKind::AlreadyExists) => {
+                return Err(error.into());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The model op of a step, given the engine's answer where there is one.
 pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
     match step {
@@ -173,6 +192,7 @@ pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
         Step::Drain { id } | Step::DrainRefusing { id } => Op::DrainHead { id: (*id).to_owned() },
         Step::Archive { id } => Op::Archive { id: (*id).to_owned() },
         Step::Close { id } => Op::Close { id: (*id).to_owned() },
+        Step::Retire { id } => Op::Retire { id: (*id).to_owned() },
     }
 }
 
@@ -291,16 +311,37 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
         Error::SessionExists { .. }
         | Error::KeyConflict { .. }
         | Error::Revoked { .. }
-        | Error::NoSuchSession { .. } => Ok(Answer::Refused(error.to_string())),
+        | Error::NoSuchSession { .. }
+        | Error::Retired { .. } => Ok(Answer::Refused(error.to_string())),
         error => Err(error),
     };
     match step {
         Step::Create { id, adapter } => {
+            let worktree = worktree(store, id);
+            // A second create is refused and must not bring a retired session's worktree back.
+            if !store.fs().exists(&store.layout().record(&sid(id)))? {
+                ensure_dir(store, &worktree)?;
+            }
             let triple = Triple::new(spex_engine::Status::Queued, None, None);
+            let worktree = worktree.to_string_lossy().into_owned();
             store
-                .create_session(&sid(id), &triple, *adapter, None)
+                .create_session(&sid(id), &triple, *adapter, Some(&worktree))
                 .map(|_| Answer::Done)
                 .or_else(refused)
+        }
+        Step::Retire { id } => {
+            if !store.fs().exists(&store.layout().record(&sid(id)))? {
+                return Ok(Answer::Refused(format!("no such session {id}")));
+            }
+            match store
+                .fs()
+                .remove_dir(&worktree(store, id), faultfs::Boundary::new("harness.worktree.remove"))
+            {
+                Err(error) if error.io_kind() != Some(std::io::ErrorKind::NotFound) => {
+                    Err(error.into())
+                }
+                _ => Ok(Answer::Done),
+            }
         }
         Step::Set { id, status, proposal, note } => {
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
@@ -382,7 +423,11 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             }
         }
         (
-            Step::Create { .. } | Step::Set { .. } | Step::Archive { .. } | Step::Close { .. },
+            Step::Create { .. }
+            | Step::Set { .. }
+            | Step::Archive { .. }
+            | Step::Close { .. }
+            | Step::Retire { .. },
             Answer::Done,
             Expect::Ok,
         ) => {
@@ -391,7 +436,11 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
         (
             _,
             Answer::Refused(_),
-            Expect::Exists | Expect::KeyConflict | Expect::Revoked | Expect::NoSuchSession,
+            Expect::Exists
+            | Expect::KeyConflict
+            | Expect::Revoked
+            | Expect::NoSuchSession
+            | Expect::Retired,
         ) => {}
         (step, answer, expect) => run.violations.push(format!(
             "{} answered {answer:?} where the model expected {expect:?}",

@@ -57,6 +57,11 @@ pub enum Step {
         /// The session.
         id: &'static str,
     },
+    /// The session's worktree disappears (it is retired).
+    Retire {
+        /// The session.
+        id: &'static str,
+    },
 }
 
 impl Step {
@@ -70,6 +75,7 @@ impl Step {
             Step::Drain { .. } | Step::DrainRefusing { .. } => "drain",
             Step::Archive { .. } => "archive",
             Step::Close { .. } => "close",
+            Step::Retire { .. } => "retire",
         }
     }
 }
