@@ -18,6 +18,9 @@ pub enum CorruptReason {
     DamagedLine,
     /// A record or queue file that does not parse.
     BadFile(String),
+    /// The segment shrank while it was read (a writer repaired its torn tail): the read is
+    /// retried, and reported only if it keeps happening.
+    Shrank,
 }
 
 impl std::fmt::Display for CorruptReason {
@@ -29,6 +32,7 @@ impl std::fmt::Display for CorruptReason {
                 f.write_str("damaged line (NUL bytes) before the end of the log")
             }
             CorruptReason::BadFile(why) => write!(f, "malformed file: {why}"),
+            CorruptReason::Shrank => f.write_str("the segment shrank while being read"),
         }
     }
 }

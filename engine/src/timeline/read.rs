@@ -224,6 +224,28 @@ pub(crate) fn tail_lines<F: Fs>(
     want: usize,
     counts: impl Fn(&Line) -> bool,
 ) -> Result<Vec<Line>> {
+    // A reader takes no lock: a writer repairing a torn tail may shrink the newest segment under
+    // it. That is not damage; read again (a few times at most).
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match tail_lines_once(fs, layout, id, want, &counts) {
+            Err(Error::Corrupt { reason: CorruptReason::Shrank, .. }) if attempt < ATTEMPTS => {
+                continue;
+            }
+            result => return result,
+        }
+    }
+}
+
+fn tail_lines_once<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    want: usize,
+    counts: &impl Fn(&Line) -> bool,
+) -> Result<Vec<Line>> {
     let segments = list_segments(fs, layout, id)?;
     let mut lines = Vec::new();
     let mut counted = 0usize;
@@ -320,7 +342,7 @@ impl<T: File> BackwardLines<T> {
             return Err(Error::Corrupt {
                 path: self.segment.path.clone(),
                 offset: start,
-                reason: CorruptReason::BadLine("segment shrank while being read; retry".to_owned()),
+                reason: CorruptReason::Shrank,
             });
         }
         block.extend_from_slice(&self.buf);
