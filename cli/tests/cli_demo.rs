@@ -1,15 +1,9 @@
 //! `spex demo` as a user runs it: the real binary, stdout and stderr and the exit code checked
-//! separately. The README's first command is this one, so it must keep working as written.
+//! separately. The README documents it (and CI runs it), so it must keep working as written.
 
-use std::process::{Command, Output};
+mod common;
 
-fn spex(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spex"))
-        .args(args)
-        .env_remove("SPEX_SEED")
-        .output()
-        .expect("the spex binary runs")
-}
+use common::spex;
 
 #[test]
 fn demo_meets_its_expectations_and_exits_zero() {

@@ -3,15 +3,9 @@
 //! recovered and checked by the oracle. The simulated crash model is only as good as its match
 //! with what a real kernel keeps after a process dies.
 
-use std::process::Command;
+mod common;
 
-fn spex(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_spex"))
-        .args(args)
-        .env_remove("SPEX_SEED")
-        .output()
-        .expect("the spex binary runs")
-}
+use common::spex;
 
 #[test]
 fn real_process_kills_at_every_boundary_and_sigkill_soak_leave_no_violation() {

@@ -556,7 +556,7 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
     let mut hasher = Sha256::new();
     hasher.update(trace.hash_hex());
     hasher.update(image.hash_hex());
-    let mut messages = run.violations.clone();
+    let messages = run.violations.clone();
     let checked = match token.second {
         None => SimFs::from_image(image, FaultPlan::none(seed)),
         Some((mode, j, index)) => {
@@ -574,17 +574,7 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
             SimFs::from_image(second, FaultPlan::none(seed))
         }
     };
-    match check::check_image(checked.clone(), &scenario, &run, seed) {
-        Ok(found) => messages.extend(found),
-        Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
-    }
-    hasher.update(checked.trace().hash_hex());
-    Ok(Replay {
-        messages,
-        trace_hash: hex::encode(hasher.finalize()),
-        boundary,
-        trace: trace.to_string(),
-    })
+    Ok(finish_replay(checked, &scenario, &run, seed, hasher, messages, boundary, &trace))
 }
 
 /// Replays an injected-fault token: the power-loss image after the failure, or (image
@@ -615,18 +605,36 @@ fn replay_fault(
         hasher.update(image.hash_hex());
         SimFs::from_image(image, FaultPlan::none(seed))
     };
-    let mut messages = run.violations.clone();
-    match check::check_image(checked.clone(), scenario, &run, seed) {
+    let messages = run.violations.clone();
+    Ok(finish_replay(checked, scenario, &run, seed, hasher, messages, boundary, &trace))
+}
+
+/// Checks the rebooted (or reopened) filesystem of a replay and seals its trace hash.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the two replay paths hand over everything they built"
+)]
+fn finish_replay(
+    checked: SimFs,
+    scenario: &Scenario,
+    run: &run::Execution,
+    seed: u64,
+    mut hasher: Sha256,
+    mut messages: Vec<String>,
+    boundary: String,
+    trace: &faultfs::Trace,
+) -> Replay {
+    match check::check_image(checked.clone(), scenario, run, seed) {
         Ok(found) => messages.extend(found),
         Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
     }
     hasher.update(checked.trace().hash_hex());
-    Ok(Replay {
+    Replay {
         messages,
         trace_hash: hex::encode(hasher.finalize()),
         boundary,
         trace: trace.to_string(),
-    })
+    }
 }
 
 /// The result of sweeping one mutant.
