@@ -27,7 +27,7 @@ use crate::store::Store;
 impl<F: Fs> Store<F> {
     /// Closes session `id` (see the module header).
     pub fn close(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &CLOSE, |_| {
+        self.transition(id, &CLOSE, || {
             self.require_session(id)?;
             if active(Mutant::CloseDeletesBeforeRevoking) {
                 self.remove_tree(&self.layout.session_dir(id), &CLOSE)?;

@@ -23,7 +23,6 @@ use serde_json::{Map, Value};
 use crate::atomic;
 use crate::error::Result;
 use crate::layout::SessionId;
-use crate::lock;
 use crate::mutant::{Mutant, active};
 use crate::queue::{self, Entry};
 use crate::receipts::Known;
@@ -120,14 +119,7 @@ impl<F: Fs> Store<F> {
     /// Drains session `id`'s queue into `adapter` (see the module header).
     pub fn drain(&self, id: &SessionId, adapter: &mut dyn Adapter) -> Result<DrainReport> {
         self.require_session(id)?;
-        let delivery = lock::acquire(
-            &self.fs,
-            self.clock.as_ref(),
-            &self.layout.delivery_lock(id),
-            self.config.lock_wait_ms,
-            &DRAIN.delivery_lock,
-        )
-        .inspect_err(|error| self.poison_on_io(id, error))?;
+        let delivery = self.lock_file(id, &self.layout.delivery_lock(id), &DRAIN.delivery_lock)?;
         let mut report = DrainReport::default();
         let result = self.drain_locked(id, adapter, &mut report);
         match result {
@@ -150,7 +142,7 @@ impl<F: Fs> Store<F> {
         report: &mut DrainReport,
     ) -> Result<()> {
         loop {
-            let next = self.transition(id, &DRAIN, |_| self.next_head(id, report))?;
+            let next = self.transition(id, &DRAIN, || self.next_head(id, report))?;
             let entry = match next {
                 Next::Empty => return Ok(()),
                 Next::Stop(stop) => {
@@ -189,7 +181,7 @@ impl<F: Fs> Store<F> {
                 });
                 return Ok(());
             }
-            self.transition(id, &DRAIN, |_| self.settle(id, &entry))?;
+            self.transition(id, &DRAIN, || self.settle(id, &entry))?;
             report.delivered.push(entry.mid);
         }
     }

@@ -74,7 +74,7 @@ impl<F: Fs> Store<F> {
                 bytes_max: NOTE_BYTES_MAX as u64,
             });
         }
-        self.transition(id, &APPEND, |_| {
+        self.transition(id, &APPEND, || {
             let mut record = self.record(id)?;
             if let Some(worktree) = record.worktree()
                 && !self.fs.exists(Path::new(worktree))?
@@ -148,7 +148,7 @@ impl<F: Fs> Store<F> {
 
     /// Archives session `id`: a record-only write (no event). Every segment is preserved.
     pub fn archive(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &ARCHIVE, |_| {
+        self.transition(id, &ARCHIVE, || {
             let mut record = self.record(id)?;
             if record.archived() {
                 return Ok(());

@@ -90,7 +90,7 @@ impl<F: Fs> Store<F> {
         }
         let read_early =
             if active(Mutant::QueueReadOutsideLock) { Some(self.queue(to)?) } else { None };
-        self.transition(to, &SEND, |_| {
+        self.transition(to, &SEND, || {
             let record = self.record(to)?;
             if let Some(sender) = from
                 && self.is_revoked(sender)?

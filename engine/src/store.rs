@@ -154,18 +154,11 @@ impl<F: Fs> Store<F> {
         &self,
         id: &SessionId,
         steps: &Steps,
-        work: impl FnOnce(&LockGuard<'_, F>) -> Result<T>,
+        work: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
         self.check_poison(id)?;
-        let guard = lock::acquire(
-            &self.fs,
-            self.clock.as_ref(),
-            &self.layout.session_lock(id),
-            self.config.lock_wait_ms,
-            &steps.lock,
-        )
-        .inspect_err(|error| self.poison_on_io(id, error))?;
-        let result = self.recover(id, steps).and_then(|()| work(&guard));
+        let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
+        let result = self.recover(id, steps).and_then(|()| work());
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
@@ -179,6 +172,18 @@ impl<F: Fs> Store<F> {
                 Err(error)
             }
         }
+    }
+
+    /// Takes the lock file `path` of session `id` with this handle's clock and wait bound; an
+    /// I/O failure poisons the session.
+    pub(crate) fn lock_file(
+        &self,
+        id: &SessionId,
+        path: &Path,
+        steps: &lock::LockSteps,
+    ) -> Result<LockGuard<'_, F>> {
+        lock::acquire(&self.fs, self.clock.as_ref(), path, self.config.lock_wait_ms, steps)
+            .inspect_err(|error| self.poison_on_io(id, error))
     }
 
     fn check_poison(&self, id: &SessionId) -> Result<()> {
@@ -253,7 +258,7 @@ impl<F: Fs> Store<F> {
     /// Runs recovery on session `id` under its record lock (every writer does this first; this
     /// entry point lets a maintainer or a harness recover without writing anything else).
     pub fn recover_session(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &steps::RECOVER, |_| Ok(()))
+        self.transition(id, &steps::RECOVER, || Ok(()))
     }
 
     /// Reads a session's record, or `None` if it has none.
@@ -360,7 +365,7 @@ impl<F: Fs> Store<F> {
         worktree: Option<&str>,
     ) -> Result<Record> {
         let steps = &steps::CREATE;
-        self.transition(id, steps, |_| {
+        self.transition(id, steps, || {
             if self.read_record(id)?.is_some() {
                 return Err(Error::SessionExists { id: id.to_string() });
             }

@@ -121,3 +121,32 @@ fn a_violation_shrinks_to_a_minimal_workload_that_still_reproduces() {
     assert!(!replayed.messages.is_empty(), "the minimal reproducer still fails");
     assert_eq!(replayed.messages, shrunk.messages);
 }
+
+/// Every oracle rule catches a broken engine of its own: a rule no mutant trips could be a
+/// rule that cannot fail.
+#[test]
+fn every_oracle_rule_is_tripped_by_a_mutant() {
+    let cases = [
+        ("rule 1 (acceptance)", Mutant::NoQueueDirSync, "send"),
+        ("rule 2 (same-key replay)", Mutant::ReplayWithoutRestore, "send"),
+        ("rule 3 (fail-closed drain)", Mutant::SkipReceiptFence, "drain"),
+        ("rule 4 (append-only)", Mutant::NoLogSync, "send"),
+        ("rule 5 (lifecycle completeness)", Mutant::NoRollForward, "lifecycle"),
+        ("rule 6 (close atomicity)", Mutant::CloseDeletesBeforeRevoking, "close"),
+        ("rule 7 (model refinement)", Mutant::EnqueueBeforeAppend, "send"),
+    ];
+    for (rule, mutant, scenario) in cases {
+        let options = Options {
+            scenarios: vec![sweep::scenario::named(scenario).expect("a scenario")],
+            depth2: false,
+            faults: Vec::new(),
+            ..Options::full(1)
+        };
+        spex_engine::mutant::select(Some(mutant));
+        let report = sweep::sweep(&options, &mut |_| {});
+        spex_engine::mutant::select(None);
+        let tripped =
+            report.violations.iter().flat_map(|v| &v.messages).any(|m| m.starts_with(rule));
+        assert!(tripped, "{rule} is not tripped by {}", mutant.name());
+    }
+}
