@@ -1,17 +1,20 @@
 //! The exit codes of `spex`, one table for every command.
 //!
-//! | code | meaning                                          |
-//! |------|--------------------------------------------------|
-//! | 0    | ok                                               |
-//! | 1    | failed (an error was reported on stderr)         |
-//! | 2    | usage (bad arguments; printed by the parser)     |
-//! | 3    | busy (a lock is held)                            |
-//! | 4    | corrupt (the store is damaged)                   |
-//! | 5    | violation found (a crash check failed)           |
+//! | code | meaning                                                                  |
+//! |------|--------------------------------------------------------------------------|
+//! | 0    | ok                                                                       |
+//! | 1    | failed (an error was reported on stderr; e.g. no such session, a drain   |
+//! |      | stopped with messages still owed, an I/O error)                          |
+//! | 2    | usage (bad arguments or bad input: invalid id, oversized or non-UTF-8    |
+//! |      | text, a key conflict, a refused lifecycle write)                         |
+//! | 3    | busy (a lock is held by another process and the bounded wait ran out)    |
+//! | 4    | corrupt (a store file is damaged; the error names the file and offset)   |
+//! | 5    | violation found (a crash check failed)                                   |
+
+use spex_engine::Error;
 
 /// An exit code from the table above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "busy and corrupt arrive with the session commands")]
 pub(crate) enum Code {
     Ok = 0,
     Failed = 1,
@@ -25,4 +28,43 @@ impl From<Code> for std::process::ExitCode {
     fn from(code: Code) -> Self {
         std::process::ExitCode::from(code as u8)
     }
+}
+
+/// Bad input found by the CLI itself (not by the engine): exits with [`Code::Usage`].
+#[derive(Debug)]
+pub(crate) struct BadInput(pub(crate) String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// The exit code of a failed command: the first engine error or bad input in its chain decides.
+pub(crate) fn code_for(error: &anyhow::Error) -> Code {
+    for cause in error.chain() {
+        if cause.is::<BadInput>() {
+            return Code::Usage;
+        }
+        if let Some(error) = cause.downcast_ref::<Error>() {
+            return match error {
+                Error::Locked { .. } => Code::Busy,
+                Error::Corrupt { .. } => Code::Corrupt,
+                Error::TooLarge { .. }
+                | Error::InvalidId { .. }
+                | Error::InvalidInput { .. }
+                | Error::InvalidConfig { .. }
+                | Error::InvalidCursor { .. }
+                | Error::KeyConflict { .. }
+                | Error::Refused { .. }
+                | Error::Retired { .. }
+                | Error::Revoked { .. }
+                | Error::SessionExists { .. } => Code::Usage,
+                _ => Code::Failed,
+            };
+        }
+    }
+    Code::Failed
 }

@@ -13,12 +13,20 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "spex", version, about)]
 struct Cli {
+    #[command(flatten)]
+    global: commands::Global,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create, send to, declare, read, drain, archive, close and list sessions.
+    Session(commands::session::Args),
+    /// Serve the sessions over HTTP on loopback.
+    Serve(commands::serve::Args),
+    /// The single writer path for lifecycle hooks.
+    Internal(commands::internal::Args),
     /// Demonstrate the crash model: litmus tests, and a crash sweep of a small log writer.
     Demo(commands::demo::Args),
     /// Crash sweeps of the engine, replays of their violations, and the mutant check.
@@ -27,15 +35,19 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let global = &cli.global;
     let result = match cli.command {
+        Command::Session(args) => commands::session::run(&args, global),
+        Command::Serve(args) => commands::serve::run(&args, global),
+        Command::Internal(args) => commands::internal::run(&args, global),
         Command::Demo(args) => commands::demo::run(&args),
-        Command::Verify(args) => commands::verify::run(&args),
+        Command::Verify(args) => commands::verify::run(&args, global),
     };
     match result {
         Ok(code) => code.into(),
         Err(error) => {
             eprintln!("spex: error: {error:#}");
-            exit::Code::Failed.into()
+            exit::code_for(&error).into()
         }
     }
 }

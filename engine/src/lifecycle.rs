@@ -37,7 +37,7 @@ use crate::layout::{NOTE_BYTES_MAX, SessionId};
 use crate::mutant::{Mutant, active};
 use crate::steps::{APPEND, ARCHIVE};
 use crate::store::Store;
-use crate::timeline::{Line, StatusEvent, Triple};
+use crate::timeline::{Line, Status, StatusEvent, Triple};
 
 /// A lifecycle write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +48,15 @@ pub enum Lifecycle {
     BeginLaunch(Triple),
     /// The launch failed: restore the frozen triple, log nothing.
     FailLaunch,
+    /// Declare `triple` only if the current status is one of `from`; otherwise write nothing.
+    /// The check and the write happen under one record lock, so a concurrent writer cannot slip
+    /// between them (the hooks' guarded writes: idle only from active, fail only while active).
+    SetFrom {
+        /// The statuses the write applies from.
+        from: Vec<Status>,
+        /// The triple to declare.
+        triple: Triple,
+    },
 }
 
 /// What a lifecycle write did.
@@ -59,12 +68,16 @@ pub struct Applied {
     pub after: Triple,
     /// Whether a `status` event was appended.
     pub logged: bool,
+    /// Whether the record was written (false only for a `SetFrom` whose condition failed).
+    pub written: bool,
 }
 
 impl<F: Fs> Store<F> {
     /// Applies a lifecycle write to session `id` (see the module header).
     pub fn append(&self, id: &SessionId, write: &Lifecycle) -> Result<Applied> {
-        if let Lifecycle::Set(triple) | Lifecycle::BeginLaunch(triple) = write
+        if let Lifecycle::Set(triple)
+        | Lifecycle::BeginLaunch(triple)
+        | Lifecycle::SetFrom { triple, .. } = write
             && let Some(note) = &triple.note
             && note.len() > NOTE_BYTES_MAX
         {
@@ -84,7 +97,15 @@ impl<F: Fs> Store<F> {
             let before = record.public_triple();
             let pending = record.launch_pending();
             let (after, log) = match (write, pending) {
-                (Lifecycle::Set(triple), _) => {
+                (Lifecycle::SetFrom { from, .. }, _) if !from.contains(&record.triple().status) => {
+                    return Ok(Applied {
+                        after: before.clone(),
+                        before,
+                        logged: false,
+                        written: false,
+                    });
+                }
+                (Lifecycle::Set(triple) | Lifecycle::SetFrom { triple, .. }, _) => {
                     record.set_triple(triple);
                     record.set_launch_pending(None);
                     (triple.clone(), *triple != before)
@@ -123,7 +144,7 @@ impl<F: Fs> Store<F> {
                     let line = Line::Status(StatusEvent { ts, triple: after.clone() });
                     self.append_line(id, &line, &APPEND)?;
                 }
-                return Ok(Applied { before, after, logged: log });
+                return Ok(Applied { before, after, logged: log, written: true });
             }
             if log {
                 let line = Line::Status(StatusEvent {
@@ -142,7 +163,7 @@ impl<F: Fs> Store<F> {
                 &self.layout.record(id),
                 &APPEND.record,
             )?;
-            Ok(Applied { before, after, logged: log })
+            Ok(Applied { before, after, logged: log, written: true })
         })
     }
 

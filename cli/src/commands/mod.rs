@@ -1,7 +1,86 @@
+pub(crate) mod adapter;
 pub(crate) mod demo;
+pub(crate) mod internal;
+pub(crate) mod serve;
+pub(crate) mod session;
 pub(crate) mod verify;
 
-use faultfs::CrashMode;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use faultfs::{CrashMode, RealFs};
+use spex_engine::layout::{self, SEGMENT_BYTES_ENV};
+use spex_engine::{Config, SessionId, Store};
+
+/// JSON schema version of every `--json` document and stream line `spex` prints.
+pub(crate) const SCHEMA_VERSION: u32 = 1;
+
+/// Options every command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Global {
+    /// The store root (default: $SPEXCODE_HOME, else ~/.spexcode, + /projects/<project>).
+    #[arg(long, global = true, env = "SPEX_ROOT", value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
+    /// Print JSON on stdout (one document; NDJSON for streams), with a schema version.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+impl Global {
+    /// The store root: `--root`/`SPEX_ROOT`, else the default of the current project.
+    pub(crate) fn root(&self) -> anyhow::Result<PathBuf> {
+        if let Some(root) = &self.root {
+            return Ok(root.clone());
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .context("HOME is not set; pass --root DIR or set SPEX_ROOT")?;
+        let spexcode_home = std::env::var_os("SPEXCODE_HOME").map(PathBuf::from);
+        Ok(layout::default_root(spexcode_home.as_deref(), &home, &project_dir()?))
+    }
+
+    /// Opens the store at the root on real files, with the system clock and random ids.
+    pub(crate) fn open_store(&self) -> anyhow::Result<Store<RealFs>> {
+        let root = self.root()?;
+        let segment_bytes = std::env::var(SEGMENT_BYTES_ENV).ok();
+        let config = Config {
+            segment_bytes_max: layout::segment_bytes_from_env(segment_bytes.as_deref())?,
+            ..Config::default()
+        };
+        Store::open(
+            RealFs,
+            &root,
+            Arc::new(spex_engine::env::SystemClock),
+            Arc::new(spex_engine::env::RandomIds),
+            config,
+        )
+        .with_context(|| format!("cannot open the store at {}", root.display()))
+    }
+}
+
+/// The project a default root belongs to: the parent of the absolute git common directory (so
+/// every worktree of a repository shares one store), or the current directory outside git.
+fn project_dir() -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let output = std::process::Command::new("git")
+        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    if let Ok(output) = output
+        && output.status.success()
+        && let Ok(text) = String::from_utf8(output.stdout)
+        && let Some(parent) = Path::new(text.trim_end()).parent()
+    {
+        return Ok(parent.to_path_buf());
+    }
+    Ok(cwd)
+}
+
+/// Parses a session id given on the command line (validated before any path is built).
+pub(crate) fn session_id(text: &str) -> Result<SessionId, String> {
+    SessionId::new(text).map_err(|error| error.to_string())
+}
 
 /// Which crash modes a command sweeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -20,4 +99,16 @@ impl ModeArg {
             ModeArg::All => &[CrashMode::ProcessKill, CrashMode::PowerLoss],
         }
     }
+}
+
+/// Prints `document` as one JSON line, with the schema version first.
+pub(crate) fn print_json(mut document: serde_json::Value) -> anyhow::Result<()> {
+    if let Some(map) = document.as_object_mut() {
+        let mut versioned = serde_json::Map::new();
+        versioned.insert("schema".to_owned(), SCHEMA_VERSION.into());
+        versioned.extend(std::mem::take(map));
+        document = serde_json::Value::Object(versioned);
+    }
+    println!("{}", serde_json::to_string(&document)?);
+    Ok(())
 }

@@ -17,11 +17,8 @@ use spex_verification::realproc::{self, Kill};
 use spex_verification::seed;
 use spex_verification::sweep::{self, Options, Report, Token};
 
-use super::ModeArg;
+use super::{Global, ModeArg, SCHEMA_VERSION};
 use crate::exit::Code;
-
-/// JSON schema version of `spex verify --json`.
-const SCHEMA_VERSION: u32 = 1;
 
 /// Arguments of `spex verify`.
 #[derive(Debug, clap::Args)]
@@ -75,8 +72,6 @@ struct RunScenarioArgs {
     #[arg(long)]
     scenario: String,
     #[arg(long)]
-    root: std::path::PathBuf,
-    #[arg(long)]
     journal: std::path::PathBuf,
     #[arg(long)]
     seed: u64,
@@ -108,9 +103,6 @@ struct SweepArgs {
     /// Seed of every plan and sampled image (default: SPEX_SEED, else random; always printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -139,9 +131,6 @@ struct ReplayArgs {
     /// Also print the op trace of the run up to the crash.
     #[arg(long)]
     trace: bool,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -149,9 +138,6 @@ struct MutantsArgs {
     /// Seed of the sweeps.
     #[arg(long)]
     seed: Option<u64>,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -164,23 +150,25 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     Ok((index, count))
 }
 
-pub(crate) fn run(args: &Args) -> anyhow::Result<Code> {
+pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
+    let json = global.json;
     match &args.command {
-        Command::Sweep(args) => run_sweep(args),
-        Command::Replay(args) => run_replay(args),
+        Command::Sweep(args) => run_sweep(args, json),
+        Command::Replay(args) => run_replay(args, json),
         Command::Shrink(args) => run_shrink(args),
-        Command::Mutants(args) => run_mutants(args),
+        Command::Mutants(args) => run_mutants(args, json),
         Command::RealSweep(args) => run_real_sweep(args),
         Command::RunScenario(args) => {
             let scenario = realproc::scenario_named(&args.scenario).map_err(anyhow::Error::msg)?;
-            realproc::run_child(&scenario, &args.root, args.seed, &args.journal)
+            let root = global.root.as_ref().context("run-scenario needs --root")?;
+            realproc::run_child(&scenario, root, args.seed, &args.journal)
                 .map_err(anyhow::Error::msg)?;
             Ok(Code::Ok)
         }
     }
 }
 
-fn run_sweep(args: &SweepArgs) -> anyhow::Result<Code> {
+fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
     let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
     eprintln!(
         "spex verify sweep: seed {seed} (replay with --seed {seed} or {}={seed})",
@@ -226,7 +214,7 @@ fn run_sweep(args: &SweepArgs) -> anyhow::Result<Code> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&sweep_json(seed, &report))?);
     } else {
         print!("{}", render_sweep(&report));
@@ -326,12 +314,12 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
     })
 }
 
-fn run_replay(args: &ReplayArgs) -> anyhow::Result<Code> {
+fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
     let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
     spex_engine::mutant::select(args.mutant);
     let replay = sweep::replay(&token).map_err(anyhow::Error::msg)?;
     spex_engine::mutant::select(None);
-    if args.json {
+    if json {
         let document = json!({
             "schema": SCHEMA_VERSION,
             "token": token.to_string(),
@@ -357,14 +345,14 @@ fn run_replay(args: &ReplayArgs) -> anyhow::Result<Code> {
     Ok(if replay.messages.is_empty() { Code::Ok } else { Code::Violation })
 }
 
-fn run_mutants(args: &MutantsArgs) -> anyhow::Result<Code> {
+fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
     eprintln!("spex verify mutants: seed {seed}");
     let options = Options { depth2: false, ..Options::full(seed) };
     let mut results = Vec::new();
     for mutant in Mutant::ALL {
         let caught = sweep::catch(mutant, &options);
-        if !args.json {
+        if !json {
             match &caught.first {
                 Some(violation) => {
                     let message = violation.messages.first().map_or("", String::as_str);
@@ -393,7 +381,7 @@ fn run_mutants(args: &MutantsArgs) -> anyhow::Result<Code> {
         .filter(|caught| caught.first.is_none())
         .map(|caught| caught.mutant.name())
         .collect();
-    if args.json {
+    if json {
         let document = json!({
             "schema": SCHEMA_VERSION,
             "seed": seed,

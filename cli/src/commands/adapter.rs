@@ -1,0 +1,212 @@
+//! Drain adapters: where `spex session drain` hands each owed message.
+//!
+//! - `exec:CMD` (headless): runs `sh -c CMD` with the message text on stdin and `SPEX_MID`,
+//!   `SPEX_FROM` (empty for a human) and `SPEX_SESSION_ID` in the environment; exit status 0
+//!   accepts the message. The command's stdout goes to stderr, so `spex`'s own stdout carries
+//!   only its result. A command that runs past the timeout is killed and counts as a refusal.
+//! - `tmux:PANE` (pane-backed): pastes the message into a real tmux pane (as one bracketed paste,
+//!   so a multi-line message arrives whole) and presses Enter. Accepted when tmux accepted both.
+//! - `stdout` (headless): prints one JSON line per message (`mid`, `from`, `text`) on stdout.
+//!
+//! Delivery is at-least-once in one window (the adapter accepted, the process died before the
+//! settlement): every adapter gets the message id so the receiving side can deduplicate.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spex_engine::{Adapter, Message, SessionId};
+
+use crate::exit::BadInput;
+
+/// How long an `exec` command may run before it is killed and the attempt counts as refused.
+pub(crate) const EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A parsed adapter spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Spec {
+    Exec(String),
+    Tmux(String),
+    Stdout,
+}
+
+impl Spec {
+    /// Parses `exec:CMD`, `tmux:PANE` or `stdout`.
+    pub(crate) fn parse(text: &str) -> Result<Spec, BadInput> {
+        let spec = if let Some(command) = text.strip_prefix("exec:") {
+            if command.trim().is_empty() {
+                return Err(BadInput(format!("adapter {text:?}: exec needs a command")));
+            }
+            Spec::Exec(command.to_owned())
+        } else if let Some(pane) = text.strip_prefix("tmux:") {
+            if pane.is_empty() || pane.chars().any(char::is_whitespace) {
+                return Err(BadInput(format!("adapter {text:?}: tmux needs a pane target")));
+            }
+            Spec::Tmux(pane.to_owned())
+        } else if text == "stdout" {
+            Spec::Stdout
+        } else {
+            return Err(BadInput(format!(
+                "unknown adapter {text:?} (expected exec:CMD, tmux:PANE or stdout)"
+            )));
+        };
+        Ok(spec)
+    }
+
+    /// The adapter that delivers to this spec for session `session`.
+    pub(crate) fn adapter(&self, session: &SessionId) -> Box<dyn Adapter> {
+        match self {
+            Spec::Exec(command) => Box::new(Exec {
+                command: command.clone(),
+                session: session.to_string(),
+                timeout: EXEC_TIMEOUT,
+            }),
+            Spec::Tmux(pane) => Box::new(Tmux { pane: pane.clone() }),
+            Spec::Stdout => Box::new(Stdout),
+        }
+    }
+}
+
+/// `exec:CMD`.
+#[derive(Debug)]
+struct Exec {
+    command: String,
+    session: String,
+    timeout: Duration,
+}
+
+impl Adapter for Exec {
+    fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(&self.command)
+            .env("SPEX_MID", message.mid)
+            .env("SPEX_FROM", message.from.unwrap_or(""))
+            .env("SPEX_SESSION_ID", &self.session)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(std::io::stderr()))
+            .spawn()
+            .map_err(|error| format!("cannot run sh -c {:?}: {error}", self.command))?;
+        // Written from a thread so a command that never reads its stdin cannot block the wait
+        // (and its timeout) below. A command that exits without reading is not an error.
+        let stdin = child.stdin.take();
+        let text = message.text.as_bytes().to_vec();
+        let writer = std::thread::spawn(move || {
+            if let Some(mut stdin) = stdin {
+                let _ignored = stdin.write_all(&text);
+            }
+        });
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if started.elapsed() >= self.timeout => {
+                    let _ignored = child.kill();
+                    let _ignored = child.wait();
+                    return Err(format!(
+                        "{:?} ran past {} s and was killed",
+                        self.command,
+                        self.timeout.as_secs()
+                    ));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(error) => return Err(format!("waiting for {:?}: {error}", self.command)),
+            }
+        };
+        let _ignored = writer.join();
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("{:?} exited with {status}", self.command))
+        }
+    }
+}
+
+/// `tmux:PANE`.
+#[derive(Debug)]
+struct Tmux {
+    pane: String,
+}
+
+impl Tmux {
+    fn tmux(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<(), String> {
+        let mut child = Command::new("tmux")
+            .args(args)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| format!("cannot run tmux: {error}"))?;
+        if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(bytes).map_err(|error| format!("tmux {}: {error}", args[0]))?;
+        }
+        let output = child.wait_with_output().map_err(|error| format!("tmux: {error}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "tmux {} for pane {}: {}",
+                args[0],
+                self.pane,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+}
+
+impl Adapter for Tmux {
+    fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
+        // One named buffer per message, deleted by the paste, so concurrent drains into
+        // different panes never paste each other's text.
+        let buffer = format!("spex-{}", message.mid);
+        self.tmux(&["load-buffer", "-b", &buffer, "-"], Some(message.text.as_bytes()))?;
+        self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &self.pane], None)?;
+        self.tmux(&["send-keys", "-t", &self.pane, "Enter"], None)
+    }
+}
+
+/// `stdout`.
+#[derive(Debug)]
+struct Stdout;
+
+impl Adapter for Stdout {
+    fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
+        let line = serde_json::json!({
+            "schema": super::SCHEMA_VERSION,
+            "mid": message.mid,
+            "from": message.from,
+            "text": message.text,
+        });
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|error| error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_specs_say_why() {
+        assert_eq!(Spec::parse("exec:cat").unwrap(), Spec::Exec("cat".to_owned()));
+        assert_eq!(Spec::parse("tmux:%3").unwrap(), Spec::Tmux("%3".to_owned()));
+        assert_eq!(Spec::parse("stdout").unwrap(), Spec::Stdout);
+        assert!(Spec::parse("exec: ").unwrap_err().0.contains("needs a command"));
+        assert!(Spec::parse("tmux:").unwrap_err().0.contains("pane"));
+        assert!(Spec::parse("carrier-pigeon").unwrap_err().0.contains("unknown adapter"));
+    }
+
+    #[test]
+    fn exec_accepts_on_exit_zero_and_refuses_otherwise() {
+        let session = SessionId::new("s").unwrap();
+        let message = Message { mid: "m1", text: "hello", from: None, attributes: None };
+        let mut accept = Spec::Exec("test \"$(cat)\" = hello && test \"$SPEX_MID\" = m1".into())
+            .adapter(&session);
+        accept.deliver(&message).unwrap();
+        let mut refuse = Spec::Exec("exit 7".into()).adapter(&session);
+        assert!(refuse.deliver(&message).unwrap_err().contains("exit status: 7"));
+        let mut slow =
+            Exec { command: "sleep 5".into(), session: "s".into(), timeout: Duration::ZERO };
+        assert!(slow.deliver(&message).unwrap_err().contains("killed"));
+    }
+}

@@ -1,0 +1,119 @@
+//! `spex internal`: the single writer path for lifecycle hooks.
+//!
+//! Hooks never write the record themselves; they call these, which go through the same engine
+//! transition as the worker declarations. The guarded writes check the current status and write
+//! under one record lock, so a declaration that lands concurrently is never overwritten:
+//!
+//! | command             | writes                         | applies only from        |
+//! |---------------------|--------------------------------|--------------------------|
+//! | `session-state S`   | status S (+ proposal, note)    | any status               |
+//! | `session-idle`      | idle                           | active                   |
+//! | `session-fail`      | error (+ note)                 | active                   |
+//! | `session-turn-fail` | error, note "turn failed: .."  | active                   |
+//!
+//! A guarded write that does not apply writes nothing and exits 0 (a hook must not fail a turn
+//! because the agent already declared something else).
+
+use spex_engine::{Lifecycle, Status, Triple};
+
+use super::Global;
+use super::session::{Declarer, ProposalArg, declare};
+use crate::exit::{BadInput, Code};
+
+/// Arguments of `spex internal`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+#[allow(
+    clippy::enum_variant_names,
+    reason = "the command names are the existing hook interface (session-state, session-idle, ...)"
+)]
+enum Command {
+    /// Set the session's status (the hooks' authored state write).
+    SessionState(StateArgs),
+    /// The turn ended with nothing declared: idle, only from active.
+    SessionIdle(Declarer),
+    /// The runtime failed: error, only while active.
+    SessionFail(FailArgs),
+    /// A turn failed: error with the turn's failure as the note, only while active.
+    SessionTurnFail(FailArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct StateArgs {
+    /// active, idle, awaiting, parked, error, asking or queued.
+    #[arg(value_parser = parse_status)]
+    status: Status,
+    /// The proposal (only with awaiting).
+    #[arg(long, value_enum)]
+    propose: Option<ProposalArg>,
+    /// The note.
+    #[arg(long)]
+    note: Option<String>,
+    #[command(flatten)]
+    declarer: Declarer,
+}
+
+#[derive(Debug, clap::Args)]
+struct FailArgs {
+    /// What failed.
+    #[arg(long)]
+    note: Option<String>,
+    #[command(flatten)]
+    declarer: Declarer,
+}
+
+fn parse_status(name: &str) -> Result<Status, String> {
+    Status::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = Status::ALL.iter().map(|status| status.name()).collect();
+        format!("unknown status {name:?} (expected one of: {})", names.join(", "))
+    })
+}
+
+pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
+    let store = global.open_store()?;
+    let (session, write) = match &args.command {
+        Command::SessionState(args) => {
+            if args.propose.is_some() && args.status != Status::Awaiting {
+                return Err(BadInput(format!(
+                    "--propose applies only to awaiting, not {}",
+                    args.status.name()
+                ))
+                .into());
+            }
+            let proposal = args.propose.map(ProposalArg::proposal);
+            let triple = Triple::new(args.status, proposal, args.note.clone());
+            (&args.declarer.session, Lifecycle::Set(triple))
+        }
+        Command::SessionIdle(declarer) => (
+            &declarer.session,
+            Lifecycle::SetFrom {
+                from: vec![Status::Active],
+                triple: Triple::new(Status::Idle, None, None),
+            },
+        ),
+        Command::SessionFail(args) => (
+            &args.declarer.session,
+            Lifecycle::SetFrom {
+                from: vec![Status::Active],
+                triple: Triple::new(Status::Error, None, args.note.clone()),
+            },
+        ),
+        Command::SessionTurnFail(args) => {
+            let note =
+                format!("turn failed: {}", args.note.as_deref().unwrap_or("no reason given"));
+            (
+                &args.declarer.session,
+                Lifecycle::SetFrom {
+                    from: vec![Status::Active],
+                    triple: Triple::new(Status::Error, None, Some(note)),
+                },
+            )
+        }
+    };
+    declare(&store, session, &write, global)
+}

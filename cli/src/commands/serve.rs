@@ -1,0 +1,266 @@
+//! `spex serve`: the HTTP read surface (and the human input endpoint) on loopback.
+//!
+//! | method and path                          | answer                                          |
+//! |------------------------------------------|-------------------------------------------------|
+//! | `GET /api/sessions`                      | every session with its state                    |
+//! | `GET /api/sessions/:id/timeline?limit=N` | the last N public events, oldest first (N 500)  |
+//! | `POST /api/sessions/:id/input`           | a send; `Idempotency-Key` makes it keyed        |
+//!
+//! Errors are JSON `{"error": "..."}` with the status that names the cause: 400 bad input, 404
+//! unknown session or path, 405 wrong method, 409 key conflict, 413 body too large, 503 lock
+//! busy (with `Retry-After`), 500 anything else (the store's own error text). Reads take no lock;
+//! an input is acknowledged only once it is durable, exactly as `spex session send`.
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use faultfs::RealFs;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use spex_engine::layout::TEXT_BYTES_MAX;
+use spex_engine::{Error, Event, Key, SendRequest, SessionId, Store};
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use super::session::{ReplyArg, summary_json};
+use super::{Global, print_json};
+use crate::exit::Code;
+
+/// The operation of a keyed HTTP input (the `Idempotency-Key` header's namespace).
+pub(crate) const HTTP_OPERATION: &str = "http-input";
+
+/// The largest accepted request body: the largest message, JSON-escaped, plus the envelope.
+pub(crate) const BODY_BYTES_MAX: usize = TEXT_BYTES_MAX * 6 + 4096;
+
+/// The largest `limit` a timeline request may ask for.
+pub(crate) const TIMELINE_LIMIT_MAX: usize = 10_000;
+
+/// Arguments of `spex serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Where to listen (loopback by default; port 0 picks a free port, printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:7477")]
+    addr: SocketAddr,
+    /// Worker threads answering requests.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
+}
+
+pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
+    let store = Arc::new(global.open_store()?);
+    if !args.addr.ip().is_loopback() {
+        eprintln!(
+            "spex serve: warning: listening on {}, not loopback; the API has no authentication",
+            args.addr
+        );
+    }
+    let server = Server::http(args.addr)
+        .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", args.addr))?;
+    let server = Arc::new(server);
+    let addr = server.server_addr().to_ip().context("the server listens on an IP address")?;
+    let url = format!("http://{addr}");
+    if global.json {
+        print_json(json!({ "url": url }))?;
+    } else {
+        println!("{url}");
+    }
+    std::io::Write::flush(&mut std::io::stdout())?;
+    eprintln!("spex serve: store {}; Ctrl-C stops", store.layout().root().display());
+    let workers: Vec<_> = (0..args.threads)
+        .map(|_| {
+            let server = Arc::clone(&server);
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                while let Ok(request) = server.recv() {
+                    answer(&store, request);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        if worker.join().is_err() {
+            anyhow::bail!("a server thread panicked");
+        }
+    }
+    Ok(Code::Ok)
+}
+
+/// An HTTP answer: status and JSON body.
+struct Reply {
+    status: u16,
+    body: Value,
+    retry_after: bool,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Reply {
+        Reply { status: 200, body, retry_after: false }
+    }
+
+    fn error(status: u16, message: impl Into<String>) -> Reply {
+        Reply { status, body: json!({ "error": message.into() }), retry_after: false }
+    }
+}
+
+fn answer(store: &Store<RealFs>, mut request: Request) {
+    let reply = route(store, &mut request);
+    let mut response = Response::from_string(reply.body.to_string())
+        .with_status_code(reply.status)
+        .with_header(header("Content-Type", "application/json; charset=utf-8"));
+    if reply.retry_after {
+        response = response.with_header(header("Retry-After", "1"));
+    }
+    // The client may have gone away; there is no one left to tell.
+    let _ignored = request.respond(response);
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes())
+        .expect("header names and values here are ASCII constants")
+}
+
+fn route(store: &Store<RealFs>, request: &mut Request) -> Reply {
+    let url = request.url().to_owned();
+    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let method = request.method().clone();
+    match (segments.as_slice(), method) {
+        (["api", "sessions"], Method::Get) => sessions(store),
+        (["api", "sessions", id, "timeline"], Method::Get) => timeline(store, id, query),
+        (["api", "sessions", id, "input"], Method::Post) => input(store, id, request),
+        (["api", "sessions"] | ["api", "sessions", _, "timeline" | "input"], _) => {
+            Reply::error(405, format!("method not allowed on {path}"))
+        }
+        _ => Reply::error(404, format!("no route {path}")),
+    }
+}
+
+/// The reply for an engine error.
+fn engine_error(error: &Error) -> Reply {
+    match error {
+        Error::NoSuchSession { .. } => Reply::error(404, "no such session"),
+        Error::InvalidId { .. } | Error::InvalidInput { .. } | Error::Revoked { .. } => {
+            Reply::error(400, error.to_string())
+        }
+        Error::TooLarge { .. } => Reply::error(413, error.to_string()),
+        Error::KeyConflict { .. } => Reply::error(409, error.to_string()),
+        Error::Locked { .. } => Reply { retry_after: true, ..Reply::error(503, error.to_string()) },
+        _ => Reply::error(500, error.to_string()),
+    }
+}
+
+fn sessions(store: &Store<RealFs>) -> Reply {
+    match store.list() {
+        Ok(sessions) => {
+            Reply::ok(json!({ "sessions": sessions.iter().map(summary_json).collect::<Vec<_>>() }))
+        }
+        Err(error) => engine_error(&error),
+    }
+}
+
+fn parse_id(id: &str) -> Result<SessionId, Reply> {
+    SessionId::new(id).map_err(|error| engine_error(&error))
+}
+
+fn timeline(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
+    let id = match parse_id(id) {
+        Ok(id) => id,
+        Err(reply) => return reply,
+    };
+    let mut limit = 500;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != "limit" {
+            return Reply::error(400, format!("unknown query parameter {name:?}"));
+        }
+        match value.parse::<usize>() {
+            Ok(value) if value <= TIMELINE_LIMIT_MAX => limit = value,
+            _ => {
+                return Reply::error(
+                    400,
+                    format!("limit {value:?} is not a number from 0 to {TIMELINE_LIMIT_MAX}"),
+                );
+            }
+        }
+    }
+    match store.tail(&id, limit) {
+        Ok(events) => Reply::ok(json!({
+            "session": id.as_str(),
+            "events": events.iter().map(Event::to_public_json).collect::<Vec<_>>(),
+        })),
+        Err(error) => engine_error(&error),
+    }
+}
+
+/// The body of `POST /api/sessions/:id/input`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Input {
+    text: String,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    reply_via: Option<String>,
+}
+
+fn input(store: &Store<RealFs>, id: &str, request: &mut Request) -> Reply {
+    let id = match parse_id(id) {
+        Ok(id) => id,
+        Err(reply) => return reply,
+    };
+    if request.body_length().is_some_and(|length| length > BODY_BYTES_MAX) {
+        return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
+    }
+    let key = request
+        .headers()
+        .iter()
+        .find(|header| header.field.equiv("Idempotency-Key"))
+        .map(|header| header.value.as_str().to_owned());
+    let mut body = Vec::new();
+    let limit = u64::try_from(BODY_BYTES_MAX + 1).unwrap_or(u64::MAX);
+    if let Err(error) = request.as_reader().take(limit).read_to_end(&mut body) {
+        return Reply::error(400, format!("cannot read the body: {error}"));
+    }
+    if body.len() > BODY_BYTES_MAX {
+        return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
+    }
+    let input: Input = match serde_json::from_slice(&body) {
+        Ok(input) => input,
+        Err(error) => return Reply::error(400, format!("malformed JSON body: {error}")),
+    };
+    if input.text.is_empty() {
+        return Reply::error(400, "text is empty");
+    }
+    if key.as_deref().is_some_and(str::is_empty) {
+        return Reply::error(400, "Idempotency-Key is empty");
+    }
+    let from = match input.from.as_deref().map(SessionId::new).transpose() {
+        Ok(from) => from,
+        Err(error) => return engine_error(&error),
+    };
+    let reply_via = match input.reply_via.as_deref() {
+        None => None,
+        Some("note") => Some(ReplyArg::Note.channel()),
+        Some("terminal") => Some(ReplyArg::Terminal.channel()),
+        Some(other) => {
+            return Reply::error(400, format!("replyVia {other:?} is not note or terminal"));
+        }
+    };
+    let request = SendRequest {
+        text: input.text,
+        from,
+        reply_via,
+        key: key.map(|key| Key { operation: HTTP_OPERATION.to_owned(), key }),
+        attributes: None,
+    };
+    match store.send(&id, &request) {
+        Ok(accepted) => Reply::ok(json!({
+            "session": id.as_str(),
+            "mid": accepted.mid,
+            "replayed": accepted.replayed,
+            "restored": accepted.restored,
+        })),
+        Err(error) => engine_error(&error),
+    }
+}
