@@ -13,8 +13,13 @@ use faultfs::{CrashMode, RealFs};
 use spex_engine::layout::{self, SEGMENT_BYTES_ENV};
 use spex_engine::{Config, SessionId, Store};
 
+use crate::exit::BadInput;
+
 /// JSON schema version of every `--json` document and stream line `spex` prints.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
+
+/// Overrides how long a command waits for a session's lock before exiting busy (default 10 s).
+pub(crate) const LOCK_WAIT_ENV: &str = "SPEX_LOCK_WAIT_MS";
 
 /// Options every command takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -44,10 +49,15 @@ impl Global {
     pub(crate) fn open_store(&self) -> anyhow::Result<Store<RealFs>> {
         let root = self.root()?;
         let segment_bytes = std::env::var(SEGMENT_BYTES_ENV).ok();
-        let config = Config {
+        let mut config = Config {
             segment_bytes_max: layout::segment_bytes_from_env(segment_bytes.as_deref())?,
             ..Config::default()
         };
+        if let Ok(text) = std::env::var(LOCK_WAIT_ENV) {
+            config.lock_wait_ms = text.trim().parse().map_err(|_| {
+                BadInput(format!("{LOCK_WAIT_ENV}={text:?} is not a number of milliseconds"))
+            })?;
+        }
         Store::open(
             RealFs,
             &root,

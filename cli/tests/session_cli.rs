@@ -1,0 +1,273 @@
+//! The session verbs, run as a user would run them: the real binary against a real directory,
+//! stdout, stderr and the exit code checked apart.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+#![allow(clippy::disallowed_methods, reason = "tests read the real files the binary wrote")]
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{Store, exists};
+
+/// What a streaming command printed, line by line, with a generous safety timeout.
+fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+const STREAM_WAIT: Duration = Duration::from_secs(30);
+
+// The quick start of the README: create, send (keyed and not), declare, read, drain.
+// It matters because it is the first thing a new user runs.
+#[test]
+fn quick_start_round_trip() {
+    let store = Store::new();
+    let delivered = store.path("delivered.txt");
+    let adapter = format!("exec:cat >> {}", delivered.display());
+    assert_eq!(
+        store.run(&["session", "new", "--id", "demo", "--adapter", &adapter]).ok(),
+        "demo\n"
+    );
+
+    let sent = store.run(&["session", "send", "demo", "hello"]).ok();
+    let (mid, word) = sent.trim().split_once(' ').unwrap();
+    assert_eq!(word, "sent");
+    let first = store.run(&["session", "send", "demo", "deploy?", "--key", "k1"]).ok();
+    let again = store.run(&["session", "send", "demo", "deploy?", "--key", "k1"]).ok();
+    assert_eq!(
+        first.replace(" sent", ""),
+        again.replace(" replayed", ""),
+        "a replay returns the mid"
+    );
+    assert!(again.ends_with(" replayed\n"));
+
+    let declared = store
+        .command(&["session", "ask", "--note", "Which region?"])
+        .env("SPEX_SESSION_ID", "demo")
+        .output()
+        .unwrap();
+    assert!(declared.status.success());
+    assert_eq!(String::from_utf8(declared.stdout).unwrap(), "demo working -> asking\n");
+
+    let events = store.events("demo");
+    assert_eq!(events.len(), 3, "two sends (the replay adds nothing) and one declaration");
+    assert_eq!(events[0]["mid"], mid);
+    assert_eq!(events[0]["text"], "hello");
+    assert_eq!(events[0]["replyVia"], "note", "an exec adapter is headless: note is the default");
+    assert_eq!(events[2]["kind"], "status");
+    assert_eq!(events[2]["display"], "asking");
+    assert!(events.iter().all(|event| event.get("dispatchReceipt").is_none()));
+
+    let show = store.json(&["session", "show", "demo"]);
+    assert_eq!(show["owed"], 2);
+    assert_eq!(show["state"]["note"], "Which region?");
+
+    let drained = store.json(&["session", "drain", "demo"]);
+    assert_eq!(drained["delivered"].as_array().unwrap().len(), 2);
+    assert_eq!(drained["remaining"], 0);
+    let text = std::fs::read_to_string(&delivered).unwrap();
+    assert!(text.starts_with("hello"), "the adapter got the message on stdin: {text:?}");
+    assert!(text.contains("spex session ask --note"), "with the note-reply hint");
+    assert_eq!(store.json(&["session", "show", "demo"])["owed"], 0);
+    // A second drain finds nothing owed and calls nothing.
+    assert_eq!(store.run(&["session", "drain", "demo"]).ok(), "0 owed to demo\n");
+    assert_eq!(std::fs::read_to_string(&delivered).unwrap(), text);
+}
+
+// Bad input is refused with one clear line, the documented exit code, and nothing written.
+// It matters because a tool that half-writes on bad input cannot be trusted with good input.
+#[test]
+fn bad_input_is_refused_and_writes_nothing() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s1"]).ok();
+
+    // Traversal and invalid ids: usage error from the parser, no path built.
+    for id in ["../escape", "a/b", ".hidden", ""] {
+        let run = store.run(&["session", "send", id, "hi"]);
+        assert_eq!(run.code(), 2, "{id:?}: {}", run.stderr());
+        assert_eq!(run.stdout(), "");
+        assert!(run.stderr().contains("invalid session id"), "{}", run.stderr());
+    }
+    assert!(!exists(&store.dir.path().join("escape")));
+    // Unknown session.
+    store.run(&["session", "send", "nosuch", "hi"]).fails(1, "no such session nosuch");
+    store.run(&["session", "timeline", "nosuch"]).fails(1, "no such session nosuch");
+    assert!(!exists(&store.root().join("sessions/nosuch")));
+    // Invalid UTF-8 on stdin, named with its offset.
+    store
+        .run_with_stdin(&["session", "send", "s1", "-"], b"ok\xffno")
+        .fails(2, "not valid UTF-8 (first invalid byte at offset 2)");
+    // Oversized message.
+    let big = vec![b'x'; spex_engine::layout::TEXT_BYTES_MAX + 1];
+    store.run_with_stdin(&["session", "send", "s1", "-"], &big).fails(2, "the limit is");
+    // Empty message.
+    store.run(&["session", "send", "s1", ""]).fails(2, "empty");
+    // Unknown adapter.
+    store.run(&["session", "new", "--adapter", "pigeon:1"]).fails(2, "unknown adapter");
+    // A key reused with a different payload.
+    store.run(&["session", "send", "s1", "one", "--key", "k"]).ok();
+    store.run(&["session", "send", "s1", "two", "--key", "k"]).fails(2, "key conflict");
+    // An existing id.
+    store.run(&["session", "new", "--id", "s1"]).fails(2, "already exists");
+    // --propose outside awaiting.
+    store
+        .run(&["internal", "session-state", "idle", "--propose", "merge", "--session", "s1"])
+        .fails(2, "--propose applies only to awaiting");
+
+    let events = store.events("s1");
+    assert_eq!(events.len(), 1, "only the one good keyed send was recorded: {events:?}");
+    assert_eq!(events[0]["text"], "one");
+}
+
+// Stdin is a message source: one trailing newline is dropped, everything else kept.
+#[test]
+fn stdin_message_keeps_its_lines() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s"]).ok();
+    store.run_with_stdin(&["session", "send", "s", "-"], "line one\nline two ✓\n".as_bytes()).ok();
+    assert_eq!(store.events("s")[0]["text"], "line one\nline two ✓");
+}
+
+// A session whose lock another live process holds: busy, exit 3, after the bounded wait.
+// It matters because hooks and CI need to tell "try again" apart from "broken".
+#[test]
+fn locked_session_exits_busy() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s"]).ok();
+    // A lock held by this (live) test process, as the existing implementation writes it.
+    let lock = store.root().join(".session-locks/s.lock");
+    std::fs::write(&lock, std::process::id().to_string()).unwrap();
+    let run = store
+        .command(&["session", "send", "s", "hi"])
+        .env("SPEX_LOCK_WAIT_MS", "200")
+        .output()
+        .unwrap();
+    let run = common::Run(run);
+    run.fails(3, "is locked by pid");
+    std::fs::remove_file(&lock).unwrap();
+    assert!(store.events("s").is_empty(), "nothing was written while locked");
+    store.run(&["session", "send", "s", "hi"]).ok();
+}
+
+// The hooks' guarded writes apply only from the statuses the table allows.
+#[test]
+fn internal_guarded_writes() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s"]).ok();
+    let idle = store.json(&["internal", "session-idle", "--session", "s"]);
+    assert_eq!(
+        (idle["written"].as_bool(), idle["after"]["status"].as_str()),
+        (Some(true), Some("idle"))
+    );
+    // Idle again: not from active, nothing written.
+    let again = store.json(&["internal", "session-idle", "--session", "s"]);
+    assert_eq!(again["written"], false);
+    // Fail only while active.
+    assert_eq!(store.json(&["internal", "session-fail", "--session", "s"])["written"], false);
+    store.run(&["internal", "session-state", "active", "--session", "s"]).ok();
+    let failed =
+        store.json(&["internal", "session-turn-fail", "--note", "rate limited", "--session", "s"]);
+    assert_eq!(failed["after"]["status"], "error");
+    assert_eq!(failed["after"]["note"], "turn failed: rate limited");
+    // Worker declarations.
+    let done =
+        store.json(&["session", "done", "--propose", "merge", "--note", "ok", "--session", "s"]);
+    assert_eq!(done["after"]["display"], "review");
+    store.run(&["session", "park", "--note", "waiting on CI", "--session", "s"]).ok();
+    let statuses: Vec<String> = store
+        .events("s")
+        .iter()
+        .map(|event| event["display"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["idle", "working", "error", "review", "parked"]);
+    // Without a session: a usage error naming the variable.
+    let run = store.run(&["session", "park", "--note", "x"]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("--session"), "{}", run.stderr());
+}
+
+// A refusing adapter leaves the message owed and the drain exits 1 with the reason.
+#[test]
+fn refused_delivery_stays_owed() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s", "--adapter", "exec:exit 3"]).ok();
+    store.run(&["session", "send", "s", "hi"]).ok();
+    let run = store.command(&["session", "drain", "s"]).env("SPEX_LOCK_WAIT_MS", "1000").output();
+    let run = common::Run(run.unwrap());
+    assert_eq!(run.code(), 1);
+    assert_eq!(run.stdout(), "1 owed to s\n");
+    assert!(run.stderr().contains("exited with exit status: 3; left owed"), "{}", run.stderr());
+    // The stdout adapter then takes it.
+    let out = store.run(&["session", "drain", "s", "--adapter", "stdout"]).ok();
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert!(first["text"].as_str().unwrap().starts_with("hi\n\n[spex reply channel"), "{first}");
+    assert!(out.ends_with("0 owed to s\n"));
+}
+
+// Archive keeps the timeline; close removes the session and revokes it as a sender.
+#[test]
+fn archive_then_close() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "a"]).ok();
+    store.run(&["session", "new", "--id", "b"]).ok();
+    store.run(&["session", "send", "a", "hi", "--from", "b"]).ok();
+    assert_eq!(store.run(&["session", "archive", "a"]).ok(), "archived a\n");
+    assert_eq!(store.run(&["session", "ls"]).ok().lines().count(), 1, "archived is hidden");
+    let all = store.json(&["session", "ls", "--all"]);
+    assert_eq!(all["sessions"].as_array().unwrap().len(), 2);
+    assert_eq!(store.events("a").len(), 1, "archive keeps the timeline");
+    assert_eq!(store.run(&["session", "close", "b"]).ok(), "closed b\n");
+    assert!(!exists(&store.root().join("sessions/b")));
+    store.run(&["session", "send", "a", "again", "--from", "b"]).fails(2, "sender b is closed");
+    let ledger = std::fs::read_to_string(store.root().join("session-close-ledger.ndjson")).unwrap();
+    assert!(ledger.contains("\"b\""), "{ledger}");
+}
+
+// `timeline --follow --json` streams NDJSON: the existing tail, then each new event.
+#[test]
+fn timeline_follow_streams_new_events() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s"]).ok();
+    store.run(&["session", "send", "s", "before"]).ok();
+    let mut child = store.spawn(&["--json", "session", "timeline", "s", "--follow"]);
+    let lines = lines_of(&mut child);
+    let first: serde_json::Value =
+        serde_json::from_str(&lines.recv_timeout(STREAM_WAIT).unwrap()).unwrap();
+    assert_eq!(first["text"], "before");
+    store.run(&["session", "send", "s", "after"]).ok();
+    let next: serde_json::Value =
+        serde_json::from_str(&lines.recv_timeout(STREAM_WAIT).unwrap()).unwrap();
+    assert_eq!(next["text"], "after");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+// `drain --watch` delivers messages sent after it started.
+#[test]
+fn drain_watch_delivers_later_sends() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "s", "--adapter", "stdout"]).ok();
+    let mut child = store.spawn(&["session", "drain", "s", "--watch"]);
+    let lines = lines_of(&mut child);
+    store.run(&["session", "send", "s", "first"]).ok();
+    let message: serde_json::Value =
+        serde_json::from_str(&lines.recv_timeout(STREAM_WAIT).unwrap()).unwrap();
+    assert!(message["text"].as_str().unwrap().starts_with("first"));
+    let mid = message["mid"].as_str().unwrap().to_owned();
+    assert_eq!(lines.recv_timeout(STREAM_WAIT).unwrap(), format!("delivered {mid}"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(store.json(&["session", "show", "s"])["owed"], 0);
+}
