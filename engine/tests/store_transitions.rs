@@ -287,6 +287,29 @@ fn lifecycle_writes_log_each_move_exactly_once() {
 }
 
 #[test]
+fn guarded_writes_apply_only_from_their_statuses() {
+    let (_dir, store) = real_store(config());
+    let s = id("s");
+    store.create_session(&s, &Triple::new(Status::Active, None, None), None, None).unwrap();
+    let idle_from_active = Lifecycle::SetFrom {
+        from: vec![Status::Active],
+        triple: Triple::new(Status::Idle, None, None),
+    };
+    let applied = store.append(&s, &idle_from_active).unwrap();
+    assert!(applied.written && applied.logged);
+    let record_before = store.fs().read(&store.layout().record(&s)).unwrap();
+    let skipped = store.append(&s, &idle_from_active).unwrap();
+    assert!(!skipped.written && !skipped.logged, "idle is not active: nothing written");
+    assert_eq!(skipped.before, skipped.after);
+    assert_eq!(
+        store.fs().read(&store.layout().record(&s)).unwrap(),
+        record_before,
+        "the record is untouched (not even its update time)"
+    );
+    assert_eq!(store.events(&s).unwrap().len(), 1);
+}
+
+#[test]
 fn launch_pending_writes_compare_through_the_frozen_projection() {
     let (_dir, store) = real_store(config());
     let s = id("s");

@@ -160,7 +160,12 @@ impl Adapter for Tmux {
         // different panes never paste each other's text.
         let buffer = format!("spex-{}", message.mid);
         self.tmux(&["load-buffer", "-b", &buffer, "-"], Some(message.text.as_bytes()))?;
-        self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &self.pane], None)?;
+        if let Err(error) =
+            self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &self.pane], None)
+        {
+            let _ignored = self.tmux(&["delete-buffer", "-b", &buffer], None);
+            return Err(error);
+        }
         self.tmux(&["send-keys", "-t", &self.pane, "Enter"], None)
     }
 }

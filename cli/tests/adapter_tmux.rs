@@ -1,0 +1,94 @@
+//! The tmux adapter end to end: a real tmux server, a real pane, `spex session drain` typing
+//! into it. It matters because pane-backed agents read their messages from exactly this path.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+#![allow(clippy::disallowed_methods, reason = "tests read the real files the pane wrote")]
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Store;
+
+/// A private tmux server (its socket under the test's directory), killed on drop.
+struct Tmux {
+    socket_dir: std::path::PathBuf,
+}
+
+impl Tmux {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("tmux");
+        command.args(args).env("TMUX_TMPDIR", &self.socket_dir).env_remove("TMUX");
+        command
+    }
+
+    fn run(&self, args: &[&str]) {
+        let output = self.command(args).output().expect("tmux is installed (.ci/run installs it)");
+        assert!(
+            output.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ignored = self.command(&["kill-server"]).output();
+    }
+}
+
+#[test]
+fn drain_types_each_message_into_the_pane() {
+    let store = Store::new();
+    let socket_dir = store.path("tmux");
+    std::fs::create_dir(&socket_dir).unwrap();
+    let tmux = Tmux { socket_dir: socket_dir.clone() };
+    let received = store.path("pane.txt");
+    // The pane's program is a plain line reader: every line typed into the pane lands in a file.
+    let program = format!("cat > {}", received.display());
+    tmux.run(&["new-session", "-d", "-s", "agent", "-x", "200", "-y", "50", &program]);
+
+    store.run(&["session", "new", "--id", "pane", "--adapter", "tmux:agent:0.0"]).ok();
+    let mid = store.run(&["session", "send", "pane", "first line\nsecond line"]).ok();
+    let mid = mid.split(' ').next().unwrap().to_owned();
+    store.run(&["session", "send", "pane", "another message"]).ok();
+    let drain = store
+        .command(&["--json", "session", "drain", "pane"])
+        .env("TMUX_TMPDIR", &socket_dir)
+        .env_remove("TMUX")
+        .output()
+        .unwrap();
+    let drain = common::Run(drain);
+    let report: serde_json::Value = serde_json::from_str(drain.ok().trim()).unwrap();
+    assert_eq!(report["delivered"][0], mid.as_str());
+    assert_eq!(report["remaining"], 0);
+
+    // The pane's program writes what it was typed; wait (bounded) for the terminal to pass it on.
+    let expected = "first line\nsecond line\nanother message\n";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        seen = std::fs::read_to_string(&received).unwrap_or_default();
+        if seen == expected {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A pane-backed session keeps the terminal reply channel: no note hint is typed.
+    assert_eq!(seen, expected);
+
+    // A pane that does not exist: the drain stops, the message stays owed.
+    store.run(&["session", "send", "pane", "lost?"]).ok();
+    let missing = store
+        .command(&["session", "drain", "pane", "--adapter", "tmux:nosuch"])
+        .env("TMUX_TMPDIR", &socket_dir)
+        .env_remove("TMUX")
+        .output()
+        .unwrap();
+    let missing = common::Run(missing);
+    assert_eq!(missing.code(), 1);
+    assert!(missing.stderr().contains("left owed"), "{}", missing.stderr());
+    assert_eq!(store.json(&["session", "show", "pane"])["owed"], 1);
+}

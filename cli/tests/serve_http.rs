@@ -1,0 +1,148 @@
+//! The HTTP surface: a real `spex serve` on loopback driven by a real HTTP client.
+//! It matters because the HTTP input is the same durable send as the CLI's, and its errors must
+//! be as precise: the right status, a JSON reason, and nothing written.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+
+use common::Store;
+use serde_json::{Value, json};
+
+struct Server {
+    child: std::process::Child,
+    url: String,
+    agent: ureq::Agent,
+}
+
+impl Server {
+    fn start(store: &Store) -> Server {
+        let mut child = store.spawn(&["serve", "--addr", "127.0.0.1:0"]);
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        let url = line.trim().to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "the first stdout line is the URL: {url}");
+        let agent: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Server { child, url, agent }
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let mut response = self.agent.get(format!("{}{path}", self.url)).call().unwrap();
+        let status = response.status().as_u16();
+        (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap())
+    }
+
+    fn post(&self, path: &str, key: Option<&str>, body: &str) -> (u16, Value) {
+        let mut request = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("Content-Type", "application/json");
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let mut response = request.send(body).unwrap();
+        let status = response.status().as_u16();
+        (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ignored = self.child.kill();
+        let _ignored = self.child.wait();
+    }
+}
+
+#[test]
+fn sessions_timeline_and_input_over_http() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    store.run(&["session", "send", "web", "from the cli", "--key", "c1"]).ok();
+    let server = Server::start(&store);
+
+    let (status, body) = server.get("/api/sessions");
+    assert_eq!(status, 200);
+    assert_eq!(body["sessions"][0]["id"], "web");
+    assert_eq!(body["sessions"][0]["state"]["display"], "working");
+
+    // Unkeyed input, then a keyed one twice (the second is a replay), then a conflict.
+    let (status, sent) = server.post("/api/sessions/web/input", None, r#"{"text":"hi"}"#);
+    assert_eq!((status, sent["replayed"].as_bool()), (200, Some(false)));
+    let body = r#"{"text":"ship it","replyVia":"note"}"#;
+    let (_, first) = server.post("/api/sessions/web/input", Some("k-1"), body);
+    let (status, again) = server.post("/api/sessions/web/input", Some("k-1"), body);
+    assert_eq!((status, again["replayed"].as_bool()), (200, Some(true)));
+    assert_eq!(first["mid"], again["mid"]);
+    let (status, conflict) =
+        server.post("/api/sessions/web/input", Some("k-1"), r#"{"text":"other"}"#);
+    assert_eq!(status, 409);
+    assert!(conflict["error"].as_str().unwrap().contains("key conflict"));
+
+    // The timeline: oldest first, limited, display words, no private metadata.
+    let (status, timeline) = server.get("/api/sessions/web/timeline?limit=2");
+    assert_eq!(status, 200);
+    let events = timeline["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["text"], "hi");
+    assert_eq!(events[1]["text"], "ship it");
+    assert_eq!(events[1]["replyVia"], "note");
+    let (_, full) = server.get("/api/sessions/web/timeline");
+    let full = full["events"].as_array().unwrap().clone();
+    assert_eq!(full.len(), 3);
+    assert!(full.iter().all(|event| event.get("dispatchReceipt").is_none()), "{full:?}");
+    assert_eq!(full, store.events("web"), "HTTP and the CLI read the same events");
+}
+
+#[test]
+fn bad_requests_get_precise_statuses_and_write_nothing() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    let server = Server::start(&store);
+
+    assert_eq!(
+        server.get("/api/sessions/nosuch/timeline"),
+        (404, json!({"error": "no such session"}))
+    );
+    assert_eq!(server.post("/api/sessions/nosuch/input", None, r#"{"text":"x"}"#).0, 404);
+    let (status, error) = server.get("/api/sessions/..%2F..%2Fetc/timeline");
+    assert_eq!(status, 400);
+    assert!(error["error"].as_str().unwrap().contains("invalid session id"), "{error}");
+    for (body, needle) in [
+        ("{not json", "malformed JSON body"),
+        (r#"{"txt":"x"}"#, "unknown field `txt`"),
+        (r#"{"text":""}"#, "text is empty"),
+        (r#"{"text":"x","replyVia":"pigeon"}"#, "replyVia"),
+        (r#"{"text":"x","from":"../x"}"#, "invalid session id"),
+    ] {
+        let (status, error) = server.post("/api/sessions/web/input", None, body);
+        assert_eq!(status, 400, "{body}");
+        assert!(error["error"].as_str().unwrap().contains(needle), "{body}: {error}");
+    }
+    // A message over the engine's limit.
+    let text = "x".repeat(spex_engine::layout::TEXT_BYTES_MAX + 1);
+    let (status, error) =
+        server.post("/api/sessions/web/input", None, &json!({ "text": text }).to_string());
+    assert_eq!(status, 413);
+    assert!(error["error"].as_str().unwrap().contains("the limit is"), "{error}");
+    assert_eq!(server.get("/api/sessions/web/timeline?limit=x").0, 400);
+    assert_eq!(server.get("/api/sessions/web/timeline?limit=10001").0, 400);
+    assert_eq!(server.get("/api/nothing").0, 404);
+    assert_eq!(server.post("/api/sessions", None, "{}").0, 405);
+
+    // A body announced as too large is refused before it is read.
+    let address = server.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413");
+
+    assert!(store.events("web").is_empty(), "no bad request wrote anything");
+}
