@@ -1,0 +1,127 @@
+//! Large logs in the engine's format, and the same rows in SQLite.
+//!
+//! The session is created by the engine and receives one real keyed send first (so its receipt
+//! sits at the very start of the log, behind everything else); then numbered segments up to the
+//! 4 MiB bound are written directly with the engine's own line encoder: mostly `sent` lines of
+//! about 200 bytes, one in ten keyed (with a receipt), one in twenty a `status` event.
+
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "a fixture is written directly, outside the engine"
+)]
+
+use std::io::{BufWriter, Write as _};
+use std::path::Path;
+
+use rusqlite::{Connection, params};
+use spex_engine::layout::{Layout, SEGMENT_BYTES_DEFAULT};
+use spex_engine::timeline::{Delivery, Line, Receipt, SentEvent, StatusEvent};
+use spex_engine::{Key, SegmentNo, SendRequest, SessionId, Status, Triple};
+
+use crate::{message, open_store};
+
+/// The operation and key of the fixture's one real keyed send.
+pub const FIXTURE_OPERATION: &str = "bench";
+/// The key of the fixture's one real keyed send.
+pub const FIXTURE_KEY: &str = "fixture-key";
+
+/// The fixture's real keyed send (replaying it is the receipt lookup benchmark).
+pub fn keyed_request() -> SendRequest {
+    SendRequest {
+        text: message(0),
+        key: Some(Key { operation: FIXTURE_OPERATION.to_owned(), key: FIXTURE_KEY.to_owned() }),
+        ..SendRequest::default()
+    }
+}
+
+/// What a fixture holds.
+#[derive(Clone, Copy, Debug)]
+pub struct Built {
+    /// Log bytes.
+    pub bytes: u64,
+    /// Lines.
+    pub lines: u64,
+    /// Numbered segments.
+    pub segments: u64,
+}
+
+/// The `i`-th fixture line.
+pub fn line(i: u64) -> Line {
+    let ts = spex_engine::env::format_ts(1_700_000_000_000 + i);
+    if i % 20 == 19 {
+        let status = if i % 40 == 39 { Status::Idle } else { Status::Active };
+        return Line::Status(StatusEvent { ts, triple: Triple::new(status, None, None) });
+    }
+    let mid = format!("00000000-0000-4000-8000-{i:012}");
+    let text = message(i);
+    let receipt = (i % 10 == 3).then(|| {
+        Box::new(Receipt {
+            operation: FIXTURE_OPERATION.to_owned(),
+            request_digest: format!("{i:064x}"),
+            payload_hash: format!("{:064x}", i + 1),
+            delivery: Delivery { text: text.clone(), from: None, attributes: None },
+        })
+    });
+    Line::Sent(SentEvent { ts, mid, text, from: None, reply_via: None }, receipt)
+}
+
+/// Creates session `id` under `root` with a log of about `bytes` bytes; mirrors every line into
+/// `sqlite`'s timeline table when given.
+pub fn build(
+    root: &Path,
+    id: &SessionId,
+    bytes: u64,
+    sqlite: Option<&mut Connection>,
+) -> std::io::Result<Built> {
+    let store = open_store(root);
+    store
+        .create_session(id, &Triple::new(Status::Active, None, None), None, None)
+        .map_err(std::io::Error::other)?;
+    store.send(id, &keyed_request()).map_err(std::io::Error::other)?;
+    let layout = Layout::new(root);
+    let mut built = Built { bytes: 0, lines: 1, segments: 1 };
+    let mut mirror = match sqlite {
+        Some(connection) => {
+            connection.pragma_update(None, "synchronous", "OFF").map_err(std::io::Error::other)?;
+            Some(connection.transaction().map_err(std::io::Error::other)?)
+        }
+        None => None,
+    };
+    let mut i = 0;
+    while built.bytes < bytes {
+        built.segments += 1;
+        let path = layout.segment(id, SegmentNo(built.segments));
+        let file = std::fs::File::create(&path)?;
+        let mut writer = BufWriter::with_capacity(1 << 20, &file);
+        let mut segment_bytes = 0;
+        loop {
+            let encoded = line(i).encode();
+            if segment_bytes + encoded.len() as u64 > SEGMENT_BYTES_DEFAULT || built.bytes >= bytes
+            {
+                break;
+            }
+            writer.write_all(&encoded)?;
+            if let Some(transaction) = &mirror {
+                transaction
+                    .execute(
+                        "INSERT INTO timeline(session, line) VALUES (?1, ?2)",
+                        params![id.as_str(), std::str::from_utf8(&encoded).unwrap_or_default()],
+                    )
+                    .map_err(std::io::Error::other)?;
+            }
+            segment_bytes += encoded.len() as u64;
+            built.bytes += encoded.len() as u64;
+            built.lines += 1;
+            i += 1;
+        }
+        writer.flush()?;
+        drop(writer);
+        file.sync_all()?;
+    }
+    if let Some(transaction) = mirror.take() {
+        transaction.commit().map_err(std::io::Error::other)?;
+    }
+    std::fs::File::open(layout.timeline_dir(id))?.sync_all()?;
+    Ok(built)
+}

@@ -1,0 +1,84 @@
+//! The fsync floor: the engine's bytes with the fewest syncs the format needs.
+//!
+//! A send is one `sent` line appended to the open segment and `fdatasync`ed, then the whole
+//! queue written to `pending.json.tmp`, `fsync`ed, renamed over `pending.json`, and the
+//! directory `fsync`ed (rename durability). A drained keyed entry is one settlement line appended
+//! and synced, then the queue rewritten the same way (or removed, with a directory sync, when
+//! empty). No lock, no recovery, no parsing: nothing but the format's own I/O.
+
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "the floor is raw file I/O by definition"
+)]
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use spex_engine::queue::Entry;
+
+/// One session's files, written the floor's way.
+#[derive(Debug)]
+pub struct Floor {
+    dir: PathBuf,
+    log: File,
+    queue: Vec<Entry>,
+}
+
+impl Floor {
+    /// Creates the session directory under `root`.
+    pub fn create(root: &Path, name: &str) -> std::io::Result<Floor> {
+        let dir = root.join(name);
+        std::fs::create_dir_all(dir.join("timeline"))?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("timeline").join("000000000001.ndjson"))?;
+        File::open(&dir)?.sync_all()?;
+        Ok(Floor { dir, log, queue: Vec::new() })
+    }
+
+    /// Appends `line` and makes it durable.
+    pub fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        self.log.write_all(line)?;
+        self.log.sync_data()
+    }
+
+    /// Publishes the queue durably (tmp, fsync, rename, directory fsync), or removes it when
+    /// empty.
+    fn publish_queue(&mut self) -> std::io::Result<()> {
+        let path = self.dir.join("pending.json");
+        if self.queue.is_empty() {
+            std::fs::remove_file(&path)?;
+        } else {
+            let tmp = self.dir.join("pending.json.tmp");
+            let mut file = File::create(&tmp)?;
+            let mut bytes =
+                serde_json::to_vec_pretty(&self.queue).map_err(std::io::Error::other)?;
+            bytes.push(b'\n');
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+        }
+        File::open(&self.dir)?.sync_all()
+    }
+
+    /// A send: the line, then the entry.
+    pub fn send(&mut self, line: &[u8], entry: Entry) -> std::io::Result<()> {
+        self.append(line)?;
+        self.queue.push(entry);
+        self.publish_queue()
+    }
+
+    /// Drains the head: its settlement line, then its removal. Returns false when empty.
+    pub fn drain_one(&mut self, settlement: &[u8]) -> std::io::Result<bool> {
+        if self.queue.is_empty() {
+            return Ok(false);
+        }
+        self.append(settlement)?;
+        self.queue.remove(0);
+        self.publish_queue()?;
+        Ok(true)
+    }
+}
