@@ -22,7 +22,7 @@ fn send(c: &mut Criterion) {
     group.bench_function("engine", |b| {
         b.iter(|| {
             i += 1;
-            if i % 100 == 0 {
+            if i.is_multiple_of(100) {
                 session += 1;
                 id = SessionId::new(&format!("s{session}")).unwrap();
                 store
@@ -38,7 +38,7 @@ fn send(c: &mut Criterion) {
     group.bench_function("fsync floor", |b| {
         b.iter(|| {
             j += 1;
-            if j % 100 == 0 {
+            if j.is_multiple_of(100) {
                 floor = Floor::create(&dir.path().join("floor"), &format!("f{j}")).unwrap();
             }
             let mid = format!("00000000-0000-4000-8000-{j:012}");
