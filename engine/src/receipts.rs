@@ -6,11 +6,14 @@
 //! it), so a new process does not re-read the whole log either.
 //!
 //! Cost of a lookup: loading the persisted index (O(receipts)) once per handle, then reading only
-//! the log bytes appended since its cursor (O(new bytes)). The index is derived data: it is
+//! the log bytes appended since its cursor (O(new bytes)). The index is rewritten once the lines
+//! folded since its last write reach an eighth of its receipts (amortized O(1) per line). The index is derived data: it is
 //! written without fsync (tmp + rename) and trusted only if its cursor still points into the log
 //! and the bytes before it still hash the same; otherwise (lost, torn, stale, or a log that was
 //! truncated and regrown after a power loss) it is rebuilt from the log, which costs one full
-//! read and never a wrong answer. Lookups run under the record lock, after recovery, so every
+//! read and never a wrong answer. An index too large to load (over the state-file bound) is
+//! treated the same way, and one that would be too large is not written: a new handle then folds
+//! the log from the last copy that fit (see BENCHMARKS.md for where that starts). Lookups run under the record lock, after recovery, so every
 //! line folded is complete.
 
 use std::collections::HashMap;
@@ -21,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use crate::atomic::{self, ReplaceSteps};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, SegmentNo, SessionId};
+use crate::layout::{Layout, STATE_FILE_BYTES_MAX, SegmentNo, SessionId};
 use crate::sync::{Mutex, lock};
 use crate::timeline::{self, Cursor, Line, Receipt};
 
@@ -60,7 +63,14 @@ pub(crate) struct Known {
 struct Index {
     cursor: Cursor,
     receipts: HashMap<(String, String), Known>,
+    /// Lines folded since the index was last persisted.
+    unpersisted_lines: u64,
 }
+
+/// The index is persisted again once the lines folded since it was last written reach an
+/// eighth of its receipts: rewriting it costs O(receipts), so this keeps the write cost per
+/// folded line constant, and a new handle folds at most that many lines past the persisted copy.
+const PERSIST_EVERY_RECEIPTS_DIVISOR: u64 = 8;
 
 /// The hash of the (up to) `TAIL_PIN_BYTES` bytes before `cursor` in its segment.
 fn tail_pin<F: Fs>(
@@ -100,7 +110,12 @@ fn tail_pin<F: Fs>(
 
 /// Loads the persisted index if it is intact and still pinned to this log.
 fn load<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Option<Index>> {
-    let Some(bytes) = atomic::read(fs, &layout.receipt_index(id))? else { return Ok(None) };
+    let bytes = match atomic::read(fs, &layout.receipt_index(id)) {
+        Ok(Some(bytes)) => bytes,
+        // Derived data too large to load is treated as absent: rebuilt, never an error.
+        Ok(None) | Err(Error::TooLarge { .. }) => return Ok(None),
+        Err(error) => return Err(error),
+    };
     let Ok(persisted) = serde_json::from_slice::<Persisted>(&bytes) else { return Ok(None) };
     if persisted.version != INDEX_VERSION {
         return Ok(None);
@@ -120,7 +135,7 @@ fn load<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Option<Index>>
             )
         })
         .collect();
-    Ok(Some(Index { cursor, receipts }))
+    Ok(Some(Index { cursor, receipts, unpersisted_lines: 0 }))
 }
 
 /// Persists the index (derived data: no fsync; a lost or torn copy is rebuilt).
@@ -154,6 +169,11 @@ fn persist<F: Fs>(
         receipts,
     };
     let bytes = serde_json::to_vec(&persisted).expect("the index always serializes");
+    if bytes.len() as u64 > STATE_FILE_BYTES_MAX {
+        // Too large to load again: keep whatever (older, still pinned) copy is on disk; a new
+        // handle folds the rest of the log from it.
+        return Ok(());
+    }
     let tmp = layout.receipt_index_tmp(id);
     let file = fs.open(&tmp, OpenOptions::create_truncate(), steps.create)?;
     file.write_at(0, &bytes, steps.write)?;
@@ -216,19 +236,24 @@ impl ReceiptIndexes {
         let before = index.cursor;
         match timeline::read_from(fs, layout, id, index.cursor) {
             Ok((lines, next)) => {
+                index.unpersisted_lines += lines.len() as u64;
                 index.fold(lines);
                 index.cursor = next;
             }
             Err(Error::InvalidCursor { .. }) => {
                 let (lines, next) = timeline::read_from(fs, layout, id, Cursor::START)?;
-                *index = Index::default();
+                *index = Index { unpersisted_lines: lines.len() as u64, ..Index::default() };
                 index.fold(lines);
                 index.cursor = next;
             }
             Err(error) => return Err(error),
         }
-        if index.cursor != before {
+        if index.cursor != before
+            && index.unpersisted_lines * PERSIST_EVERY_RECEIPTS_DIVISOR
+                >= index.receipts.len() as u64
+        {
             persist(fs, layout, id, index, steps)?;
+            index.unpersisted_lines = 0;
         }
         Ok(index.receipts.get(&(operation.to_owned(), request_digest.to_owned())).cloned())
     }

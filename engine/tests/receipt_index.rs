@@ -105,3 +105,27 @@ fn a_stale_or_torn_index_is_rebuilt_from_the_log() {
     let replay = store.send(&s, &keyed("lost in a power loss", "k")).unwrap();
     assert_eq!((replay.mid, replay.replayed), (fresh.mid, true));
 }
+
+// An index file over the state-file bound is derived data: rebuilt, never an error. (Found by the
+// benchmarks: a 1 GiB log with a receipt every ten lines made a 177 MB index, and a keyed send
+// in a new process failed with TooLarge.)
+#[test]
+fn an_oversized_index_is_rebuilt_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = reopen(dir.path(), config());
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    let first = store.send(&s, &keyed("first", "k1")).unwrap();
+    drop(store);
+    let index = dir.path().join("sessions/s/receipts.index.json");
+    let file = std::fs::File::create(&index).unwrap();
+    file.set_len(spex_engine::layout::STATE_FILE_BYTES_MAX + 1).unwrap();
+    drop(file);
+    let store = reopen(dir.path(), config());
+    let replay = store.send(&s, &keyed("first", "k1")).unwrap();
+    assert_eq!((replay.mid, replay.replayed), (first.mid, true));
+    assert!(
+        std::fs::metadata(&index).unwrap().len() < 4096,
+        "the rebuilt index replaced the oversized one"
+    );
+}
