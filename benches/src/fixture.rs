@@ -66,6 +66,25 @@ pub fn line(i: u64) -> Line {
     Line::Sent(SentEvent { ts, mid, text, from: None, reply_via: None }, receipt)
 }
 
+/// Inserts fixture lines `0..count` into `connection`'s timeline for `id`, then checkpoints, so
+/// the bulk load's dirty pages do not stall the syncs measured later.
+fn mirror(connection: &mut Connection, id: &SessionId, count: u64) -> rusqlite::Result<()> {
+    connection.pragma_update(None, "synchronous", "OFF")?;
+    let transaction = connection.transaction()?;
+    {
+        let mut insert =
+            transaction.prepare("INSERT INTO timeline(session, line) VALUES (?1, ?2)")?;
+        for i in 0..count {
+            let encoded = line(i).encode();
+            insert
+                .execute(params![id.as_str(), std::str::from_utf8(&encoded).unwrap_or_default()])?;
+        }
+    }
+    transaction.commit()?;
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+}
+
 /// Creates session `id` under `root` with a log of about `bytes` bytes; mirrors every line into
 /// `sqlite`'s timeline table when given.
 pub fn build(
@@ -81,13 +100,6 @@ pub fn build(
     store.send(id, &keyed_request()).map_err(std::io::Error::other)?;
     let layout = Layout::new(root);
     let mut built = Built { bytes: 0, lines: 1, segments: 1 };
-    let mut mirror = match sqlite {
-        Some(connection) => {
-            connection.pragma_update(None, "synchronous", "OFF").map_err(std::io::Error::other)?;
-            Some(connection.transaction().map_err(std::io::Error::other)?)
-        }
-        None => None,
-    };
     let mut i = 0;
     while built.bytes < bytes {
         built.segments += 1;
@@ -102,14 +114,6 @@ pub fn build(
                 break;
             }
             writer.write_all(&encoded)?;
-            if let Some(transaction) = &mirror {
-                transaction
-                    .execute(
-                        "INSERT INTO timeline(session, line) VALUES (?1, ?2)",
-                        params![id.as_str(), std::str::from_utf8(&encoded).unwrap_or_default()],
-                    )
-                    .map_err(std::io::Error::other)?;
-            }
             segment_bytes += encoded.len() as u64;
             built.bytes += encoded.len() as u64;
             built.lines += 1;
@@ -119,9 +123,10 @@ pub fn build(
         drop(writer);
         file.sync_all()?;
     }
-    if let Some(transaction) = mirror.take() {
-        transaction.commit().map_err(std::io::Error::other)?;
+    if let Some(connection) = sqlite {
+        mirror(connection, id, i).map_err(std::io::Error::other)?;
     }
+    std::process::Command::new("sync").status()?;
     std::fs::File::open(layout.timeline_dir(id))?.sync_all()?;
     Ok(built)
 }

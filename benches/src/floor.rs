@@ -82,3 +82,40 @@ impl Floor {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The floor must write the engine's format, or its times are not a floor for it.
+    #[test]
+    fn the_floor_writes_what_the_engine_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut floor = Floor::create(dir.path(), "f").unwrap();
+        for i in 0..3 {
+            let mid = format!("00000000-0000-4000-8000-{i:012}");
+            let line = crate::sent_line("2026-11-30T00:00:00.000Z", &mid, &crate::message(i));
+            let entry = Entry {
+                mid,
+                text: crate::message(i),
+                from: None,
+                attributes: None,
+                dispatch: None,
+            };
+            floor.send(&line, entry).unwrap();
+        }
+        let log = std::fs::read(dir.path().join("f/timeline/000000000001.ndjson")).unwrap();
+        let lines: Vec<_> = log
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| spex_engine::timeline::Line::decode(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        let queue: Vec<Entry> =
+            serde_json::from_slice(&std::fs::read(dir.path().join("f/pending.json")).unwrap())
+                .unwrap();
+        assert_eq!(queue.len(), 3);
+        while floor.drain_one(b"{}\n").unwrap() {}
+        assert!(!dir.path().join("f/pending.json").exists(), "an empty queue is removed");
+    }
+}

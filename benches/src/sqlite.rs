@@ -87,3 +87,34 @@ pub fn tail(connection: &Connection, session: &str, limit: usize) -> rusqlite::R
     lines.reverse();
     Ok(lines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_competitor_sends_drains_and_tails() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut connection = open(&dir.path().join("t.sqlite")).unwrap();
+        let mode: String =
+            connection.pragma_query_value(None, "journal_mode", |row| row.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+        let sync: i64 =
+            connection.pragma_query_value(None, "synchronous", |row| row.get(0)).unwrap();
+        assert_eq!(sync, 2, "synchronous=FULL");
+        for i in 0..3 {
+            send(&mut connection, "s", format!("line {i}").as_bytes(), &format!("m{i}"), "e")
+                .unwrap();
+        }
+        let mut drained = Vec::new();
+        while drain_one(&mut connection, "s", |mid| {
+            drained.push(mid.to_owned());
+            b"settled".to_vec()
+        })
+        .unwrap()
+        {}
+        assert_eq!(drained, ["m0", "m1", "m2"]);
+        let lines = tail(&connection, "s", 2).unwrap();
+        assert_eq!(lines, ["settled", "settled"]);
+    }
+}
