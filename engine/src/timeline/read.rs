@@ -18,7 +18,10 @@ pub(crate) struct Segment {
     /// `None` for the legacy segment.
     pub(crate) no: Option<SegmentNo>,
     pub(crate) path: PathBuf,
-    pub(crate) len: u64,
+    /// The length when listed: known for the legacy segment and the newest one; `None` for a
+    /// sealed numbered segment (it never changes, and a listing must not cost a stat per
+    /// segment: see [`list_segments`]).
+    pub(crate) len: Option<u64>,
 }
 
 impl Segment {
@@ -28,7 +31,10 @@ impl Segment {
     }
 }
 
-/// Lists a session's segments in event order: legacy first, then numbered ones.
+/// Lists a session's segments in event order: legacy first, then numbered ones. One directory
+/// listing, and one stat each for the legacy segment and the newest numbered one (the only
+/// segments whose length can change); sealed segments are not statted, so the cost of a listing
+/// does not grow with a stat per segment of a long log.
 pub(crate) fn list_segments<F: Fs>(
     fs: &F,
     layout: &Layout,
@@ -37,7 +43,7 @@ pub(crate) fn list_segments<F: Fs>(
     let mut segments = Vec::new();
     let legacy = layout.legacy_segment(id);
     match fs.metadata(&legacy) {
-        Ok(metadata) => segments.push(Segment { no: None, path: legacy, len: metadata.len }),
+        Ok(metadata) => segments.push(Segment { no: None, path: legacy, len: Some(metadata.len) }),
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
         Err(error) => return Err(error.into()),
     }
@@ -53,16 +59,29 @@ pub(crate) fn list_segments<F: Fs>(
         .filter_map(|entry| SegmentNo::parse(&entry.name))
         .collect();
     numbered.sort();
+    let newest = numbered.last().copied();
     for no in numbered {
         let path = layout.segment(id, no);
+        if Some(no) != newest {
+            segments.push(Segment { no: Some(no), path, len: None });
+            continue;
+        }
         match fs.metadata(&path) {
-            Ok(metadata) => segments.push(Segment { no: Some(no), path, len: metadata.len }),
+            Ok(metadata) => segments.push(Segment { no: Some(no), path, len: Some(metadata.len) }),
             // Closed between the listing and the stat: the session is gone.
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
             Err(error) => return Err(error.into()),
         }
     }
     Ok(segments)
+}
+
+/// The current length of `segment` (a stat unless the listing already holds it).
+pub(crate) fn segment_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
+    match segment.len {
+        Some(len) => Ok(len),
+        None => Ok(fs.metadata(&segment.path)?.len),
+    }
 }
 
 /// Whether a segment may end in a torn line: the newest one, and the legacy one.
@@ -182,7 +201,7 @@ pub(crate) fn read_from<F: Fs>(
     } else {
         let position = segments.iter().position(|segment| segment.key() == cursor.segment);
         match position {
-            Some(position) if segments[position].len >= cursor.offset => position,
+            Some(position) if segment_len(fs, &segments[position])? >= cursor.offset => position,
             Some(_) => {
                 return Err(Error::InvalidCursor {
                     cursor: cursor.to_string(),
@@ -397,12 +416,12 @@ pub struct Stamp {
     pub newest_len: u64,
 }
 
-/// The stamp of a session's log: one directory listing and one stat per segment.
+/// The stamp of a session's log: one directory listing and one stat of the newest segment.
 pub(crate) fn stamp<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Stamp> {
     let segments = list_segments(fs, layout, id)?;
     Ok(segments.last().map_or(Stamp::default(), |newest| Stamp {
         segments: segments.len() as u64,
         newest: newest.key(),
-        newest_len: newest.len,
+        newest_len: newest.len.unwrap_or(0),
     }))
 }

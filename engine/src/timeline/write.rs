@@ -3,7 +3,7 @@
 use faultfs::{Boundary, File, Fs, OpenOptions};
 
 use super::line::Line;
-use super::read::{Segment, list_segments};
+use super::read::{Segment, list_segments, segment_len};
 use crate::error::{CorruptReason, Error, Result};
 use crate::layout::{Layout, READ_BLOCK_BYTES, SegmentNo, SessionId};
 use crate::mutant::{Mutant, active};
@@ -41,7 +41,11 @@ pub(crate) fn append<F: Fs>(
 ) -> Result<Appended> {
     assert!(line.ends_with(b"\n") && !line[..line.len() - 1].contains(&b'\n'), "one line");
     let segments = list_segments(fs, layout, id)?;
-    let newest = segments.iter().rev().find_map(|segment| segment.no.map(|no| (no, segment.len)));
+    let newest = match segments.iter().rev().find_map(|segment| segment.no.map(|no| (no, segment)))
+    {
+        Some((no, segment)) => Some((no, segment_len(fs, segment)?)),
+        None => None,
+    };
     if let Some((no, len)) = newest
         && (len == 0 || len + line.len() as u64 <= segment_bytes_max)
     {
@@ -100,7 +104,7 @@ pub(crate) fn repair_torn_tail<F: Fs>(
     let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) else {
         return Ok(0);
     };
-    if segments.last().map(|last| &last.path) != Some(&newest.path) || newest.len == 0 {
+    if segments.last().map(|last| &last.path) != Some(&newest.path) || newest.len == Some(0) {
         return Ok(0);
     }
     let file = fs.open(&newest.path, OpenOptions::read_write(), steps.repair)?;
