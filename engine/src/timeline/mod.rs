@@ -24,6 +24,7 @@
 //! The legacy segment, written by the existing implementation, gets the same tolerance for its
 //! final line (it is never written here, so it is never repaired).
 
+pub mod activity;
 pub mod line;
 mod read;
 mod write;

@@ -1,0 +1,651 @@
+//! The session index: a derived SQLite database (`<root>/index.sqlite`, bundled SQLite with
+//! FTS5) that answers "which sessions, in what order of last activity" without reading logs, and
+//! searches what was said.
+//!
+//! # What it holds
+//!
+//! Per session: id, status, proposal, note, display word, created time, archived, last activity
+//! (the timestamp of the last event [`is_activity`] accepts; null when there is none, and the
+//! listing then falls back to the created time), a **watermark** (the cursor its log was folded
+//! to), the record's size and mtime, the content version and a change version. The content index
+//! holds every public event's text: what was said to the session, and the notes it declared.
+//!
+//! # Freshness without reading logs
+//!
+//! A refresh stats each session's record and its newest segment (one listing and one stat, see
+//! `Store::stamp`); a session whose record and newest segment match what the row recorded is not
+//! read at all. Otherwise only the log bytes past the watermark are folded (`Store::follow`), and
+//! the record is read only if it changed. A log that no longer reaches the watermark (a power
+//! loss took unacknowledged bytes) or a content-version bump re-extracts that session.
+//!
+//! # Crash and concurrency story
+//!
+//! The index is derived: deleting it loses nothing (`spex index rebuild`). Each session's update
+//! is one `IMMEDIATE` transaction that re-reads the row inside it, so refreshers in several
+//! processes serialize per update, never fold the same bytes twice and never lose an update; a
+//! refresh killed at any point leaves whole updates only, and the next refresh continues from the
+//! watermarks, which yields the same rows and content as a rebuild.
+//!
+//! [`is_activity`]: spex_engine::timeline::activity::is_activity
+
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use faultfs::{FileKind, Fs};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use spex_engine::timeline::activity::is_activity;
+use spex_engine::{Cursor, Event, SessionId, Store};
+
+/// Version of the tables; a different version on disk recreates them (they are derived).
+pub const SCHEMA_VERSION: i64 = 1;
+/// Version of what is extracted into the content index; a session indexed under another version
+/// is re-extracted on its next refresh.
+pub const CONTENT_VERSION: i64 = 1;
+/// The index file under the store root.
+pub const INDEX_FILE: &str = "index.sqlite";
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The index database failed.
+    #[error("session index {path}: {source}", path = path.display())]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// The store failed while the index read it.
+    #[error(transparent)]
+    Store(#[from] spex_engine::Error),
+    /// A search query with nothing to search for.
+    #[error("the search query is empty")]
+    EmptyQuery,
+}
+
+/// A result of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// One session as the index lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// The session id.
+    pub id: String,
+    /// Its status.
+    pub status: String,
+    /// Its proposal.
+    pub proposal: Option<String>,
+    /// Its note.
+    pub note: Option<String>,
+    /// Its display word.
+    pub display: String,
+    /// `createdAt`.
+    pub created_at: Option<String>,
+    /// Whether archived.
+    pub archived: bool,
+    /// The last activity, if any event was activity.
+    pub last_activity: Option<String>,
+    /// The index version of this row's last change.
+    pub version: i64,
+}
+
+impl Row {
+    /// The row as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "state": {
+                "status": self.status,
+                "proposal": self.proposal,
+                "note": self.note,
+                "display": self.display,
+            },
+            "createdAt": self.created_at,
+            "archived": self.archived,
+            "lastActivity": self.last_activity,
+            "version": self.version,
+        })
+    }
+}
+
+/// How a listing is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    /// Last activity first (sessions without activity by their creation time).
+    Activity,
+    /// Newest created first.
+    Created,
+}
+
+/// What a listing shows.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    /// The order.
+    pub sort: Sort,
+    /// Only this status (stored name or display word).
+    pub status: Option<String>,
+    /// Include archived sessions.
+    pub all: bool,
+}
+
+/// One search hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    /// The session.
+    pub session: String,
+    /// `said` (a message to the session) or `note` (a declaration of the session).
+    pub kind: String,
+    /// When.
+    pub ts: String,
+    /// The message id, for a message.
+    pub mid: Option<String>,
+    /// A snippet with the matched terms between `[` and `]`.
+    pub snippet: String,
+    /// bm25 rank (lower is better).
+    pub rank: f64,
+}
+
+impl Hit {
+    /// The hit as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "session": self.session,
+            "kind": self.kind,
+            "ts": self.ts,
+            "mid": self.mid,
+            "snippet": self.snippet,
+            "rank": self.rank,
+        })
+    }
+}
+
+/// Search filters.
+#[derive(Clone, Debug, Default)]
+pub struct SearchFilter {
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only sessions in this status (stored name or display word).
+    pub status: Option<String>,
+    /// Only events at or after this timestamp (ISO-8601, compared as text).
+    pub since: Option<String>,
+    /// At most this many hits.
+    pub limit: usize,
+}
+
+/// What a refresh did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    /// Sessions looked at.
+    pub sessions: u64,
+    /// Sessions whose row changed.
+    pub updated: u64,
+    /// Sessions removed (closed).
+    pub removed: u64,
+    /// Events folded.
+    pub events: u64,
+}
+
+/// The index of one store.
+#[derive(Debug)]
+pub struct Index {
+    path: PathBuf,
+    connection: Connection,
+}
+
+/// The record's signature: size and mtime in nanoseconds.
+fn record_signature<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<(i64, i64)>> {
+    match store.fs().metadata(&store.layout().record(id)) {
+        Ok(metadata) => {
+            let mtime = metadata
+                .modified
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |at| i64::try_from(at.as_nanos()).unwrap_or(i64::MAX));
+            Ok(Some((i64::try_from(metadata.len).unwrap_or(i64::MAX), mtime)))
+        }
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
+        Err(error) => Err(spex_engine::Error::from(error).into()),
+    }
+}
+
+/// What a row recorded about the store when it was last updated.
+struct Seen {
+    cursor: Cursor,
+    record: (i64, i64),
+    content_version: i64,
+}
+
+impl Index {
+    /// Opens (creating) the index of the store at `root`.
+    pub fn open(root: &Path) -> Result<Index> {
+        let path = root.join(INDEX_FILE);
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let connection = Connection::open(&path).map_err(sqlite)?;
+        connection.busy_timeout(std::time::Duration::from_secs(30)).map_err(sqlite)?;
+        connection.pragma_update(None, "journal_mode", "WAL").map_err(sqlite)?;
+        // Derived data: a lost transaction is refolded from the logs, so NORMAL suffices.
+        connection.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite)?;
+        let index = Index { path: path.clone(), connection };
+        index.ensure_schema()?;
+        Ok(index)
+    }
+
+    fn sqlite(&self, source: rusqlite::Error) -> Error {
+        Error::Sqlite { path: self.path.clone(), source }
+    }
+
+    fn ensure_schema(&self) -> Result<()> {
+        let version: i64 = self
+            .connection
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|e| self.sqlite(e))?;
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        // Another (or no) schema: the tables are derived, so they are recreated in one
+        // transaction; the file itself is kept.
+        self.connection
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE;
+                 DROP TABLE IF EXISTS sessions;
+                 DROP TABLE IF EXISTS content;
+                 DROP TABLE IF EXISTS meta;
+                 CREATE TABLE sessions(
+                     id TEXT PRIMARY KEY,
+                     status TEXT NOT NULL, proposal TEXT, note TEXT, display TEXT NOT NULL,
+                     created_at TEXT, archived INTEGER NOT NULL,
+                     last_activity TEXT,
+                     cursor_segment INTEGER NOT NULL, cursor_offset INTEGER NOT NULL,
+                     cursor_index INTEGER NOT NULL,
+                     record_len INTEGER NOT NULL, record_mtime_ns INTEGER NOT NULL,
+                     content_version INTEGER NOT NULL,
+                     version INTEGER NOT NULL);
+                 CREATE INDEX sessions_activity
+                     ON sessions(COALESCE(last_activity, created_at));
+                 CREATE VIRTUAL TABLE content USING fts5(
+                     said, notes, session UNINDEXED, kind UNINDEXED, ts UNINDEXED,
+                     mid UNINDEXED, tokenize = 'unicode61');
+                 CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                 INSERT INTO meta VALUES ('version', 0);
+                 PRAGMA user_version = {SCHEMA_VERSION};
+                 COMMIT;"
+            ))
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// Brings the index up to date with the store: see the module header.
+    pub fn refresh<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
+        let mut refreshed = Refreshed::default();
+        let mut present = std::collections::BTreeSet::new();
+        let entries = match store.fs().read_dir(&store.layout().sessions_dir()) {
+            Ok(entries) => entries,
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
+            Err(error) => return Err(spex_engine::Error::from(error).into()),
+        };
+        for entry in entries {
+            if entry.kind != FileKind::Dir {
+                continue;
+            }
+            let Ok(id) = SessionId::new(&entry.name) else { continue };
+            refreshed.sessions += 1;
+            present.insert(id.to_string());
+            if let Some(events) = self.refresh_session(store, &id)? {
+                refreshed.updated += 1;
+                refreshed.events += events;
+            }
+        }
+        let indexed: Vec<String> = {
+            let mut statement =
+                self.connection.prepare("SELECT id FROM sessions").map_err(|e| self.sqlite(e))?;
+            let rows = statement.query_map([], |row| row.get(0)).map_err(|e| self.sqlite(e))?;
+            rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
+        };
+        for id in indexed.iter().filter(|id| !present.contains(*id)) {
+            self.remove(id)?;
+            refreshed.removed += 1;
+        }
+        Ok(refreshed)
+    }
+
+    fn seen(&self, connection: &Connection, id: &str) -> Result<Option<Seen>> {
+        connection
+            .query_row(
+                "SELECT cursor_segment, cursor_offset, cursor_index, record_len, record_mtime_ns,
+                        content_version FROM sessions WHERE id = ?1",
+                params![id],
+                |row| {
+                    Ok(Seen {
+                        cursor: Cursor {
+                            segment: row.get::<_, i64>(0)? as u64,
+                            offset: row.get::<_, i64>(1)? as u64,
+                            index: row.get::<_, i64>(2)? as u64,
+                        },
+                        record: (row.get(3)?, row.get(4)?),
+                        content_version: row.get(5)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// Updates one session's row if the store moved past it; returns the events folded, or
+    /// `None` when the row was already fresh.
+    fn refresh_session<F: Fs>(&mut self, store: &Store<F>, id: &SessionId) -> Result<Option<u64>> {
+        let Some(record) = record_signature(store, id)? else {
+            // Being created (no record yet) or closed: nothing to list.
+            return Ok(None);
+        };
+        let stamp = match store.stamp(id) {
+            Ok(stamp) => stamp,
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let fresh = |seen: &Seen| {
+            seen.content_version == CONTENT_VERSION
+                && seen.record == record
+                && seen.cursor.segment == stamp.newest
+                && seen.cursor.offset == stamp.newest_len
+        };
+        if self.seen(&self.connection, id.as_str())?.as_ref().is_some_and(fresh) {
+            return Ok(None);
+        }
+        let path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        // Inside the write lock: another refresher may have folded this session meanwhile.
+        let seen = transaction
+            .query_row(
+                "SELECT cursor_segment, cursor_offset, cursor_index, content_version,
+                            last_activity FROM sessions WHERE id = ?1",
+                params![id.as_str()],
+                |row| {
+                    Ok((
+                        Cursor {
+                            segment: row.get::<_, i64>(0)? as u64,
+                            offset: row.get::<_, i64>(1)? as u64,
+                            index: row.get::<_, i64>(2)? as u64,
+                        },
+                        row.get::<_, i64>(3)?,
+                        row.get::<_, Option<String>>(4)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(sqlite)?;
+        let (mut cursor, mut last_activity) = match seen {
+            Some((cursor, version, last)) if version == CONTENT_VERSION => (cursor, last),
+            _ => {
+                transaction
+                    .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
+                    .map_err(sqlite)?;
+                (Cursor::START, None)
+            }
+        };
+        let events = match store.follow(id, cursor) {
+            Ok((events, next)) => {
+                cursor = next;
+                events
+            }
+            Err(spex_engine::Error::InvalidCursor { .. }) => {
+                // The log no longer reaches the watermark: re-extract the session.
+                transaction
+                    .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
+                    .map_err(sqlite)?;
+                last_activity = None;
+                let (events, next) = store.follow(id, Cursor::START)?;
+                cursor = next;
+                events
+            }
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        {
+            let mut insert = transaction
+                .prepare_cached(
+                    "INSERT INTO content(said, notes, session, kind, ts, mid)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(sqlite)?;
+            for event in &events {
+                if is_activity(event) {
+                    last_activity = Some(event.ts().to_owned());
+                }
+                match event {
+                    Event::Sent(sent) => {
+                        insert
+                            .execute(params![
+                                sent.text,
+                                None::<String>,
+                                id.as_str(),
+                                "said",
+                                sent.ts,
+                                sent.mid
+                            ])
+                            .map_err(sqlite)?;
+                    }
+                    Event::Status(status) => {
+                        if let Some(note) = &status.triple.note {
+                            insert
+                                .execute(params![
+                                    None::<String>,
+                                    note,
+                                    id.as_str(),
+                                    "note",
+                                    status.ts,
+                                    None::<String>
+                                ])
+                                .map_err(sqlite)?;
+                        }
+                    }
+                }
+            }
+        }
+        let record_now = match store.record(id) {
+            Ok(record) => record,
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let triple = record_now.public_triple();
+        let version: i64 = transaction
+            .query_row(
+                "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(sqlite)?;
+        transaction
+            .execute(
+                "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
+                     last_activity, cursor_segment, cursor_offset, cursor_index, record_len,
+                     record_mtime_ns, content_version, version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT(id) DO UPDATE SET status = excluded.status,
+                     proposal = excluded.proposal, note = excluded.note,
+                     display = excluded.display, created_at = excluded.created_at,
+                     archived = excluded.archived, last_activity = excluded.last_activity,
+                     cursor_segment = excluded.cursor_segment,
+                     cursor_offset = excluded.cursor_offset, cursor_index = excluded.cursor_index,
+                     record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
+                     content_version = excluded.content_version, version = excluded.version",
+                params![
+                    id.as_str(),
+                    triple.status.name(),
+                    triple.proposal.map(|p| p.name()),
+                    triple.note,
+                    triple.display_word(),
+                    record_now.created_at(),
+                    record_now.archived(),
+                    last_activity,
+                    cursor.segment as i64,
+                    cursor.offset as i64,
+                    cursor.index as i64,
+                    record.0,
+                    record.1,
+                    CONTENT_VERSION,
+                    version,
+                ],
+            )
+            .map_err(sqlite)?;
+        transaction.commit().map_err(sqlite)?;
+        Ok(Some(events.len() as u64))
+    }
+
+    fn remove(&mut self, id: &str) -> Result<()> {
+        let path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        transaction
+            .execute("DELETE FROM content WHERE session = ?1", params![id])
+            .map_err(sqlite)?;
+        transaction.execute("DELETE FROM sessions WHERE id = ?1", params![id]).map_err(sqlite)?;
+        transaction
+            .execute("UPDATE meta SET value = value + 1 WHERE key = 'version'", [])
+            .map_err(sqlite)?;
+        transaction.commit().map_err(sqlite)
+    }
+
+    /// Empties the index and folds every log again.
+    pub fn rebuild<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
+        self.connection
+            .execute_batch("BEGIN IMMEDIATE; DELETE FROM content; DELETE FROM sessions; COMMIT;")
+            .map_err(|e| self.sqlite(e))?;
+        self.refresh(store)
+    }
+
+    /// The index's current change version (strictly increases with every change).
+    pub fn version(&self) -> Result<i64> {
+        self.connection
+            .query_row("SELECT value FROM meta WHERE key = 'version'", [], |row| row.get(0))
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// The listed sessions.
+    pub fn sessions(&self, filter: &Filter) -> Result<Vec<Row>> {
+        let order = match filter.sort {
+            Sort::Activity => "COALESCE(last_activity, created_at) DESC, id",
+            Sort::Created => "created_at DESC, id",
+        };
+        let sql = format!(
+            "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
+                    version
+             FROM sessions
+             WHERE (?1 OR archived = 0) AND (?2 IS NULL OR status = ?2 OR display = ?2)
+             ORDER BY {order}"
+        );
+        let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map(params![filter.all, filter.status], |row| {
+                Ok(Row {
+                    id: row.get(0)?,
+                    status: row.get(1)?,
+                    proposal: row.get(2)?,
+                    note: row.get(3)?,
+                    display: row.get(4)?,
+                    created_at: row.get(5)?,
+                    archived: row.get(6)?,
+                    last_activity: row.get(7)?,
+                    version: row.get(8)?,
+                })
+            })
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+
+    /// Full-text search, ranked by bm25 with what was said to a session weighted above the
+    /// notes it declared. The query is taken literally: every whitespace-separated word is
+    /// quoted, so FTS syntax in it is data.
+    pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
+        let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT c.session, c.kind, c.ts, c.mid,
+                        snippet(content, -1, '[', ']', '…', 16),
+                        bm25(content, 2.0, 1.0) AS rank
+                 FROM content c JOIN sessions s ON s.id = c.session
+                 WHERE content MATCH ?1
+                   AND (?2 IS NULL OR c.session = ?2)
+                   AND (?3 IS NULL OR s.status = ?3 OR s.display = ?3)
+                   AND (?4 IS NULL OR c.ts >= ?4)
+                 ORDER BY rank LIMIT ?5",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let hits = statement
+            .query_map(
+                params![literal, filter.session, filter.status, filter.since, limit],
+                |row| {
+                    Ok(Hit {
+                        session: row.get(0)?,
+                        kind: row.get(1)?,
+                        ts: row.get(2)?,
+                        mid: row.get(3)?,
+                        snippet: row.get(4)?,
+                        rank: row.get(5)?,
+                    })
+                },
+            )
+            .map_err(|e| self.sqlite(e))?;
+        hits.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+
+    /// Every row and every content entry, in a canonical order (to compare two indexes).
+    pub fn dump(&self) -> Result<String> {
+        let mut out = String::new();
+        for row in self.sessions(&Filter { sort: Sort::Created, status: None, all: true })? {
+            let mut row = row;
+            row.version = 0;
+            out.push_str(&format!("{row:?}\n"));
+        }
+        let mut statement = self
+            .connection
+            .prepare("SELECT session, kind, ts, mid, said, notes FROM content ORDER BY session, ts, kind, mid, said, notes")
+            .map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(format!(
+                    "{:?}\n",
+                    (
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, Option<String>>(3)?,
+                        row.get::<_, Option<String>>(4)?,
+                        row.get::<_, Option<String>>(5)?,
+                    )
+                ))
+            })
+            .map_err(|e| self.sqlite(e))?;
+        for row in rows {
+            out.push_str(&row.map_err(|e| self.sqlite(e))?);
+        }
+        Ok(out)
+    }
+}
+
+/// `query` as an FTS5 query matching its words literally (each one a quoted string, all
+/// required), or `None` when it has no words.
+pub fn literal_query(query: &str) -> Option<String> {
+    let words: Vec<String> =
+        query.split_whitespace().map(|word| format!("\"{}\"", word.replace('"', "\"\""))).collect();
+    if words.is_empty() { None } else { Some(words.join(" ")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_literal() {
+        assert_eq!(literal_query("  "), None);
+        assert_eq!(literal_query("a OR b").unwrap(), r#""a" "OR" "b""#);
+        assert_eq!(literal_query(r#"say "hi" NEAR(x*"#).unwrap(), r#""say" """hi""" "NEAR(x*""#);
+    }
+}
