@@ -23,6 +23,12 @@ struct Cli {
 enum Command {
     /// Create, send to, declare, read, drain, archive, close and list sessions.
     Session(commands::session::Args),
+    /// Search what was said to sessions and the notes they declared.
+    Search(commands::search::Args),
+    /// Stream the session list: a reset snapshot, then versioned increments.
+    Watch(commands::watch::Args),
+    /// Refresh or rebuild the derived session index.
+    Index(commands::index::Args),
     /// Serve the sessions over HTTP on loopback.
     Serve(commands::serve::Args),
     /// The single writer path for lifecycle hooks.
@@ -38,6 +44,9 @@ fn main() -> std::process::ExitCode {
     let global = &cli.global;
     let result = match cli.command {
         Command::Session(args) => commands::session::run(&args, global),
+        Command::Search(args) => commands::search::run(&args, global),
+        Command::Watch(args) => commands::watch::run(&args, global),
+        Command::Index(args) => commands::index::run(&args, global),
         Command::Serve(args) => commands::serve::run(&args, global),
         Command::Internal(args) => commands::internal::run(&args, global),
         Command::Demo(args) => commands::demo::run(&args),

@@ -259,7 +259,9 @@ impl Index {
                      cursor_index INTEGER NOT NULL,
                      record_len INTEGER NOT NULL, record_mtime_ns INTEGER NOT NULL,
                      content_version INTEGER NOT NULL,
-                     version INTEGER NOT NULL);
+                     version INTEGER NOT NULL,
+                     removed INTEGER NOT NULL DEFAULT 0);
+                 CREATE INDEX sessions_version ON sessions(version);
                  CREATE INDEX sessions_activity
                      ON sessions(COALESCE(last_activity, created_at));
                  CREATE VIRTUAL TABLE content USING fts5(
@@ -267,6 +269,7 @@ impl Index {
                      mid UNINDEXED, tokenize = 'unicode61');
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
+                 INSERT INTO meta VALUES ('generation', 0);
                  PRAGMA user_version = {SCHEMA_VERSION};
                  COMMIT;"
             ))
@@ -295,8 +298,10 @@ impl Index {
             }
         }
         let indexed: Vec<String> = {
-            let mut statement =
-                self.connection.prepare("SELECT id FROM sessions").map_err(|e| self.sqlite(e))?;
+            let mut statement = self
+                .connection
+                .prepare("SELECT id FROM sessions WHERE removed = 0")
+                .map_err(|e| self.sqlite(e))?;
             let rows = statement.query_map([], |row| row.get(0)).map_err(|e| self.sqlite(e))?;
             rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
         };
@@ -470,7 +475,8 @@ impl Index {
                      cursor_segment = excluded.cursor_segment,
                      cursor_offset = excluded.cursor_offset, cursor_index = excluded.cursor_index,
                      record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
-                     content_version = excluded.content_version, version = excluded.version",
+                     content_version = excluded.content_version, version = excluded.version,
+                     removed = 0",
                 params![
                     id.as_str(),
                     triple.status.name(),
@@ -504,7 +510,14 @@ impl Index {
         transaction
             .execute("DELETE FROM content WHERE session = ?1", params![id])
             .map_err(sqlite)?;
-        transaction.execute("DELETE FROM sessions WHERE id = ?1", params![id]).map_err(sqlite)?;
+        // A tombstone, so a watcher learns of the removal with its own version.
+        transaction
+            .execute(
+                "UPDATE sessions SET removed = 1, version =
+                     (SELECT value + 1 FROM meta WHERE key = 'version') WHERE id = ?1",
+                params![id],
+            )
+            .map_err(sqlite)?;
         transaction
             .execute("UPDATE meta SET value = value + 1 WHERE key = 'version'", [])
             .map_err(sqlite)?;
@@ -519,11 +532,44 @@ impl Index {
         self.refresh(store)
     }
 
+    /// The index's generation: bumped by every rebuild, after which watchers must reset (a
+    /// rebuild forgets removals).
+    pub fn generation(&self) -> Result<i64> {
+        self.connection
+            .query_row("SELECT value FROM meta WHERE key = 'generation'", [], |row| row.get(0))
+            .map_err(|e| self.sqlite(e))
+    }
+
     /// The index's current change version (strictly increases with every change).
     pub fn version(&self) -> Result<i64> {
         self.connection
             .query_row("SELECT value FROM meta WHERE key = 'version'", [], |row| row.get(0))
             .map_err(|e| self.sqlite(e))
+    }
+
+    /// Every change after `version`, oldest first: a row that was updated, or the id of one
+    /// that was removed (its session closed).
+    pub fn changes_since(&self, version: i64) -> Result<Vec<Change>> {
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
+                        version, removed
+                 FROM sessions WHERE version > ?1 ORDER BY version",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let changes = statement
+            .query_map(params![version], |row| {
+                let removed: bool = row.get(9)?;
+                let row = row_of(row)?;
+                Ok(if removed {
+                    Change::Removed { id: row.id, version: row.version }
+                } else {
+                    Change::Updated(row)
+                })
+            })
+            .map_err(|e| self.sqlite(e))?;
+        changes.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }
 
     /// The listed sessions.
@@ -536,24 +582,13 @@ impl Index {
             "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
                     version
              FROM sessions
-             WHERE (?1 OR archived = 0) AND (?2 IS NULL OR status = ?2 OR display = ?2)
+             WHERE removed = 0 AND (?1 OR archived = 0)
+               AND (?2 IS NULL OR status = ?2 OR display = ?2)
              ORDER BY {order}"
         );
         let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
         let rows = statement
-            .query_map(params![filter.all, filter.status], |row| {
-                Ok(Row {
-                    id: row.get(0)?,
-                    status: row.get(1)?,
-                    proposal: row.get(2)?,
-                    note: row.get(3)?,
-                    display: row.get(4)?,
-                    created_at: row.get(5)?,
-                    archived: row.get(6)?,
-                    last_activity: row.get(7)?,
-                    version: row.get(8)?,
-                })
-            })
+            .query_map(params![filter.all, filter.status], row_of)
             .map_err(|e| self.sqlite(e))?;
         rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }
@@ -570,7 +605,7 @@ impl Index {
                         snippet(content, -1, '[', ']', '…', 16),
                         bm25(content, 2.0, 1.0) AS rank
                  FROM content c JOIN sessions s ON s.id = c.session
-                 WHERE content MATCH ?1
+                 WHERE content MATCH ?1 AND s.removed = 0
                    AND (?2 IS NULL OR c.session = ?2)
                    AND (?3 IS NULL OR s.status = ?3 OR s.display = ?3)
                    AND (?4 IS NULL OR c.ts >= ?4)
@@ -627,6 +662,57 @@ impl Index {
             out.push_str(&row.map_err(|e| self.sqlite(e))?);
         }
         Ok(out)
+    }
+}
+
+/// A listed row from the first nine columns of a `sessions` query.
+fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: row.get(0)?,
+        status: row.get(1)?,
+        proposal: row.get(2)?,
+        note: row.get(3)?,
+        display: row.get(4)?,
+        created_at: row.get(5)?,
+        archived: row.get(6)?,
+        last_activity: row.get(7)?,
+        version: row.get(8)?,
+    })
+}
+
+/// One change of the index, for watchers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The session's row changed (or appeared).
+    Updated(Row),
+    /// The session was removed (closed).
+    Removed {
+        /// The session id.
+        id: String,
+        /// The index version of the removal.
+        version: i64,
+    },
+}
+
+impl Change {
+    /// The index version of this change.
+    pub fn version(&self) -> i64 {
+        match self {
+            Change::Updated(row) => row.version,
+            Change::Removed { version, .. } => *version,
+        }
+    }
+
+    /// The change as a watch-stream increment.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Change::Updated(row) => {
+                serde_json::json!({ "type": "update", "version": row.version, "session": row.to_json() })
+            }
+            Change::Removed { id, version } => {
+                serde_json::json!({ "type": "remove", "version": version, "id": id })
+            }
+        }
     }
 }
 

@@ -1,9 +1,12 @@
 pub(crate) mod adapter;
 pub(crate) mod demo;
+pub(crate) mod index;
 pub(crate) mod internal;
+pub(crate) mod search;
 pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod verify;
+pub(crate) mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

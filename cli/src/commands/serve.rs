@@ -2,7 +2,9 @@
 //!
 //! | method and path                          | answer                                          |
 //! |------------------------------------------|-------------------------------------------------|
-//! | `GET /api/sessions`                      | every session with its state                    |
+//! | `GET /api/sessions`                      | sessions, most recently worked in first (index) |
+//! | `GET /api/search?q=..&session=&status=&since=&limit=` | full-text hits (index)             |
+//! | `GET /api/watch`                         | server-sent events: reset, then increments      |
 //! | `GET /api/sessions/:id/timeline?limit=N` | the last N public events, oldest first (N 500)  |
 //! | `POST /api/sessions/:id/input`           | a send; `Idempotency-Key` makes it keyed        |
 //!
@@ -23,7 +25,7 @@ use spex_engine::layout::TEXT_BYTES_MAX;
 use spex_engine::{Error, Event, Key, SendRequest, SessionId, Store};
 use tiny_http::{Header, Method, Request, Response, Server};
 
-use super::session::{ReplyArg, summary_json};
+use super::session::ReplyArg;
 use super::{Global, print_json};
 use crate::exit::Code;
 
@@ -73,7 +75,13 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
                 while let Ok(request) = server.recv() {
-                    answer(&store, request);
+                    if request.method() == &Method::Get
+                        && request.url().split('?').next() == Some("/api/watch")
+                    {
+                        watch(&store, request);
+                    } else {
+                        answer(&store, request);
+                    }
                 }
             })
         })
@@ -127,11 +135,13 @@ fn route(store: &Store<RealFs>, request: &mut Request) -> Reply {
     let method = request.method().clone();
     match (segments.as_slice(), method) {
         (["api", "sessions"], Method::Get) => sessions(store),
+        (["api", "search"], Method::Get) => search(store, query),
         (["api", "sessions", id, "timeline"], Method::Get) => timeline(store, id, query),
         (["api", "sessions", id, "input"], Method::Post) => input(store, id, request),
-        (["api", "sessions"] | ["api", "sessions", _, "timeline" | "input"], _) => {
-            Reply::error(405, format!("method not allowed on {path}"))
-        }
+        (
+            ["api", "sessions" | "search" | "watch"] | ["api", "sessions", _, "timeline" | "input"],
+            _,
+        ) => Reply::error(405, format!("method not allowed on {path}")),
         _ => Reply::error(404, format!("no route {path}")),
     }
 }
@@ -150,13 +160,132 @@ fn engine_error(error: &Error) -> Reply {
     }
 }
 
-fn sessions(store: &Store<RealFs>) -> Reply {
-    match store.list() {
-        Ok(sessions) => {
-            Reply::ok(json!({ "sessions": sessions.iter().map(summary_json).collect::<Vec<_>>() }))
-        }
-        Err(error) => engine_error(&error),
+fn index_error(error: &spex_index::Error) -> Reply {
+    match error {
+        spex_index::Error::Store(error) => engine_error(error),
+        spex_index::Error::EmptyQuery => Reply::error(400, error.to_string()),
+        _ => Reply::error(500, error.to_string()),
     }
+}
+
+/// The index of `store`, refreshed.
+fn fresh_index(store: &Store<RealFs>) -> Result<spex_index::Index, Reply> {
+    let mut index =
+        spex_index::Index::open(store.layout().root()).map_err(|error| index_error(&error))?;
+    index.refresh(store).map_err(|error| index_error(&error))?;
+    Ok(index)
+}
+
+fn sessions(store: &Store<RealFs>) -> Reply {
+    let index = match fresh_index(store) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    let filter = spex_index::Filter { sort: spex_index::Sort::Activity, status: None, all: true };
+    match index.sessions(&filter) {
+        Ok(rows) => Reply::ok(json!({
+            "sessions": rows.iter().map(spex_index::Row::to_json).collect::<Vec<_>>()
+        })),
+        Err(error) => index_error(&error),
+    }
+}
+
+fn search(store: &Store<RealFs>, query: &str) -> Reply {
+    let mut q = None;
+    let mut filter = spex_index::SearchFilter { limit: 20, ..spex_index::SearchFilter::default() };
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "q" => q = Some(value.into_owned()),
+            "session" => filter.session = Some(value.into_owned()),
+            "status" => filter.status = Some(value.into_owned()),
+            "since" => {
+                let now_ms = spex_engine::env::Clock::now_ms(&spex_engine::env::SystemClock);
+                match super::search::since(&value, now_ms) {
+                    Ok(since) => filter.since = Some(since),
+                    Err(error) => return Reply::error(400, error.0),
+                }
+            }
+            "limit" => match value.parse::<usize>() {
+                Ok(limit) if limit <= 1000 => filter.limit = limit,
+                _ => return Reply::error(400, format!("limit {value:?} is not 0 to 1000")),
+            },
+            other => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    let Some(q) = q else { return Reply::error(400, "missing q") };
+    let index = match fresh_index(store) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    match index.search(&q, &filter) {
+        Ok(hits) => Reply::ok(json!({
+            "query": q,
+            "hits": hits.iter().map(spex_index::Hit::to_json).collect::<Vec<_>>(),
+        })),
+        Err(error) => index_error(&error),
+    }
+}
+
+/// How often an idle event stream sends a comment, so a gone client is noticed.
+const WATCH_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The watch stream as server-sent events: `id: <version>` and `data: <json>` per message.
+struct Events {
+    watch: super::watch::Watch,
+    buffer: Vec<u8>,
+    position: usize,
+}
+
+impl Events {
+    fn push(&mut self, value: &Value) {
+        let id = value["version"].as_i64().unwrap_or(0);
+        self.buffer.extend_from_slice(format!("id: {id}\ndata: {value}\n\n").as_bytes());
+    }
+}
+
+impl std::io::Read for Events {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.position == self.buffer.len() {
+            self.buffer.clear();
+            self.position = 0;
+            let values = self.watch.next(WATCH_KEEPALIVE).map_err(std::io::Error::other)?;
+            if values.is_empty() {
+                self.buffer.extend_from_slice(b": keepalive\n\n");
+            }
+            for value in &values {
+                self.push(value);
+            }
+        }
+        let n = out.len().min(self.buffer.len() - self.position);
+        out[..n].copy_from_slice(&self.buffer[self.position..self.position + n]);
+        self.position += n;
+        Ok(n)
+    }
+}
+
+fn watch(store: &Arc<Store<RealFs>>, request: Request) {
+    let started = super::watch::Watch::start(Arc::clone(store), std::time::Duration::from_secs(1));
+    let (watch, reset) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            let reply = Reply::error(500, format!("{error:#}"));
+            let _ignored = request.respond(
+                Response::from_string(reply.body.to_string()).with_status_code(reply.status),
+            );
+            return;
+        }
+    };
+    let mut events = Events { watch, buffer: Vec::new(), position: 0 };
+    events.push(&reset);
+    let response = Response::new(
+        tiny_http::StatusCode(200),
+        vec![header("Content-Type", "text/event-stream"), header("Cache-Control", "no-cache")],
+        events,
+        None,
+        None,
+    );
+    // Ends when the client goes away (a write fails).
+    let _ignored = request.respond(response);
 }
 
 fn parse_id(id: &str) -> Result<SessionId, Reply> {

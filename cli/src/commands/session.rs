@@ -11,8 +11,8 @@ use faultfs::RealFs;
 use serde_json::json;
 use spex_engine::reply::ReplyChannel;
 use spex_engine::{
-    Cursor, DrainReport, Error, Event, Key, Lifecycle, Proposal, SendRequest, SessionId,
-    SessionSummary, Status, Store, Triple,
+    Cursor, DrainReport, Error, Event, Key, Lifecycle, Proposal, SendRequest, SessionId, Status,
+    Store, Triple,
 };
 
 use super::adapter::Spec;
@@ -54,7 +54,7 @@ enum Command {
     Archive(IdArgs),
     /// Close a session: record the close, revoke it as a sender, remove its directory.
     Close(IdArgs),
-    /// List sessions.
+    /// List sessions, most recently worked in first (through the session index).
     Ls(LsArgs),
 }
 
@@ -191,6 +191,12 @@ struct LsArgs {
     /// Include archived sessions.
     #[arg(long)]
     all: bool,
+    /// Order: by last activity (human sends and declared moves; see the README), or created.
+    #[arg(long, value_enum, default_value_t = SortArg::Activity)]
+    sort: SortArg,
+    /// Only sessions in this status (stored name, e.g. awaiting, or display word, e.g. review).
+    #[arg(long)]
+    status: Option<String>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -527,32 +533,34 @@ fn print_drain(id: &SessionId, report: &DrainReport, global: &Global) -> anyhow:
     Ok(())
 }
 
-/// One session of a listing, as JSON (`spex session ls --json` and `GET /api/sessions`).
-pub(crate) fn summary_json(session: &SessionSummary) -> serde_json::Value {
-    json!({
-        "id": session.id.as_str(),
-        "state": triple_json(&session.triple),
-        "createdAt": session.created_at,
-        "archived": session.archived,
-    })
+/// The listing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SortArg {
+    Activity,
+    Created,
 }
 
 fn ls(store: &Store<RealFs>, args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
-    let mut sessions = store.list()?;
-    sessions.retain(|session| args.all || !session.archived);
+    let mut index = spex_index::Index::open(store.layout().root())?;
+    index.refresh(store)?;
+    let filter = spex_index::Filter {
+        sort: match args.sort {
+            SortArg::Activity => spex_index::Sort::Activity,
+            SortArg::Created => spex_index::Sort::Created,
+        },
+        status: args.status.clone(),
+        all: args.all,
+    };
+    let rows = index.sessions(&filter)?;
     if global.json {
-        let sessions: Vec<_> = sessions.iter().map(summary_json).collect();
+        let sessions: Vec<_> = rows.iter().map(spex_index::Row::to_json).collect();
         print_json(json!({ "sessions": sessions }))?;
         return Ok(Code::Ok);
     }
-    for session in &sessions {
-        let archived = if session.archived { "  (archived)" } else { "" };
-        println!(
-            "{:<38} {:<14} {}{archived}",
-            session.id,
-            session.triple.display_word(),
-            session.created_at.as_deref().unwrap_or("-")
-        );
+    for row in &rows {
+        let archived = if row.archived { "  (archived)" } else { "" };
+        let when = row.last_activity.as_deref().or(row.created_at.as_deref()).unwrap_or("-");
+        println!("{:<38} {:<14} {when}{archived}", row.id, row.display);
     }
     Ok(Code::Ok)
 }

@@ -1,0 +1,54 @@
+//! `spex index`: the derived session index (see the `spex-index` crate for its crash and
+//! concurrency story), `spex search` and `spex watch` read it.
+
+use serde_json::json;
+
+use super::{Global, print_json};
+use crate::exit::Code;
+
+/// Arguments of `spex index`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Fold what the logs gained since the last refresh (every listing does this first).
+    Refresh,
+    /// Empty the index and fold every log again (the index is derived: nothing is lost).
+    Rebuild,
+    /// Print every row and content entry in a canonical order (to compare two indexes).
+    #[command(hide = true)]
+    Dump,
+}
+
+pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
+    let store = global.open_store()?;
+    let mut index = spex_index::Index::open(store.layout().root())?;
+    let refreshed = match args.command {
+        Command::Refresh => index.refresh(&store)?,
+        Command::Rebuild => index.rebuild(&store)?,
+        Command::Dump => {
+            index.refresh(&store)?;
+            print!("{}", index.dump()?);
+            return Ok(Code::Ok);
+        }
+    };
+    if global.json {
+        print_json(json!({
+            "sessions": refreshed.sessions,
+            "updated": refreshed.updated,
+            "removed": refreshed.removed,
+            "events": refreshed.events,
+            "version": index.version()?,
+        }))?;
+    } else {
+        println!(
+            "{} sessions: {} updated ({} events folded), {} removed",
+            refreshed.sessions, refreshed.updated, refreshed.events, refreshed.removed
+        );
+    }
+    Ok(Code::Ok)
+}
