@@ -146,3 +146,39 @@ fn bad_requests_get_precise_statuses_and_write_nothing() {
 
     assert!(store.events("web").is_empty(), "no bad request wrote anything");
 }
+
+#[test]
+fn search_and_watch_over_http() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "a"]).ok();
+    store.run(&["session", "send", "a", "the deploy of the parser failed"]).ok();
+    let server = Server::start(&store);
+    let (status, found) = server.get("/api/search?q=parser+deploy&limit=5");
+    assert_eq!(status, 200);
+    assert_eq!(found["hits"][0]["session"], "a");
+    assert!(found["hits"][0]["snippet"].as_str().unwrap().contains("[parser]"));
+    assert_eq!(server.get("/api/search?q=%20").0, 400);
+    assert_eq!(server.get("/api/search").0, 400);
+    assert_eq!(server.get("/api/search?q=x&bogus=1").0, 400);
+
+    // The event stream: a reset, then an update after a send.
+    let response = server.agent.get(format!("{}/api/watch", server.url)).call().unwrap();
+    assert_eq!(response.headers().get("content-type").unwrap(), "text/event-stream");
+    let mut reader = BufReader::new(response.into_body().into_reader());
+    let mut next_data = || -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(reader.read_line(&mut line).unwrap() > 0, "the stream stayed open");
+            if let Some(data) = line.strip_prefix("data: ") {
+                return serde_json::from_str(data).unwrap();
+            }
+        }
+    };
+    let reset = next_data();
+    assert_eq!(reset["type"], "reset");
+    assert_eq!(reset["sessions"][0]["id"], "a");
+    store.run(&["session", "send", "a", "another"]).ok();
+    let update = next_data();
+    assert_eq!(update["type"], "update");
+    assert!(update["version"].as_i64().unwrap() > reset["version"].as_i64().unwrap());
+}

@@ -13,7 +13,7 @@
 //! busy (with `Retry-After`), 500 anything else (the store's own error text). Reads take no lock;
 //! an input is acknowledged only once it is durable, exactly as `spex session send`.
 
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -229,43 +229,18 @@ fn search(store: &Store<RealFs>, query: &str) -> Reply {
 /// How often an idle event stream sends a comment, so a gone client is noticed.
 const WATCH_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// The watch stream as server-sent events: `id: <version>` and `data: <json>` per message.
-struct Events {
-    watch: super::watch::Watch,
-    buffer: Vec<u8>,
-    position: usize,
+/// One server-sent event: `id: <version>` and `data: <json>`.
+fn event(value: &Value) -> String {
+    let id = value["version"].as_i64().unwrap_or(0);
+    format!("id: {id}\ndata: {value}\n\n")
 }
 
-impl Events {
-    fn push(&mut self, value: &Value) {
-        let id = value["version"].as_i64().unwrap_or(0);
-        self.buffer.extend_from_slice(format!("id: {id}\ndata: {value}\n\n").as_bytes());
-    }
-}
-
-impl std::io::Read for Events {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.position == self.buffer.len() {
-            self.buffer.clear();
-            self.position = 0;
-            let values = self.watch.next(WATCH_KEEPALIVE).map_err(std::io::Error::other)?;
-            if values.is_empty() {
-                self.buffer.extend_from_slice(b": keepalive\n\n");
-            }
-            for value in &values {
-                self.push(value);
-            }
-        }
-        let n = out.len().min(self.buffer.len() - self.position);
-        out[..n].copy_from_slice(&self.buffer[self.position..self.position + n]);
-        self.position += n;
-        Ok(n)
-    }
-}
-
+/// Streams the watch as server-sent events on the raw connection (each event flushed as it
+/// happens; a buffered response body would hold small events back). Ends when the client goes
+/// away: a keepalive comment every 15 s notices that.
 fn watch(store: &Arc<Store<RealFs>>, request: Request) {
     let started = super::watch::Watch::start(Arc::clone(store), std::time::Duration::from_secs(1));
-    let (watch, reset) = match started {
+    let (mut watch, reset) = match started {
         Ok(started) => started,
         Err(error) => {
             let reply = Reply::error(500, format!("{error:#}"));
@@ -275,17 +250,36 @@ fn watch(store: &Arc<Store<RealFs>>, request: Request) {
             return;
         }
     };
-    let mut events = Events { watch, buffer: Vec::new(), position: 0 };
-    events.push(&reset);
-    let response = Response::new(
-        tiny_http::StatusCode(200),
-        vec![header("Content-Type", "text/event-stream"), header("Cache-Control", "no-cache")],
-        events,
-        None,
-        None,
-    );
-    // Ends when the client goes away (a write fails).
-    let _ignored = request.respond(response);
+    let mut writer = request.into_writer();
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                Connection: close\r\n\r\n";
+    let mut send = |text: &str| -> std::io::Result<()> {
+        writer.write_all(text.as_bytes())?;
+        writer.flush()
+    };
+    if send(head).and_then(|()| send(&event(&reset))).is_err() {
+        return;
+    }
+    loop {
+        let values = match watch.next(WATCH_KEEPALIVE) {
+            Ok(values) => values,
+            Err(error) => {
+                let _ignored = send(&format!(
+                    "event: error\ndata: {}\n\n",
+                    json!({ "error": format!("{error:#}") })
+                ));
+                return;
+            }
+        };
+        let text = if values.is_empty() {
+            ": keepalive\n\n".to_owned()
+        } else {
+            values.iter().map(event).collect()
+        };
+        if send(&text).is_err() {
+            return;
+        }
+    }
 }
 
 fn parse_id(id: &str) -> Result<SessionId, Reply> {

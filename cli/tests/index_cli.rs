@@ -1,0 +1,219 @@
+//! The session index through the real binary: listing by real activity, search, the watch
+//! stream, and refreshes killed with SIGKILL or racing each other, which must always converge
+//! to exactly what a rebuild from the logs gives. It matters because every listing and search is
+//! served from this derived data instead of the logs.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+#![allow(clippy::disallowed_methods, reason = "tests damage real files directly")]
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::Store;
+
+const STREAM_WAIT: Duration = Duration::from_secs(30);
+
+fn ids(document: &serde_json::Value) -> Vec<String> {
+    document["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| session["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+// Sessions are listed by what was done in them, not by what touched their files.
+#[test]
+fn ls_orders_by_activity_not_by_touches() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "older"]).ok();
+    store.run(&["session", "new", "--id", "newer"]).ok();
+    store.run(&["session", "new", "--id", "bot"]).ok();
+    store.run(&["session", "send", "newer", "first work"]).ok();
+    store.run(&["session", "send", "older", "later work"]).ok();
+    let by_activity = store.json(&["session", "ls"]);
+    assert_eq!(ids(&by_activity)[..2], ["older", "newer"]);
+    assert!(by_activity["sessions"][0]["lastActivity"].is_string());
+    // Touches that are not activity: a message from another session, a torn tail repaired by
+    // the next writer, a record-only archive.
+    store.run(&["session", "send", "newer", "automated", "--from", "bot"]).ok();
+    let newest = std::fs::read_dir(store.root().join("sessions/newer/timeline"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .max()
+        .unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    bytes.extend_from_slice(b"{\"ts\":\"2099-01-01T00:00:00.000Z\",\"ki");
+    std::fs::write(&newest, bytes).unwrap();
+    store.run(&["internal", "session-idle", "--session", "bot"]).ok(); // bot: activity
+    store.run(&["session", "archive", "newer"]).ok();
+    let after = store.json(&["session", "ls", "--all"]);
+    assert_eq!(ids(&after), ["bot", "older", "newer"], "newer did not jump up");
+    assert_eq!(ids(&store.json(&["session", "ls"])), ["bot", "older"], "archived hidden");
+    let created = store.json(&["session", "ls", "--all", "--sort", "created"]);
+    assert_eq!(ids(&created), ["bot", "newer", "older"]);
+    let idle = store.json(&["session", "ls", "--status", "idle"]);
+    assert_eq!(ids(&idle), ["bot"]);
+}
+
+#[test]
+fn search_from_the_command_line() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "a"]).ok();
+    store.run(&["session", "send", "a", "the flaky deploy failed on staging"]).ok();
+    store.run(&["session", "ask", "--note", "retry the deploy?", "--session", "a"]).ok();
+    let found = store.json(&["search", "deploy"]);
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0]["kind"], "said");
+    assert!(hits[0]["snippet"].as_str().unwrap().contains("[deploy]"));
+    let text = store.run(&["search", "staging"]).ok();
+    assert!(text.contains("[staging]"), "{text}");
+    assert_eq!(
+        store.json(&["search", "deploy", "--since", "1h"])["hits"].as_array().unwrap().len(),
+        2
+    );
+    assert!(
+        store.json(&["search", "deploy", "--since", "2100-01-01"])["hits"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // FTS syntax is data; an operator alone finds nothing rather than failing.
+    assert!(store.json(&["search", "NEAR(deploy"])["hits"].as_array().unwrap().is_empty());
+    store.run(&["search", " "]).fails(2, "empty");
+    store.run(&["search", "x", "--since", "soon"]).fails(2, "--since");
+}
+
+fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<serde_json::Value> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+// `spex watch --json`: a reset, then increments with strictly increasing versions.
+#[test]
+fn watch_streams_a_reset_then_increments() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "a"]).ok();
+    let mut child = store.spawn(&["--json", "watch", "--interval-ms", "100"]);
+    let lines = lines_of(&mut child);
+    let reset = lines.recv_timeout(STREAM_WAIT).unwrap();
+    assert_eq!(reset["type"], "reset");
+    assert_eq!(ids(&reset), ["a"]);
+    let mut version = reset["version"].as_i64().unwrap();
+    store.run(&["session", "send", "a", "hello"]).ok();
+    let update = lines.recv_timeout(STREAM_WAIT).unwrap();
+    assert_eq!(
+        (update["type"].as_str(), update["session"]["id"].as_str()),
+        (Some("update"), Some("a"))
+    );
+    assert!(update["version"].as_i64().unwrap() > version);
+    version = update["version"].as_i64().unwrap();
+    store.run(&["session", "new", "--id", "b"]).ok();
+    store.run(&["session", "close", "a"]).ok();
+    let mut seen = Vec::new();
+    while !seen.iter().any(|change: &serde_json::Value| change["type"] == "remove") {
+        let change = lines.recv_timeout(STREAM_WAIT).unwrap();
+        assert!(change["version"].as_i64().unwrap() > version, "strictly increasing");
+        version = change["version"].as_i64().unwrap();
+        seen.push(change);
+    }
+    assert!(seen.iter().any(|change| change["session"]["id"] == "b"));
+    assert!(seen.iter().any(|change| change["type"] == "remove" && change["id"] == "a"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A store with `sessions` sessions of `events` events each, written through the engine.
+fn populate(store: &Store, sessions: usize, events: usize, round: usize) {
+    let engine = spex_engine::Store::open(
+        spex_engine::faultfs::RealFs::new(),
+        store.root(),
+        std::sync::Arc::new(spex_engine::env::SystemClock),
+        std::sync::Arc::new(spex_engine::env::RandomIds),
+        spex_engine::Config::default(),
+    )
+    .unwrap();
+    for s in 0..sessions {
+        let id = spex_engine::SessionId::new(&format!("s{s:03}")).unwrap();
+        if round == 0 {
+            let active = spex_engine::Triple::new(spex_engine::Status::Active, None, None);
+            engine.create_session(&id, &active, None, None).unwrap();
+        }
+        for e in 0..events {
+            let text =
+                format!("round {round} event {e} of session {s}: storage engines and crashes");
+            let request = spex_engine::SendRequest { text, ..Default::default() };
+            engine.send(&id, &request).unwrap();
+        }
+    }
+}
+
+fn dump(store: &Store) -> String {
+    store.run(&["index", "dump"]).ok()
+}
+
+// Refreshes killed with SIGKILL at seeded moments, then one that completes: the index equals a
+// rebuild. The seed is printed; SPEX_SEED replays it.
+#[test]
+fn killed_refreshes_converge_to_a_rebuild() {
+    let seed: u64 =
+        std::env::var("SPEX_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+        });
+    eprintln!("killed_refreshes_converge_to_a_rebuild: seed {seed} (replay with SPEX_SEED={seed})");
+    let store = Store::new();
+    let mut state = seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..6 {
+        populate(&store, 30, 8, round);
+        for _ in 0..3 {
+            let mut child = store.spawn(&["index", "refresh"]);
+            std::thread::sleep(Duration::from_micros(next() % 60_000));
+            let _ = child.kill();
+            child.wait().unwrap();
+        }
+    }
+    let recovered = dump(&store);
+    store.run(&["index", "rebuild"]).ok();
+    assert_eq!(recovered, dump(&store), "seed {seed}");
+    assert_eq!(recovered.matches("round 5 event 7").count(), 30);
+}
+
+// Several processes refreshing at once while sends land: no update lost, nothing doubled.
+#[test]
+fn concurrent_refreshers_lose_nothing() {
+    let store = Store::new();
+    populate(&store, 20, 5, 0);
+    let refreshers: Vec<_> = (0..4).map(|_| store.spawn(&["index", "refresh"])).collect();
+    populate(&store, 20, 5, 1);
+    for mut child in refreshers {
+        assert!(child.wait().unwrap().success());
+    }
+    let racing: Vec<_> = (0..3).map(|_| store.spawn(&["index", "refresh"])).collect();
+    let converged = dump(&store);
+    for mut child in racing {
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!(converged.matches("round 1 event 4").count(), 20);
+    store.run(&["index", "rebuild"]).ok();
+    assert_eq!(converged, dump(&store));
+}
