@@ -72,8 +72,9 @@ struct Index {
 /// folded line constant, and a new handle folds at most that many lines past the persisted copy.
 const PERSIST_EVERY_RECEIPTS_DIVISOR: u64 = 8;
 
-/// The hash of the (up to) `TAIL_PIN_BYTES` bytes before `cursor` in its segment.
-fn tail_pin<F: Fs>(
+/// The hash of the bytes before `cursor` in its segment: the whole last line before it, and at
+/// least the last `TAIL_PIN_BYTES` (fewer only at the start of the segment).
+pub(crate) fn tail_pin<F: Fs>(
     fs: &F,
     layout: &Layout,
     id: &SessionId,
@@ -95,17 +96,38 @@ fn tail_pin<F: Fs>(
     if file.len()? < cursor.offset {
         return Ok(None);
     }
-    let start = cursor.offset.saturating_sub(TAIL_PIN_BYTES);
-    let mut bytes = vec![0u8; (cursor.offset - start) as usize];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        let read = file.read_at(start + filled as u64, &mut bytes[filled..])?;
-        if read == 0 {
-            return Ok(None);
+    // Read backward until the bytes hold the whole last line before the cursor (the byte just
+    // before the cursor is that line's `\n`) and at least `TAIL_PIN_BYTES`. The whole line is
+    // needed: two lines can end alike (a keyed send's receipt repeats the same delivery bytes),
+    // while its start (time and mid) tells them apart.
+    let mut start = cursor.offset;
+    let mut bytes: Vec<u8> = Vec::new();
+    loop {
+        let take = TAIL_PIN_BYTES.max(4096).min(start);
+        let mut block = vec![0u8; usize::try_from(take).unwrap_or(usize::MAX)];
+        let mut filled = 0;
+        while filled < block.len() {
+            let read = file.read_at(start - take + filled as u64, &mut block[filled..])?;
+            if read == 0 {
+                return Ok(None);
+            }
+            filled += read;
         }
-        filled += read;
+        start -= take;
+        block.extend_from_slice(&bytes);
+        bytes = block;
+        let body = &bytes[..bytes.len().saturating_sub(1)];
+        let line_found = body.contains(&b'\n') || start == 0;
+        if (line_found && bytes.len() as u64 >= TAIL_PIN_BYTES.min(cursor.offset))
+            || bytes.len() > crate::layout::LINE_BYTES_MAX + 1
+        {
+            break;
+        }
     }
-    Ok(Some(hex::encode(Sha256::digest(&bytes))))
+    let body = &bytes[..bytes.len().saturating_sub(1)];
+    let line_start = body.iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1);
+    let pinned_from = line_start.min(bytes.len().saturating_sub(TAIL_PIN_BYTES as usize));
+    Ok(Some(hex::encode(Sha256::digest(&bytes[pinned_from..]))))
 }
 
 /// Loads the persisted index if it is intact and still pinned to this log.

@@ -437,6 +437,14 @@ impl<F: Fs> Store<F> {
         timeline::stamp(&self.fs, &self.layout, id)
     }
 
+    /// A hash of the (up to 256) log bytes just before `cursor`: a reader that saved it with
+    /// its cursor can tell later whether the log still holds the bytes it read (a power loss
+    /// may drop unsynced lines a reader saw, and new lines may regrow the log past the cursor).
+    /// `None` when the cursor's segment is gone or shorter than the cursor.
+    pub fn pin(&self, id: &SessionId, cursor: Cursor) -> Result<Option<String>> {
+        crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)
+    }
+
     /// Every stored line of a session, private ones included (for verification and export).
     pub fn lines(&self, id: &SessionId) -> Result<Vec<Line>> {
         self.require_session(id)?;

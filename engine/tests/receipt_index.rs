@@ -129,3 +129,35 @@ fn an_oversized_index_is_rebuilt_not_an_error() {
         "the rebuilt index replaced the oversized one"
     );
 }
+
+// The pin covers the whole last line, not only its final bytes: a keyed line that a power loss
+// dropped and a replay re-appended ends with the same receipt bytes but carries another mid.
+// (Found by the crash sweep's activity rule, which uses the same pin.)
+#[test]
+fn lines_that_end_alike_do_not_fool_the_pin() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = reopen(dir.path(), config());
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    let long = "a long message whose receipt repeats it ".repeat(12);
+    let first = store.send(&s, &keyed(&long, "k1")).unwrap();
+    // The next keyed send folds the first line and persists the index pinned just after it.
+    store.send(&s, &keyed("second", "k2")).unwrap();
+    drop(store);
+    assert!(dir.path().join("sessions/s/receipts.index.json").exists());
+    // The same line with another mid of the same length: its last 256 bytes are unchanged.
+    let segment = dir.path().join("sessions/s/timeline").join(SegmentNo(1).file_name());
+    let other = "00000000-0000-4000-8000-000000000000";
+    let bytes = std::fs::read_to_string(&segment).unwrap().replace(&first.mid, other);
+    std::fs::write(&segment, bytes).unwrap();
+    let queue = dir.path().join("sessions/s/pending.json");
+    let entries = std::fs::read_to_string(&queue).unwrap().replace(&first.mid, other);
+    std::fs::write(&queue, entries).unwrap();
+    let store = reopen(dir.path(), config());
+    let replay = store.send(&s, &keyed(&long, "k1")).unwrap();
+    assert_eq!(
+        (replay.mid.as_str(), replay.replayed),
+        (other, true),
+        "the log's mid, not the index's"
+    );
+}

@@ -33,7 +33,7 @@ use std::time::UNIX_EPOCH;
 
 use faultfs::{FileKind, Fs};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use spex_engine::timeline::activity::is_activity;
+use spex_engine::timeline::activity::last_activity;
 use spex_engine::{Cursor, Event, SessionId, Store};
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
@@ -211,8 +211,88 @@ fn record_signature<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<(i
 /// What a row recorded about the store when it was last updated.
 struct Seen {
     cursor: Cursor,
+    log_mtime_ns: i64,
     record: (i64, i64),
     content_version: i64,
+}
+
+/// How far a reader folded a session's log: the cursor, a pin of the bytes before it (see
+/// `Store::pin`), and the last activity among the events before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Watermark {
+    /// Where the fold stopped.
+    pub cursor: Cursor,
+    /// The hash of the log bytes just before `cursor` when the fold stopped.
+    pub pin: String,
+    /// The last activity among the events folded.
+    pub last_activity: Option<String>,
+}
+
+/// What [`fold`] read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folded {
+    /// The events past the watermark (every event when `reset`).
+    pub events: Vec<Event>,
+    /// Whether the watermark was not trusted and the log was folded from its start.
+    pub reset: bool,
+    /// The new watermark.
+    pub watermark: Watermark,
+}
+
+/// Test-only switch for the verification: trust a watermark without checking its pin (the
+/// broken index the crash sweep's activity rule must catch).
+#[cfg(feature = "mutants")]
+pub static TRUST_WATERMARK_MUTANT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+fn trust_without_pin() -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        TRUST_WATERMARK_MUTANT.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        false
+    }
+}
+
+/// Folds session `id`'s log past `from`: the one algorithm by which the index stays fresh.
+///
+/// The watermark is trusted only if the log still holds the bytes it was pinned to: a power loss
+/// can drop unsynced lines a reader already saw, and later appends can regrow the log past the
+/// old cursor with different bytes. An untrusted watermark (or a cursor the log no longer
+/// reaches) folds the whole log again (`reset`). The new last activity is the in-log
+/// projection (`last_activity`) of the events folded, or the watermark's when none is activity.
+pub fn fold<F: Fs>(
+    store: &Store<F>,
+    id: &SessionId,
+    from: Option<&Watermark>,
+) -> spex_engine::Result<Folded> {
+    let trusted = match from {
+        Some(mark) if trust_without_pin() => Some(mark),
+        Some(mark) if store.pin(id, mark.cursor)?.as_deref() == Some(mark.pin.as_str()) => {
+            Some(mark)
+        }
+        _ => None,
+    };
+    let (events, cursor, reset) = match trusted {
+        Some(mark) => match store.follow(id, mark.cursor) {
+            Ok((events, next)) => (events, next, false),
+            Err(spex_engine::Error::InvalidCursor { .. }) => {
+                let (events, next) = store.follow(id, Cursor::START)?;
+                (events, next, true)
+            }
+            Err(error) => return Err(error),
+        },
+        None => {
+            let (events, next) = store.follow(id, Cursor::START)?;
+            (events, next, true)
+        }
+    };
+    let before = if reset { None } else { trusted.and_then(|mark| mark.last_activity.clone()) };
+    let last_activity = last_activity(&events).map(str::to_owned).or(before);
+    let pin = store.pin(id, cursor)?.unwrap_or_default();
+    Ok(Folded { events, reset, watermark: Watermark { cursor, pin, last_activity } })
 }
 
 impl Index {
@@ -256,7 +336,8 @@ impl Index {
                      created_at TEXT, archived INTEGER NOT NULL,
                      last_activity TEXT,
                      cursor_segment INTEGER NOT NULL, cursor_offset INTEGER NOT NULL,
-                     cursor_index INTEGER NOT NULL,
+                     cursor_index INTEGER NOT NULL, cursor_pin TEXT NOT NULL,
+                     log_mtime_ns INTEGER NOT NULL,
                      record_len INTEGER NOT NULL, record_mtime_ns INTEGER NOT NULL,
                      content_version INTEGER NOT NULL,
                      version INTEGER NOT NULL,
@@ -316,7 +397,7 @@ impl Index {
         connection
             .query_row(
                 "SELECT cursor_segment, cursor_offset, cursor_index, record_len, record_mtime_ns,
-                        content_version FROM sessions WHERE id = ?1",
+                        content_version, log_mtime_ns FROM sessions WHERE id = ?1 AND removed = 0",
                 params![id],
                 |row| {
                     Ok(Seen {
@@ -327,6 +408,7 @@ impl Index {
                         },
                         record: (row.get(3)?, row.get(4)?),
                         content_version: row.get(5)?,
+                        log_mtime_ns: row.get(6)?,
                     })
                 },
             )
@@ -351,6 +433,7 @@ impl Index {
                 && seen.record == record
                 && seen.cursor.segment == stamp.newest
                 && seen.cursor.offset == stamp.newest_len
+                && seen.log_mtime_ns == stamp.newest_modified_ns as i64
         };
         if self.seen(&self.connection, id.as_str())?.as_ref().is_some_and(fresh) {
             return Ok(None);
@@ -364,50 +447,39 @@ impl Index {
         // Inside the write lock: another refresher may have folded this session meanwhile.
         let seen = transaction
             .query_row(
-                "SELECT cursor_segment, cursor_offset, cursor_index, content_version,
-                            last_activity FROM sessions WHERE id = ?1",
+                "SELECT cursor_segment, cursor_offset, cursor_index, cursor_pin, last_activity,
+                        content_version FROM sessions WHERE id = ?1 AND removed = 0",
                 params![id.as_str()],
                 |row| {
                     Ok((
-                        Cursor {
-                            segment: row.get::<_, i64>(0)? as u64,
-                            offset: row.get::<_, i64>(1)? as u64,
-                            index: row.get::<_, i64>(2)? as u64,
+                        Watermark {
+                            cursor: Cursor {
+                                segment: row.get::<_, i64>(0)? as u64,
+                                offset: row.get::<_, i64>(1)? as u64,
+                                index: row.get::<_, i64>(2)? as u64,
+                            },
+                            pin: row.get(3)?,
+                            last_activity: row.get(4)?,
                         },
-                        row.get::<_, i64>(3)?,
-                        row.get::<_, Option<String>>(4)?,
+                        row.get::<_, i64>(5)?,
                     ))
                 },
             )
             .optional()
             .map_err(sqlite)?;
-        let (mut cursor, mut last_activity) = match seen {
-            Some((cursor, version, last)) if version == CONTENT_VERSION => (cursor, last),
-            _ => {
-                transaction
-                    .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
-                    .map_err(sqlite)?;
-                (Cursor::START, None)
-            }
-        };
-        let events = match store.follow(id, cursor) {
-            Ok((events, next)) => {
-                cursor = next;
-                events
-            }
-            Err(spex_engine::Error::InvalidCursor { .. }) => {
-                // The log no longer reaches the watermark: re-extract the session.
-                transaction
-                    .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
-                    .map_err(sqlite)?;
-                last_activity = None;
-                let (events, next) = store.follow(id, Cursor::START)?;
-                cursor = next;
-                events
-            }
+        let from = seen.as_ref().filter(|(_, version)| *version == CONTENT_VERSION);
+        let folded = match fold(store, id, from.map(|(mark, _)| mark)) {
+            Ok(folded) => folded,
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
+        if folded.reset {
+            transaction
+                .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
+                .map_err(sqlite)?;
+        }
+        let events = &folded.events;
+        let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
         {
             let mut insert = transaction
                 .prepare_cached(
@@ -415,10 +487,7 @@ impl Index {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .map_err(sqlite)?;
-            for event in &events {
-                if is_activity(event) {
-                    last_activity = Some(event.ts().to_owned());
-                }
+            for event in events {
                 match event {
                     Event::Sent(sent) => {
                         insert
@@ -465,15 +534,17 @@ impl Index {
         transaction
             .execute(
                 "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
-                     last_activity, cursor_segment, cursor_offset, cursor_index, record_len,
-                     record_mtime_ns, content_version, version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                     last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
+                     log_mtime_ns, record_len, record_mtime_ns, content_version, version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17)
                  ON CONFLICT(id) DO UPDATE SET status = excluded.status,
                      proposal = excluded.proposal, note = excluded.note,
                      display = excluded.display, created_at = excluded.created_at,
                      archived = excluded.archived, last_activity = excluded.last_activity,
                      cursor_segment = excluded.cursor_segment,
                      cursor_offset = excluded.cursor_offset, cursor_index = excluded.cursor_index,
+                     cursor_pin = excluded.cursor_pin, log_mtime_ns = excluded.log_mtime_ns,
                      record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
                      content_version = excluded.content_version, version = excluded.version,
                      removed = 0",
@@ -489,6 +560,8 @@ impl Index {
                     cursor.segment as i64,
                     cursor.offset as i64,
                     cursor.index as i64,
+                    pin,
+                    stamp.newest_modified_ns as i64,
                     record.0,
                     record.1,
                     CONTENT_VERSION,
@@ -497,7 +570,7 @@ impl Index {
             )
             .map_err(sqlite)?;
         transaction.commit().map_err(sqlite)?;
-        Ok(Some(events.len() as u64))
+        Ok(Some(folded.events.len() as u64))
     }
 
     fn remove(&mut self, id: &str) -> Result<()> {

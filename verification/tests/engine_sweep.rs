@@ -149,4 +149,21 @@ fn every_oracle_rule_is_tripped_by_a_mutant() {
             report.violations.iter().flat_map(|v| &v.messages).any(|m| m.starts_with(rule));
         assert!(tripped, "{rule} is not tripped by {}", mutant.name());
     }
+    // Rule 8 judges the session index's fold; its broken variant trusts a watermark without
+    // checking the pin, and folds on from bytes a power loss replaced.
+    let options = Options {
+        scenarios: vec![sweep::scenario::named("send").expect("a scenario")],
+        depth2: false,
+        faults: Vec::new(),
+        ..Options::full(1)
+    };
+    spex_index::TRUST_WATERMARK_MUTANT.store(true, std::sync::atomic::Ordering::Relaxed);
+    let report = sweep::sweep(&options, &mut |_| {});
+    spex_index::TRUST_WATERMARK_MUTANT.store(false, std::sync::atomic::Ordering::Relaxed);
+    let tripped = report
+        .violations
+        .iter()
+        .flat_map(|v| &v.messages)
+        .any(|m| m.starts_with("rule 8 (activity index)"));
+    assert!(tripped, "rule 8 is not tripped by an index that trusts its watermark blindly");
 }

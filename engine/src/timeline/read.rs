@@ -22,6 +22,16 @@ pub(crate) struct Segment {
     /// sealed numbered segment (it never changes, and a listing must not cost a stat per
     /// segment: see [`list_segments`]).
     pub(crate) len: Option<u64>,
+    /// The modification time when listed (nanoseconds since the epoch), known exactly when
+    /// `len` is.
+    pub(crate) modified_ns: Option<u64>,
+}
+
+fn modified_ns(metadata: &faultfs::Metadata) -> u64 {
+    metadata
+        .modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |at| u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl Segment {
@@ -43,7 +53,12 @@ pub(crate) fn list_segments<F: Fs>(
     let mut segments = Vec::new();
     let legacy = layout.legacy_segment(id);
     match fs.metadata(&legacy) {
-        Ok(metadata) => segments.push(Segment { no: None, path: legacy, len: Some(metadata.len) }),
+        Ok(metadata) => segments.push(Segment {
+            no: None,
+            path: legacy,
+            len: Some(metadata.len),
+            modified_ns: Some(modified_ns(&metadata)),
+        }),
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
         Err(error) => return Err(error.into()),
     }
@@ -63,11 +78,16 @@ pub(crate) fn list_segments<F: Fs>(
     for no in numbered {
         let path = layout.segment(id, no);
         if Some(no) != newest {
-            segments.push(Segment { no: Some(no), path, len: None });
+            segments.push(Segment { no: Some(no), path, len: None, modified_ns: None });
             continue;
         }
         match fs.metadata(&path) {
-            Ok(metadata) => segments.push(Segment { no: Some(no), path, len: Some(metadata.len) }),
+            Ok(metadata) => segments.push(Segment {
+                no: Some(no),
+                path,
+                len: Some(metadata.len),
+                modified_ns: Some(modified_ns(&metadata)),
+            }),
             // Closed between the listing and the stat: the session is gone.
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
             Err(error) => return Err(error.into()),
@@ -414,6 +434,9 @@ pub struct Stamp {
     pub newest: u64,
     /// Its length in bytes.
     pub newest_len: u64,
+    /// Its modification time (nanoseconds since the epoch): a log that lost unsynced bytes in a
+    /// power loss and regrew to the same length since has another one.
+    pub newest_modified_ns: u64,
 }
 
 /// The stamp of a session's log: one directory listing and one stat of the newest segment.
@@ -423,5 +446,6 @@ pub(crate) fn stamp<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<St
         segments: segments.len() as u64,
         newest: newest.key(),
         newest_len: newest.len.unwrap_or(0),
+        newest_modified_ns: newest.modified_ns.unwrap_or(0),
     }))
 }

@@ -11,9 +11,12 @@
 //!    creation triple), and no move is logged twice in a row.
 //! 6. Close atomicity: a session is fully open or fully closed.
 //! 7. Model refinement: the recovered public state is one the model allows.
+//! 8. Activity index: a reader (the session index) that folded each log up to the crash, synced
+//!    or not, and folds on from its watermark after recovery and the continued workload, sees
+//!    exactly the log's events, and its stored last activity equals the in-log projection.
 //!
 //! After the checks the workload continues (replay of an in-flight keyed send, then a drain of
-//! every open session) and rules 1-3 and 7 are checked again.
+//! every open session) and rules 1-3 and 7 are checked again, and rule 8 is checked.
 
 use std::collections::BTreeMap;
 
@@ -247,6 +250,7 @@ pub(crate) fn continue_and_check<F: Fs>(
             Err(error) => violations.push(format!("drain of {id} after recovery failed: {error}")),
         }
     }
+    check_activity_index(store, run, &mut violations);
     if let Ok(after) = project(store, run) {
         check_acceptance(&after, run, &delivered, &mut violations);
         for (id, session) in &after.sessions {
@@ -259,6 +263,59 @@ pub(crate) fn continue_and_check<F: Fs>(
         }
     }
     violations
+}
+
+/// Rule 8: folding on from the pre-crash watermark gives the log's events and activity.
+fn check_activity_index<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
+    for (id, (mark, before)) in &run.watermarks {
+        let all = match store.events(&sid(id)) {
+            Ok(all) => all,
+            Err(spex_engine::Error::NoSuchSession { .. }) => continue,
+            Err(error) => {
+                violations.push(format!("rule 8 (activity index): {id} is unreadable: {error}"));
+                continue;
+            }
+        };
+        let folded = match spex_index::fold(store, &sid(id), Some(mark)) {
+            Ok(folded) => folded,
+            Err(error) => {
+                violations.push(format!(
+                    "rule 8 (activity index): folding {id} from its watermark failed: {error}"
+                ));
+                continue;
+            }
+        };
+        let seen: Vec<&spex_engine::Event> = if folded.reset {
+            folded.events.iter().collect()
+        } else {
+            before.iter().chain(&folded.events).collect()
+        };
+        if seen != all.iter().collect::<Vec<_>>() {
+            let first = seen
+                .iter()
+                .zip(&all)
+                .position(|(a, b)| *a != b)
+                .unwrap_or(seen.len().min(all.len()));
+            violations.push(format!(
+                "rule 8 (activity index): a reader folding {id} from its watermark (cursor {}, \
+                 {}trusted) sees {} events, the log holds {}; first difference at event {first}: \
+                 {:?} vs {:?}",
+                mark.cursor,
+                if folded.reset { "not " } else { "" },
+                seen.len(),
+                all.len(),
+                seen.get(first),
+                all.get(first),
+            ));
+        }
+        let projected = spex_engine::timeline::activity::last_activity(&all);
+        if folded.watermark.last_activity.as_deref() != projected {
+            violations.push(format!(
+                "rule 8 (activity index): stored last activity of {id} is {:?}, the log says {:?}",
+                folded.watermark.last_activity, projected
+            ));
+        }
+    }
 }
 
 fn describe(observed: &Model) -> String {

@@ -147,6 +147,35 @@ pub struct Execution {
     pub created: BTreeMap<String, model::Triple>,
     /// (session, key) pairs used by keyed sends so far.
     pub keys: BTreeSet<(String, String)>,
+    /// What a lock-free reader (the session index) had folded of each session's log at the
+    /// moment of the crash: its watermark and the events before it. It may include lines that
+    /// were complete but not yet synced.
+    pub watermarks: BTreeMap<String, (spex_index::Watermark, Vec<spex_engine::Event>)>,
+}
+
+/// What a reader folding every session from scratch sees at the moment of the crash: the
+/// process-kill image holds exactly what the kernel had accepted, synced or not.
+fn reader_view(
+    fs: &SimFs,
+    scenario: &Scenario,
+    seed: u64,
+) -> BTreeMap<String, (spex_index::Watermark, Vec<spex_engine::Event>)> {
+    let mut view = BTreeMap::new();
+    let Some(image) = fs.crash(faultfs::CrashMode::ProcessKill).images.into_iter().next() else {
+        return view;
+    };
+    let seen = SimFs::from_image(&image, faultfs::FaultPlan::none(seed));
+    let Ok(store) = open(seen.clone(), scenario, seed) else { return view };
+    let Ok(entries) = faultfs::Fs::read_dir(&seen, &store.layout().sessions_dir()) else {
+        return view;
+    };
+    for entry in entries {
+        let Ok(id) = spex_engine::SessionId::new(&entry.name) else { continue };
+        if let Ok(folded) = spex_index::fold(&store, &id, None) {
+            view.insert(entry.name.clone(), (folded.watermark, folded.events));
+        }
+    }
+    view
 }
 
 /// Where the harness keeps a session's worktree (inside the store root, so a real-process run
@@ -282,10 +311,12 @@ pub fn execute_with(
             }
             Err(error) if error.is_crash() => {
                 interrupt(&mut run, index, step);
+                run.watermarks = reader_view(fs, scenario, seed);
                 return (run, Some(store));
             }
             Err(error @ (Error::Io(_) | Error::Poisoned { .. })) => {
                 interrupt(&mut run, index, step);
+                run.watermarks = reader_view(fs, scenario, seed);
                 run.failed = Some(error.to_string());
                 return (run, Some(store));
             }
