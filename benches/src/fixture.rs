@@ -130,3 +130,42 @@ pub fn build(
     std::fs::File::open(layout.timeline_dir(id))?.sync_all()?;
     Ok(built)
 }
+
+/// Creates `sessions` sessions under `root`, each with a log of `events` fixture lines written
+/// directly into its first segment (records through the engine).
+pub fn many_sessions(root: &Path, sessions: u64, events: u64) -> std::io::Result<()> {
+    let store = open_store(root);
+    let layout = Layout::new(root);
+    for s in 0..sessions {
+        let id = SessionId::new(&format!("s{s:06}")).map_err(std::io::Error::other)?;
+        store
+            .create_session(&id, &Triple::new(Status::Active, None, None), None, None)
+            .map_err(std::io::Error::other)?;
+        std::fs::create_dir_all(layout.timeline_dir(&id))?;
+        let mut bytes = Vec::new();
+        for e in 0..events {
+            let mut line = line(s * 1_000 + e);
+            if let Line::Sent(sent, _) = &mut line {
+                sent.text = varied_text(s * 1_000 + e);
+            }
+            bytes.extend_from_slice(&line.encode());
+        }
+        std::fs::write(layout.segment(&id, SegmentNo(1)), bytes)?;
+    }
+    std::process::Command::new("sync").status()?;
+    Ok(())
+}
+
+/// A message of about 100 bytes with eight words drawn from a vocabulary of 5,000 (`w0000` to
+/// `w4999`), so a word matches about one message in 600, as in a varied real corpus.
+pub fn varied_text(i: u64) -> String {
+    let mut state = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut words = Vec::with_capacity(8);
+    for _ in 0..8 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        words.push(format!("w{:04}", state % 5_000));
+    }
+    format!("please look at {} and report back on {}", words[..4].join(" "), words[4..].join(" "))
+}

@@ -208,6 +208,40 @@ fn record_signature<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<(i
     }
 }
 
+/// Whether a session is exactly as its row recorded, by three stats and no listing: the record
+/// (size, mtime), the segment the watermark is in (its length is the watermark and its mtime
+/// unchanged), and the next segment number (absent: segments are only created in order). Any
+/// doubt (an empty log, a legacy segment, a torn tail) answers false and takes the full path.
+fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &Seen) -> Result<bool> {
+    if seen.content_version != CONTENT_VERSION || seen.cursor.segment == 0 {
+        return Ok(false);
+    }
+    if record_signature(store, id)? != Some(seen.record) {
+        return Ok(false);
+    }
+    let layout = store.layout();
+    let current = layout.segment(id, spex_engine::SegmentNo(seen.cursor.segment));
+    match store.fs().metadata(&current) {
+        Ok(metadata) => {
+            let mtime = metadata
+                .modified
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |at| i64::try_from(at.as_nanos()).unwrap_or(i64::MAX));
+            if metadata.len != seen.cursor.offset || mtime != seen.log_mtime_ns {
+                return Ok(false);
+            }
+        }
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(false),
+        Err(error) => return Err(spex_engine::Error::from(error).into()),
+    }
+    let next = layout.segment(id, spex_engine::SegmentNo(seen.cursor.segment + 1));
+    match store.fs().metadata(&next) {
+        Ok(_) => Ok(false),
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(true),
+        Err(error) => Err(spex_engine::Error::from(error).into()),
+    }
+}
+
 /// What a row recorded about the store when it was last updated.
 struct Seen {
     cursor: Cursor,
@@ -366,6 +400,7 @@ impl Index {
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
             Err(error) => return Err(spex_engine::Error::from(error).into()),
         };
+        let rows = self.all_seen()?;
         for entry in entries {
             if entry.kind != FileKind::Dir {
                 continue;
@@ -373,6 +408,11 @@ impl Index {
             let Ok(id) = SessionId::new(&entry.name) else { continue };
             refreshed.sessions += 1;
             present.insert(id.to_string());
+            if let Some(seen) = rows.get(id.as_str())
+                && unchanged(store, &id, seen)?
+            {
+                continue;
+            }
             if let Some(events) = self.refresh_session(store, &id)? {
                 refreshed.updated += 1;
                 refreshed.events += events;
@@ -391,6 +431,36 @@ impl Index {
             refreshed.removed += 1;
         }
         Ok(refreshed)
+    }
+
+    /// What every listed row recorded, in one query.
+    fn all_seen(&self) -> Result<std::collections::HashMap<String, Seen>> {
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT id, cursor_segment, cursor_offset, cursor_index, record_len,
+                        record_mtime_ns, content_version, log_mtime_ns
+                 FROM sessions WHERE removed = 0",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    Seen {
+                        cursor: Cursor {
+                            segment: row.get::<_, i64>(1)? as u64,
+                            offset: row.get::<_, i64>(2)? as u64,
+                            index: row.get::<_, i64>(3)? as u64,
+                        },
+                        record: (row.get(4)?, row.get(5)?),
+                        content_version: row.get(6)?,
+                        log_mtime_ns: row.get(7)?,
+                    },
+                ))
+            })
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }
 
     fn seen(&self, connection: &Connection, id: &str) -> Result<Option<Seen>> {

@@ -35,6 +35,12 @@ struct Args {
     /// Rounds (competitors alternate between rounds).
     #[arg(long, default_value_t = 5)]
     rounds: u64,
+    /// Sessions for the session-index rows (each with `--index-events` events).
+    #[arg(long, default_value_t = 10_000)]
+    index_sessions: u64,
+    /// Events per session for the session-index rows.
+    #[arg(long, default_value_t = 100)]
+    index_events: u64,
     /// Small sizes and fewer operations (about a minute).
     #[arg(long)]
     quick: bool,
@@ -46,6 +52,8 @@ fn main() {
         args.sizes = vec![1, 16];
         args.sends = 40;
         args.rounds = 3;
+        args.index_sessions = 1_000;
+        args.index_events = 20;
     }
     let temp = tempfile::tempdir().unwrap();
     let dir = args.dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
@@ -56,6 +64,7 @@ fn main() {
     concurrent_sends(&dir, &args);
     drain(&dir, &args);
     reads(&dir, &args);
+    session_index(&dir, &args);
     sweep_throughput();
 }
 
@@ -535,6 +544,58 @@ fn full_reads(logs: &[Sized]) {
         drop(events);
         println!("| {} MiB | {} |", log.mib, show(elapsed));
     }
+    println!();
+}
+
+fn session_index(dir: &Path, args: &Args) {
+    use spex_index::{Filter, Index, SearchFilter, Sort};
+    let (sessions, events) = (args.index_sessions, args.index_events);
+    progress(&format!("session index: {sessions} sessions x {events} events"));
+    let root = dir.join("index");
+    fixture::many_sessions(&root, sessions, events).unwrap();
+    let store = open_store(&root);
+    let mut index = Index::open(&root).unwrap();
+    let started = Instant::now();
+    index.rebuild(&store).unwrap();
+    let rebuild = started.elapsed();
+    let all = Filter { sort: Sort::Activity, status: None, all: true };
+    let mut ls = Samples::default();
+    for _ in 0..10 {
+        let rows = ls.time(|| {
+            index.refresh(&store).unwrap();
+            index.sessions(&all).unwrap()
+        });
+        assert_eq!(rows.len() as u64, sessions);
+    }
+    let mut query_only = Samples::default();
+    for _ in 0..10 {
+        query_only.time(|| index.sessions(&all).unwrap().len());
+    }
+    let mut search = Samples::default();
+    let words = ["w0042", "w1234 w0042", "w4999", "w0007", "w3141"];
+    for round in 0..20 {
+        let filter = SearchFilter { limit: 20, ..SearchFilter::default() };
+        search.time(|| index.search(words[round % words.len()], &filter).unwrap());
+    }
+    // One new event in one session: the refresh folds only it (plus one stat per session).
+    let mut one = Samples::default();
+    for i in 0..10 {
+        let id = SessionId::new(&format!("s{:06}", i * 7 % sessions)).unwrap();
+        store.send(&id, &SendRequest { text: message(i), ..SendRequest::default() }).unwrap();
+        let refreshed = one.time(|| index.refresh(&store).unwrap());
+        assert_eq!((refreshed.updated, refreshed.events), (1, 1));
+    }
+    println!("## 8. Session index ({sessions} sessions x {events} events)\n");
+    println!("| operation | median | target |");
+    println!("|---|---|---|");
+    println!("| rebuild from the logs (once) | {} | - |", show(rebuild));
+    println!(
+        "| `ls` warm: refresh (a stat of each record and newest segment) + query | {} | 50 ms |",
+        show(ls.median())
+    );
+    println!("| the listing query alone | {} | - |", show(query_only.median()));
+    println!("| search, 20 hits, bm25 + snippets | {} (p50) | 5 ms |", show(search.median()));
+    println!("| refresh after one new event | {} | O(new bytes) |", show(one.median()));
     println!();
 }
 
