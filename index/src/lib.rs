@@ -543,7 +543,9 @@ impl Index {
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
-        if folded.reset {
+        // A session with no row has no content to drop (this keeps a rebuild linear: the
+        // session column is not indexed, so each delete scans the content table).
+        if folded.reset && seen.is_some() {
             transaction
                 .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
                 .map_err(sqlite)?;

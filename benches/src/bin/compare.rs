@@ -41,6 +41,9 @@ struct Args {
     /// Events per session for the session-index rows.
     #[arg(long, default_value_t = 100)]
     index_events: u64,
+    /// Only the session-index rows.
+    #[arg(long)]
+    index_only: bool,
     /// Small sizes and fewer operations (about a minute).
     #[arg(long)]
     quick: bool,
@@ -60,6 +63,10 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     println!("# spex side-by-side run\n");
     println!("{}\n", machine());
+    if args.index_only {
+        session_index(&dir, &args);
+        return;
+    }
     durable_send(&dir, &args);
     concurrent_sends(&dir, &args);
     drain(&dir, &args);
