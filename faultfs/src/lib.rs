@@ -165,6 +165,15 @@ pub struct Metadata {
     pub modified: SystemTime,
 }
 
+impl Metadata {
+    /// The modification time in nanoseconds since the epoch (0 before it, saturating).
+    pub fn modified_ns(&self) -> u64 {
+        self.modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |at| u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
 /// A storage backend: the engine's only I/O seam. See the crate documentation for the crash
 /// contract every implementation keeps.
 pub trait Fs: Send + Sync + 'static {

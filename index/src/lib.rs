@@ -29,7 +29,6 @@
 //! [`is_activity`]: spex_engine::timeline::activity::is_activity
 
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use faultfs::{FileKind, Fs};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -196,13 +195,10 @@ pub struct Index {
 /// The record's signature: size and mtime in nanoseconds.
 fn record_signature<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<(i64, i64)>> {
     match store.fs().metadata(&store.layout().record(id)) {
-        Ok(metadata) => {
-            let mtime = metadata
-                .modified
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |at| i64::try_from(at.as_nanos()).unwrap_or(i64::MAX));
-            Ok(Some((i64::try_from(metadata.len).unwrap_or(i64::MAX), mtime)))
-        }
+        Ok(metadata) => Ok(Some((
+            i64::try_from(metadata.len).unwrap_or(i64::MAX),
+            i64::try_from(metadata.modified_ns()).unwrap_or(i64::MAX),
+        ))),
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
         Err(error) => Err(spex_engine::Error::from(error).into()),
     }
@@ -223,10 +219,7 @@ fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &Seen) -> Result<boo
     let current = layout.segment(id, spex_engine::SegmentNo(seen.cursor.segment));
     match store.fs().metadata(&current) {
         Ok(metadata) => {
-            let mtime = metadata
-                .modified
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |at| i64::try_from(at.as_nanos()).unwrap_or(i64::MAX));
+            let mtime = i64::try_from(metadata.modified_ns()).unwrap_or(i64::MAX);
             if metadata.len != seen.cursor.offset || mtime != seen.log_mtime_ns {
                 return Ok(false);
             }
@@ -413,7 +406,7 @@ impl Index {
             {
                 continue;
             }
-            if let Some(events) = self.refresh_session(store, &id)? {
+            if let Some(events) = self.refresh_session(store, &id, rows.get(id.as_str()))? {
                 refreshed.updated += 1;
                 refreshed.events += events;
             }
@@ -463,32 +456,16 @@ impl Index {
         rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }
 
-    fn seen(&self, connection: &Connection, id: &str) -> Result<Option<Seen>> {
-        connection
-            .query_row(
-                "SELECT cursor_segment, cursor_offset, cursor_index, record_len, record_mtime_ns,
-                        content_version, log_mtime_ns FROM sessions WHERE id = ?1 AND removed = 0",
-                params![id],
-                |row| {
-                    Ok(Seen {
-                        cursor: Cursor {
-                            segment: row.get::<_, i64>(0)? as u64,
-                            offset: row.get::<_, i64>(1)? as u64,
-                            index: row.get::<_, i64>(2)? as u64,
-                        },
-                        record: (row.get(3)?, row.get(4)?),
-                        content_version: row.get(5)?,
-                        log_mtime_ns: row.get(6)?,
-                    })
-                },
-            )
-            .optional()
-            .map_err(|e| self.sqlite(e))
-    }
-
-    /// Updates one session's row if the store moved past it; returns the events folded, or
-    /// `None` when the row was already fresh.
-    fn refresh_session<F: Fs>(&mut self, store: &Store<F>, id: &SessionId) -> Result<Option<u64>> {
+    /// Updates one session's row if the store moved past `seen` (its row as preloaded by the
+    /// refresh); returns the events folded, or `None` when the row was already fresh. The
+    /// freshness check here is the full one (a listing): it covers what [`unchanged`] declines,
+    /// such as an empty log, a legacy segment or a torn tail.
+    fn refresh_session<F: Fs>(
+        &mut self,
+        store: &Store<F>,
+        id: &SessionId,
+        seen: Option<&Seen>,
+    ) -> Result<Option<u64>> {
         let Some(record) = record_signature(store, id)? else {
             // Being created (no record yet) or closed: nothing to list.
             return Ok(None);
@@ -505,7 +482,7 @@ impl Index {
                 && seen.cursor.offset == stamp.newest_len
                 && seen.log_mtime_ns == stamp.newest_modified_ns as i64
         };
-        if self.seen(&self.connection, id.as_str())?.as_ref().is_some_and(fresh) {
+        if seen.is_some_and(fresh) {
             return Ok(None);
         }
         let path = self.path.clone();

@@ -27,13 +27,6 @@ pub(crate) struct Segment {
     pub(crate) modified_ns: Option<u64>,
 }
 
-fn modified_ns(metadata: &faultfs::Metadata) -> u64 {
-    metadata
-        .modified
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |at| u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
-}
-
 impl Segment {
     /// The segment's position in a cursor: 0 for legacy, else its number.
     fn key(&self) -> u64 {
@@ -57,7 +50,7 @@ pub(crate) fn list_segments<F: Fs>(
             no: None,
             path: legacy,
             len: Some(metadata.len),
-            modified_ns: Some(modified_ns(&metadata)),
+            modified_ns: Some(metadata.modified_ns()),
         }),
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
         Err(error) => return Err(error.into()),
@@ -86,7 +79,7 @@ pub(crate) fn list_segments<F: Fs>(
                 no: Some(no),
                 path,
                 len: Some(metadata.len),
-                modified_ns: Some(modified_ns(&metadata)),
+                modified_ns: Some(metadata.modified_ns()),
             }),
             // Closed between the listing and the stat: the session is gone.
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
