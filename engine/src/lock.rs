@@ -44,18 +44,20 @@ pub const PID_REUSE_SLACK_MS: u64 = 1_000;
 /// Longest pause between two attempts.
 const RETRY_DELAY_MS_MAX: u64 = 50;
 
-/// The locks this process holds, as (pid, path): the pid is part of the key because a simulated
-/// filesystem can play several processes inside one real one. Under loom it is a loom mutex, so
+/// The locks this process holds, as (machine, pid, path): the machine and the pid are part of
+/// the key because simulated filesystems play several machines, each with several processes,
+/// inside one real process (two sweeps on two threads must not see each other's locks). Under loom it is a loom mutex, so
 /// the models explore it with everything else.
 #[cfg(not(loom))]
-static HOLDING: std::sync::Mutex<BTreeSet<(u32, PathBuf)>> = std::sync::Mutex::new(BTreeSet::new());
+static HOLDING: std::sync::Mutex<BTreeSet<(u64, u32, PathBuf)>> =
+    std::sync::Mutex::new(BTreeSet::new());
 
 #[cfg(loom)]
 loom::lazy_static! {
-    static ref HOLDING: crate::sync::Mutex<BTreeSet<(u32, PathBuf)>> = crate::sync::Mutex::new(BTreeSet::new());
+    static ref HOLDING: crate::sync::Mutex<BTreeSet<(u64, u32, PathBuf)>> = crate::sync::Mutex::new(BTreeSet::new());
 }
 
-fn holding() -> crate::sync::MutexGuard<'static, BTreeSet<(u32, PathBuf)>> {
+fn holding() -> crate::sync::MutexGuard<'static, BTreeSet<(u64, u32, PathBuf)>> {
     crate::sync::lock(&HOLDING)
 }
 
@@ -84,7 +86,7 @@ impl<F: Fs> LockGuard<'_, F> {
         self.held = false;
         let mut holding = holding();
         let removed = self.fs.remove_file(&self.path, self.remove);
-        holding.remove(&(self.fs.process_id(), self.path.clone()));
+        holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
         removed?;
         Ok(())
     }
@@ -96,7 +98,7 @@ impl<F: Fs> Drop for LockGuard<'_, F> {
             // An error path is already being reported; a lock left behind is recovered as stale.
             let mut holding = holding();
             let _ = self.fs.remove_file(&self.path, self.remove);
-            holding.remove(&(self.fs.process_id(), self.path.clone()));
+            holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
         }
     }
 }
@@ -131,7 +133,7 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut delay_ms = 1;
     let mut empty_since: Option<(Seen, u64)> = None;
     let mut last_holder = None;
-    let key = (fs.process_id(), path.to_path_buf());
+    let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
     loop {
         {
             let mut holding = holding();
@@ -201,7 +203,7 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
         // Not a pid: nothing this protocol wrote. Treat it like an abandoned empty lock.
         return Ok(Holder::Empty(seen));
     };
-    if pid == fs.process_id() && !holding.contains(&(pid, path.to_path_buf())) {
+    if pid == fs.process_id() && !holding.contains(&(fs.machine_id(), pid, path.to_path_buf())) {
         // This process's own lock, held by none of its threads: leaked by a failed release.
         return Ok(Holder::Stale(seen));
     }

@@ -38,6 +38,30 @@ pub enum Mutant {
     ReplayWithoutRestore,
     /// A new session's directory entry is never synced.
     NoSessionDirSync,
+    /// A failed append or sync leaves the segment as it is, so the next writer appends after
+    /// bytes a failed sync may have dropped.
+    AppendAfterFailedSync,
+    /// A writer appending to an empty segment another writer created does not sync its name.
+    NoEmptySegmentDirSync,
+    /// A rollover does not sync the segment it seals.
+    NoSealSync,
+    /// A new segment's directory entry is synced after its first line, not before.
+    SegmentDirSyncAfterAppend,
+    /// A keyed replay answers from a receipt without making the log durable first.
+    ReplayFromUnsynced,
+    /// Recovery rolls the record forward from a status line without making it durable first.
+    RollForwardFromUnsynced,
+    /// A drain acts on the queue and settlements without making them durable first.
+    SettledFromUnsynced,
+    /// Torn-tail repair writes the sound prefix to a new file and renames it over the segment
+    /// without syncing either.
+    RepairByUnsyncedCopy,
+    /// Torn-tail repair also cuts the last complete line.
+    RepairCutsCompleteLine,
+    /// A failed write or sync does not poison the session in its handle.
+    NoPoisonAfterFailedWrite,
+    /// A keyed replay restores the queue entry without syncing the directory after the rename.
+    RestoreWithoutDirSync,
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
@@ -48,7 +72,7 @@ impl Mutant {
     pub const CONCURRENCY: [Mutant; 1] = [Mutant::QueueReadOutsideLock];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -64,6 +88,17 @@ impl Mutant {
         Mutant::NoRollForward,
         Mutant::ReplayWithoutRestore,
         Mutant::NoSessionDirSync,
+        Mutant::AppendAfterFailedSync,
+        Mutant::NoEmptySegmentDirSync,
+        Mutant::NoSealSync,
+        Mutant::SegmentDirSyncAfterAppend,
+        Mutant::ReplayFromUnsynced,
+        Mutant::RollForwardFromUnsynced,
+        Mutant::SettledFromUnsynced,
+        Mutant::RepairByUnsyncedCopy,
+        Mutant::RepairCutsCompleteLine,
+        Mutant::NoPoisonAfterFailedWrite,
+        Mutant::RestoreWithoutDirSync,
     ];
 
     /// The mutant's kebab-case name.

@@ -14,6 +14,10 @@
 //! retrying with the same key finds the receipt on the line and restores the queue entry from
 //! its frozen delivery bytes. A crash after 3: accepted and owed; a keyed retry returns the
 //! original mid.
+//!
+//! A retry may find a receipt that a killed process appended and never synced (a kill is not a
+//! sync): before answering `replayed` it makes the log and the queue durable, so the answer never
+//! rests on bytes a later power loss could take back.
 
 use faultfs::Fs;
 use serde_json::{Map, Value};
@@ -124,6 +128,11 @@ impl<F: Fs> Store<F> {
                         request_digest: request_digest.clone(),
                     });
                 }
+                // The receipt (and the queue the restore reads) may be a killed writer's,
+                // visible but not yet durable: make them durable before answering from them.
+                if !active(Mutant::ReplayFromUnsynced) {
+                    timeline::vouch(&self.fs, &self.layout, to, &SEND.log)?;
+                }
                 let restored = self.restore_debt(to, &known)?;
                 return Ok(Accepted { mid: known.mid, replayed: true, restored });
             }
@@ -228,6 +237,12 @@ impl<F: Fs> Store<F> {
                 request_digest: known.receipt.request_digest.clone(),
             }),
         });
+        if active(Mutant::RestoreWithoutDirSync) {
+            let tmp = self.layout.queue_tmp(to);
+            atomic::stage(&self.fs, &tmp, &queue::encode(&entries), &SEND.queue)?;
+            self.fs.rename(&tmp, &self.layout.queue(to), SEND.queue.rename)?;
+            return Ok(true);
+        }
         self.write_queue(to, &entries, &steps::SEND)?;
         Ok(true)
     }

@@ -11,7 +11,8 @@
 //! 2. Remove stale staging files (`session.json.tmp`, `pending.json.tmp`) and sync the directory.
 //! 3. Roll the record forward: if the log's final line is a `status` event whose triple differs
 //!    from the record's public triple, a lifecycle write logged its move and crashed before
-//!    replacing the record; replace it now. (The log is the record's write-ahead log for the
+//!    replacing the record; make the log durable (the line may be a killed writer's, visible
+//!    but unsynced) and replace the record. (The log is the record's write-ahead log for the
 //!    triple, so the record never shows a move the log lacks, and after recovery the log never
 //!    shows a move the record does not reach.)
 //!
@@ -194,6 +195,9 @@ impl<F: Fs> Store<F> {
     }
 
     pub(crate) fn poison(&self, id: &SessionId) {
+        if active(Mutant::NoPoisonAfterFailedWrite) {
+            return;
+        }
         lock_mutex(&self.poisoned).insert(id.clone());
         self.receipts.forget(id);
     }
@@ -227,6 +231,11 @@ impl<F: Fs> Store<F> {
             && event.triple != record.public_triple()
             && !active(Mutant::NoRollForward)
         {
+            // The status line may be a killed writer's, visible but not yet durable: make it
+            // durable before the record rests on it.
+            if !active(Mutant::RollForwardFromUnsynced) {
+                timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
+            }
             record.set_triple(&event.triple);
             record.set_launch_pending(None);
             if let Some(ms) = crate::env::parse_ts(&event.ts) {

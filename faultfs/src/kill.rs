@@ -226,6 +226,10 @@ impl<F: Fs> Fs for KillFs<F> {
         self.inner.process_id()
     }
 
+    fn machine_id(&self) -> u64 {
+        self.inner.machine_id()
+    }
+
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
         self.inner.process_start_ms(pid)
     }

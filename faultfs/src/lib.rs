@@ -210,6 +210,12 @@ pub trait Fs: Send + Sync + 'static {
     /// The id of the calling process, as other processes would see it (what a lock file holds).
     fn process_id(&self) -> u32;
 
+    /// Which machine this filesystem belongs to: 0 for the real one; each simulated machine
+    /// has its own, so per-process state keyed by pid (a lock registry) is kept per machine.
+    fn machine_id(&self) -> u64 {
+        0
+    }
+
     /// When the process `pid` started, in milliseconds since the Unix epoch, or `None` if no
     /// such process is running. Lock recovery compares this with a lock file's modification
     /// time, so that a reused pid is not mistaken for a live holder.

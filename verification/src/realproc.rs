@@ -22,7 +22,7 @@ use faultfs::{KILL_AT_ENV, KILL_TRACE_ENV, KillFs, RealFs};
 use serde::{Deserialize, Serialize};
 use spex_engine::Store;
 
-use crate::sweep::check;
+use crate::sweep::phase;
 use crate::sweep::run::{self, Answer, Execution, SegmentSnapshot};
 use crate::sweep::scenario::{self, Scenario};
 
@@ -228,15 +228,7 @@ pub fn run_once(
     let mut violations = execution.violations.clone();
     match open_store(RealFs::new(), scenario, seed, &root) {
         Err(error) => violations.push(format!("the recovered store does not open: {error}")),
-        Ok(store) => match check::recover_all(&store, &execution) {
-            Err(error) => violations.push(error),
-            Ok(()) => {
-                violations.extend(check::check_recovered(&store, scenario, &execution));
-                if violations.is_empty() {
-                    violations.extend(check::continue_and_check(&store, scenario, &execution));
-                }
-            }
-        },
+        Ok(store) => violations.extend(phase::check_store(&store, scenario, &execution).0),
     }
     Ok(Outcome { kill, died, violations })
 }

@@ -85,9 +85,14 @@ struct SweepArgs {
     /// Crash modes.
     #[arg(long, value_enum, default_value_t = ModeArg::All)]
     mode: ModeArg,
-    /// 1: crash each transition; 2: also crash each recovery at each of its boundaries.
+    /// 1: crash each transition; 2: also crash every op of what follows a crash (recovery, the
+    /// keyed retry, the drains) in every mode.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     depth: u8,
+    /// Of each crash point's power-loss images, how many also get a power loss after their
+    /// recovery and (depth 2) a crash at every op of it, as a kill does.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    deep_power_images: usize,
     /// Stop starting new crash points after this long (e.g. 90s, 5m).
     #[arg(long, value_parser = humantime::parse_duration)]
     budget: Option<Duration>,
@@ -199,6 +204,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         } else {
             args.faults.iter().copied().filter(|f| *f != faultfs::Fault::Crash).collect()
         },
+        deep_power_images: args.deep_power_images,
     };
     let bar = progress_bar();
     let report = sweep::sweep(&options, &mut |progress| {
@@ -265,6 +271,17 @@ fn render_sweep(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
+        "\npower-loss crashes enumerated exhaustively / sampled (most pending pieces):"
+    );
+    for (scenario, enumeration) in &report.enumeration {
+        let _ = writeln!(
+            out,
+            "  {scenario:<10} {:>8} / {:<8} ({})",
+            enumeration.exhaustive, enumeration.sampled, enumeration.pieces_max
+        );
+    }
+    let _ = writeln!(
+        out,
         "\n{} crash points, {} images, {} cells, {} violations in {:.1?}{}",
         report.crash_points,
         report.images,
@@ -295,6 +312,12 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
         "images": report.images,
         "elapsedMs": report.elapsed.as_millis() as u64,
         "truncated": report.truncated,
+        "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({
+            "scenario": scenario,
+            "exhaustive": e.exhaustive,
+            "sampled": e.sampled,
+            "pendingPiecesMax": e.pieces_max,
+        })).collect::<Vec<_>>(),
         "cells": report.cells.iter().map(|((scenario, transition, boundary, mode), cell)| json!({
             "scenario": scenario,
             "transition": transition,

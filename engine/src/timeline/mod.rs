@@ -35,4 +35,4 @@ pub use line::{
 };
 pub use read::{Cursor, Stamp};
 pub(crate) use read::{read_from, stamp, tail_lines};
-pub(crate) use write::{LogSteps, append, repair_torn_tail};
+pub(crate) use write::{LogSteps, append, repair_torn_tail, vouch};

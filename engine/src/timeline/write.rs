@@ -1,4 +1,25 @@
-//! Timeline writes, always under the record lock: durable append, and torn-tail repair.
+//! Timeline writes, always under the record lock: durable append, torn-tail repair, and the
+//! vouching barrier.
+//!
+//! # What a writer may rest on
+//!
+//! A killed process's writes stay visible to the next process without being durable (the page
+//! cache keeps them; a power loss may still drop them). So a writer vouches for what it did not
+//! write itself before it acknowledges anything that rests on it:
+//!
+//! 1. Every sealed segment is durable: a rollover syncs the segment it seals before it creates
+//!    the next one.
+//! 2. A new segment's directory entry is durable before its first line is appended; a writer
+//!    that appends to an empty segment it did not create (its creator was killed before the
+//!    directory sync) syncs the directories after its append.
+//! 3. An append syncs the whole newest segment, so a killed writer's complete line before it
+//!    becomes durable with it.
+//! 4. A recovery or a replay that acts on what it read without appending (a roll-forward, a
+//!    keyed replay, a drain consuming a settled entry) first calls [`vouch`].
+//! 5. After a failed write or sync, the failing writer cuts the segment back to the length it
+//!    started from and syncs that, so no later writer appends after bytes nobody can vouch for
+//!    (a failed sync may have dropped them while reads still return them). If that cut fails
+//!    too, the window stays open: documented in the README.
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
 
@@ -19,6 +40,12 @@ pub(crate) struct LogSteps {
     pub(crate) sync: Boundary,
     pub(crate) repair: Boundary,
     pub(crate) repair_sync: Boundary,
+    /// The sync of a segment being sealed by a rollover.
+    pub(crate) seal_sync: Boundary,
+    /// The three syncs of [`vouch`]: the newest segment, the timeline and session directories.
+    pub(crate) vouch: Boundary,
+    pub(crate) vouch_dir_sync: Boundary,
+    pub(crate) vouch_session_dir_sync: Boundary,
 }
 
 /// Where an appended line landed.
@@ -50,45 +77,99 @@ pub(crate) fn append<F: Fs>(
         && (len == 0 || len + line.len() as u64 <= segment_bytes_max)
     {
         let file = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
-        if let Err(error) = file.append(line, steps.append) {
-            // A short write may have left part of the line: take it back now, so a full disk
-            // leaves the log as it was (recovery would truncate it otherwise).
-            let _ = file.set_len(len, steps.repair);
+        let written = file.append(line, steps.append).and_then(|()| {
+            if active(Mutant::NoLogSync) || active(Mutant::AckBeforeSync) {
+                return Ok(());
+            }
+            file.sync_data(steps.sync)
+        });
+        if let Err(error) = written {
+            // A short write may have left part of the line, and a failed sync may have dropped
+            // it while reads still return it: cut back to where this append started (rule 5).
+            if !active(Mutant::AppendAfterFailedSync) {
+                let _ = file
+                    .set_len(len, steps.repair)
+                    .and_then(|()| file.sync_data(steps.repair_sync));
+            }
             return Err(error.into());
         }
-        if !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync) {
-            file.sync_data(steps.sync)?;
+        if len == 0 && !active(Mutant::NoEmptySegmentDirSync) {
+            // Rule 2: this segment's creator may have died before syncing its name.
+            fs.sync_dir(&layout.timeline_dir(id), steps.dir_sync)?;
+            fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
         }
         return Ok(Appended { segment: no, offset: len });
     }
-    if let Some((no, _)) = newest
-        && active(Mutant::RolloverTouchesSealed)
-    {
+    if let Some((no, _)) = newest {
         let sealed = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
-        sealed.append(b"\n", steps.append)?;
-        sealed.sync_data(steps.sync)?;
+        if active(Mutant::RolloverTouchesSealed) {
+            sealed.append(b"\n", steps.append)?;
+        }
+        // Rule 1: a killed writer's last line may be unsynced in the segment being sealed.
+        if !active(Mutant::NoSealSync) {
+            sealed.sync_data(steps.seal_sync)?;
+        }
     }
     let next = SegmentNo(newest.map_or(1, |(no, _)| no.0 + 1));
     let dir = layout.timeline_dir(id);
     if !fs.exists(&dir)? {
         fs.create_dir(&dir, steps.mkdir)?;
         fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
+    } else if next.0 == 1 {
+        // The directory's creator may have died before syncing its name.
+        fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
     }
     let path = layout.segment(id, next);
     let file = fs.open(&path, OpenOptions::create_new(), steps.create)?;
-    if let Err(error) = file.append(line, steps.append) {
-        // As above: leave no new (empty or partial) segment behind a failed append.
-        drop(file);
-        let _ = fs.remove_file(&path, steps.repair);
+    let dir_synced_first = !active(Mutant::SegmentDirSyncAfterAppend);
+    // Rule 2: the name is durable before any line is in the file.
+    if dir_synced_first && !active(Mutant::NoSegmentDirSync) {
+        if let Err(error) = fs.sync_dir(&dir, steps.dir_sync) {
+            drop(file);
+            let _ = fs.remove_file(&path, steps.repair);
+            return Err(error.into());
+        }
+    }
+    let written = file.append(line, steps.append).and_then(|()| {
+        if active(Mutant::NoLogSync) || active(Mutant::AckBeforeSync) {
+            return Ok(());
+        }
+        file.sync_data(steps.sync)
+    });
+    if let Err(error) = written {
+        // As above (rule 5): cut the new segment back to empty, which a later append adopts.
+        if !active(Mutant::AppendAfterFailedSync) {
+            let _ = file.set_len(0, steps.repair).and_then(|()| file.sync_data(steps.repair_sync));
+        }
         return Err(error.into());
     }
-    if !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync) {
-        file.sync_data(steps.sync)?;
-    }
-    if !active(Mutant::NoSegmentDirSync) {
+    if !dir_synced_first && !active(Mutant::NoSegmentDirSync) {
         fs.sync_dir(&dir, steps.dir_sync)?;
     }
     Ok(Appended { segment: next, offset: 0 })
+}
+
+/// Makes everything this session's log, record and queue show durable (rule 4 of the module
+/// header): syncs the newest numbered segment and the timeline and session directories. The
+/// record and the queue are published by renaming a synced staging file, so a durable directory
+/// entry is all they need.
+pub(crate) fn vouch<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    steps: &LogSteps,
+) -> Result<()> {
+    let segments = list_segments(fs, layout, id)?;
+    if let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) {
+        let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
+        file.sync_data(steps.vouch)?;
+    }
+    let dir = layout.timeline_dir(id);
+    if fs.exists(&dir)? {
+        fs.sync_dir(&dir, steps.vouch_dir_sync)?;
+    }
+    fs.sync_dir(&layout.session_dir(id), steps.vouch_session_dir_sync)?;
+    Ok(())
 }
 
 /// Truncates a torn tail of the newest numbered segment durably: an unterminated final line,
@@ -109,9 +190,28 @@ pub(crate) fn repair_torn_tail<F: Fs>(
     }
     let file = fs.open(&newest.path, OpenOptions::read_write(), steps.repair)?;
     let len = file.len()?;
-    let keep = sound_prefix(&file, newest, len)?;
+    let mut keep = sound_prefix(&file, newest, len)?;
     if keep == len {
         return Ok(0);
+    }
+    if active(Mutant::RepairCutsCompleteLine) {
+        let mut prefix = vec![0u8; usize::try_from(keep).unwrap_or(0)];
+        let read = file.read_at(0, &mut prefix)?;
+        prefix.truncate(read);
+        keep = prefix[..prefix.len().saturating_sub(1)]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |newline| newline as u64 + 1);
+    }
+    if active(Mutant::RepairByUnsyncedCopy) {
+        let mut prefix = vec![0u8; usize::try_from(keep).unwrap_or(0)];
+        let read = file.read_at(0, &mut prefix)?;
+        prefix.truncate(read);
+        let copy = newest.path.with_extension("ndjson.repair");
+        let staged = fs.open(&copy, OpenOptions::create_truncate(), steps.repair)?;
+        staged.append(&prefix, steps.repair)?;
+        fs.rename(&copy, &newest.path, steps.repair)?;
+        return Ok(len - keep);
     }
     file.set_len(keep, steps.repair)?;
     file.sync_data(steps.repair_sync)?;

@@ -84,6 +84,8 @@ pub enum ImageNode {
 pub struct Image {
     nodes: BTreeMap<String, ImageNode>,
     hash: [u8; 32],
+    /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
+    pub(crate) boot: u64,
 }
 
 impl Image {
@@ -484,6 +486,7 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
     Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         hash: hasher.finalize().into(),
+        boot: 0,
     }
 }
 

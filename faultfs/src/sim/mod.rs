@@ -188,6 +188,18 @@ pub(crate) struct State {
     processes: BTreeMap<u32, u64>,
     sampled_images: usize,
     rules: Rules,
+    /// This machine's id (see [`Fs::machine_id`]); a restart is a new boot of a copy, so it
+    /// gets a new one.
+    machine: u64,
+    /// How many crashes (kills or power losses) lie behind this machine: 0 for a new one.
+    boot: u64,
+}
+
+/// Ids of simulated machines, unique within the real process.
+static NEXT_MACHINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_machine() -> u64 {
+    NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
@@ -224,6 +236,8 @@ impl SimFs {
             processes: BTreeMap::from([(PROCESS_ID_DEFAULT, 0)]),
             sampled_images: SAMPLED_IMAGES_DEFAULT,
             rules: Rules::CRASH_MODEL,
+            machine: next_machine(),
+            boot: 0,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -246,6 +260,7 @@ impl SimFs {
         {
             let mut state = fs.lock();
             state.clock_ms = REBOOT_CLOCK_MS;
+            state.boot = image.boot;
             state.processes = BTreeMap::from([(PROCESS_ID_DEFAULT, REBOOT_CLOCK_MS)]);
             for (path, node) in image.nodes() {
                 let components = split_image_path(path);
@@ -271,6 +286,42 @@ impl SimFs {
             }
         }
         fs
+    }
+
+    /// The machine after the process that ran on this filesystem was killed, as the next
+    /// process sees it: a separate copy (the caller may restart the same kill point many times),
+    /// running `plan`.
+    ///
+    /// A kill is not a sync: everything the killed process wrote stays *visible* (the kernel
+    /// accepted it) but stays *pending*, so a power loss after the restart may still drop any
+    /// of it, together with whatever the new process leaves unsynced. The killed process is no
+    /// longer running; the new one gets the next pid and starts now, and no lock survives (a
+    /// dead process's advisory locks are released; its lock *files* stay).
+    pub fn restart(&self, plan: FaultPlan) -> SimFs {
+        let old = self.lock();
+        let pid = self.process_id + 1;
+        let clock_ms = old.clock_ms + 1;
+        let mut processes = old.processes.clone();
+        processes.remove(&self.process_id);
+        processes.insert(pid, clock_ms);
+        let state = State {
+            inodes: old.inodes.clone(),
+            next_ino: old.next_ino,
+            pending: old.pending.clone(),
+            trace: Trace::default(),
+            plan,
+            op_count: 0,
+            halted: None,
+            locks: BTreeMap::new(),
+            next_handle: 0,
+            clock_ms,
+            processes,
+            sampled_images: old.sampled_images,
+            rules: old.rules,
+            machine: next_machine(),
+            boot: old.boot + 1,
+        };
+        SimFs { state: SyncArc::new(Mutex::new(state)), process_id: pid }
     }
 
     /// The same filesystem as seen by another simulated process `pid` (for lock tests).
@@ -336,7 +387,18 @@ impl SimFs {
     /// model allows (see `image`). Images are deduplicated by content hash.
     pub fn crash(&self, mode: CrashMode) -> CrashImages {
         let state = self.lock();
-        image::crash_images(&state, mode)
+        let mut crash = image::crash_images(&state, mode);
+        for image in &mut crash.images {
+            image.boot = state.boot + 1;
+        }
+        crash
+    }
+
+    /// How many crashes lie behind this machine (0 for a new one; a restart or a machine
+    /// rebuilt from a crash image counts one more than the machine that crashed). A harness
+    /// seeds each boot's id source with it, so a new process never reuses the ids of an old one.
+    pub fn boot(&self) -> u64 {
+        self.lock().boot
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -759,6 +821,10 @@ impl Fs for SimFs {
 
     fn process_id(&self) -> u32 {
         self.process_id
+    }
+
+    fn machine_id(&self) -> u64 {
+        self.lock().machine
     }
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {

@@ -15,18 +15,17 @@
 //!    or not, and folds on from its watermark after recovery and the continued workload, sees
 //!    exactly the log's events, and its stored last activity equals the in-log projection.
 //!
-//! After the checks the workload continues (replay of an in-flight keyed send, then a drain of
-//! every open session) and rules 1-3 and 7 are checked again, and rule 8 is checked.
+//! This module only judges; `phase` drives recovery and the continued work and calls it.
 
 use std::collections::BTreeMap;
 
-use faultfs::{Fs, SimFs};
+use faultfs::Fs;
 
+use spex_engine::Store;
 use spex_engine::timeline::Line;
-use spex_engine::{Key, SendRequest, Store};
 use spex_model::{self as model, Mid, Model};
 
-use super::run::{CheckingAdapter, Execution, candidates, model_triple, open, sid};
+use super::run::{Answer, Execution, candidates, hash, model_triple, sid};
 use super::scenario::{OPERATION, Scenario, Step};
 
 /// Projects the engine's recovered state onto the model's public state.
@@ -123,19 +122,6 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
     Ok(observed)
 }
 
-/// Runs recovery on every session that has a record (every writer would run it first).
-pub(crate) fn recover_all<F: Fs>(store: &Store<F>, run: &Execution) -> Result<(), String> {
-    for id in run.created.keys() {
-        let session = sid(id);
-        if store.fs().exists(&store.layout().record(&session)).map_err(|e| e.to_string())? {
-            store
-                .recover_session(&session)
-                .map_err(|error| format!("recovery of {id} failed: {error}"))?;
-        }
-    }
-    Ok(())
-}
-
 /// Checks a store rebooted from a crash image, opened and recovered.
 pub(crate) fn check_recovered<F: Fs>(
     store: &Store<F>,
@@ -157,6 +143,9 @@ pub(crate) fn check_recovered<F: Fs>(
             allowed.len(),
             describe(&observed)
         ));
+        if std::env::var_os("SPEX_DEBUG_RULE7").is_some() {
+            eprintln!("observed {observed:#?}\nallowed {allowed:#?}");
+        }
     }
     check_acceptance(&observed, run, &run.delivered, &mut violations);
     check_append_only(store, run, &mut violations);
@@ -165,94 +154,75 @@ pub(crate) fn check_recovered<F: Fs>(
     violations
 }
 
-/// Continues the workload after recovery (replay the in-flight keyed send, drain everything)
-/// and checks rules 1-3 again.
-pub(crate) fn continue_and_check<F: Fs>(
+/// Rule 2, for a retry of the crashed keyed send after recovery: `before` is the state it found,
+/// `answer` what the engine said.
+pub(crate) fn check_retry<F: Fs>(
     store: &Store<F>,
-    scenario: &Scenario,
+    before: &Model,
+    step: &Step,
+    answer: &Result<Answer, spex_engine::Error>,
+    violations: &mut Vec<String>,
+) {
+    let Step::Send { to, text, key: Some(key), .. } = step else { return };
+    let prior = before
+        .sessions
+        .get(*to)
+        .and_then(|session| session.keys.get(&(OPERATION.to_owned(), (*key).to_owned())).cloned());
+    match answer {
+        Ok(Answer::Refused(_)) if prior.as_ref().is_some_and(|p| p.text != *text) => {}
+        Ok(Answer::Refused(_)) if !before.sessions.contains_key(*to) => {}
+        Ok(Answer::Refused(refusal)) => {
+            violations.push(format!("rule 2 (same-key replay): the retry was refused: {refusal}"))
+        }
+        Err(error) => {
+            violations.push(format!("rule 2 (same-key replay): the retry failed: {error}"))
+        }
+        Ok(Answer::Accepted { mid, .. }) => {
+            if let Some(prior) = &prior {
+                if Mid::Known(mid.clone()) != prior.mid {
+                    violations.push(format!(
+                        "rule 2 (same-key replay): the retry answered {mid} instead of the original {:?}",
+                        prior.mid
+                    ));
+                }
+                let owed =
+                    store.queue(&sid(to)).map(|q| q.iter().any(|e| e.mid == *mid)).unwrap_or(false);
+                if !prior.settled && !owed {
+                    violations.push(format!(
+                        "rule 2 (same-key replay): {mid} is neither settled nor owed after the retry"
+                    ));
+                }
+            }
+            let digest = spex_engine::digest::request_digest(OPERATION, key);
+            let count = store
+                .lines(&sid(to))
+                .map(|lines| {
+                    lines
+                        .iter()
+                        .filter(|line| matches!(line, Line::Sent(_, Some(r)) if r.request_digest == digest))
+                        .count()
+                })
+                .unwrap_or(0);
+            if count != 1 {
+                violations.push(format!(
+                    "rule 2 (same-key replay): {count} sent lines for key {key:?} after the retry"
+                ));
+            }
+        }
+        Ok(other) => {
+            violations.push(format!("rule 2 (same-key replay): the retry answered {other:?}"))
+        }
+    }
+}
+
+/// After the continued work drained everything: nothing acknowledged is lost, nothing is owed.
+pub(crate) fn check_drained<F: Fs>(
+    store: &Store<F>,
     run: &Execution,
-) -> Vec<String> {
-    let mut violations = Vec::new();
-    let before = match project(store, run) {
-        Ok(before) => before,
-        Err(_) => return violations, // already reported by check_recovered
-    };
-    if let Some(Step::Send { to, text, from, key: Some(key) }) =
-        run.in_flight.map(|index| &scenario.steps[index])
-    {
-        let request = SendRequest {
-            text: (*text).to_owned(),
-            from: from.map(sid),
-            key: Some(Key { operation: OPERATION.to_owned(), key: (*key).to_owned() }),
-            ..SendRequest::default()
-        };
-        let prior = before.sessions.get(*to).and_then(|session| {
-            session.keys.get(&(OPERATION.to_owned(), (*key).to_owned())).cloned()
-        });
-        match store.send(&sid(to), &request) {
-            Err(spex_engine::Error::KeyConflict { .. })
-                if prior.as_ref().is_some_and(|p| p.text != *text) => {}
-            Err(spex_engine::Error::NoSuchSession { .. } | spex_engine::Error::Revoked { .. }) => {}
-            Err(error) => {
-                violations.push(format!("rule 2 (same-key replay): the retry failed: {error}"))
-            }
-            Ok(accepted) => {
-                if let Some(prior) = &prior {
-                    if Mid::Known(accepted.mid.clone()) != prior.mid {
-                        violations.push(format!(
-                            "rule 2 (same-key replay): the retry answered {} instead of the original {:?}",
-                            accepted.mid, prior.mid
-                        ));
-                    }
-                    let owed = store
-                        .queue(&sid(to))
-                        .map(|q| q.iter().any(|e| e.mid == accepted.mid))
-                        .unwrap_or(false);
-                    if !prior.settled && !owed {
-                        violations.push(format!("rule 2 (same-key replay): {} is neither settled nor owed after the retry", accepted.mid));
-                    }
-                }
-                let digest = spex_engine::digest::request_digest(OPERATION, key);
-                let count = store
-                    .lines(&sid(to))
-                    .map(|lines| lines.iter().filter(|line| matches!(line, Line::Sent(_, Some(r)) if r.request_digest == digest)).count())
-                    .unwrap_or(0);
-                if count != 1 {
-                    violations.push(format!("rule 2 (same-key replay): {count} sent lines for key {key:?} after the retry"));
-                }
-            }
-        }
-    }
-    let mut delivered = run.delivered.clone();
-    let ids: Vec<String> = before.sessions.keys().cloned().collect();
-    for id in &ids {
-        let mut adapter_violations = Vec::new();
-        let mut calls = Vec::new();
-        let result = {
-            let mut adapter = CheckingAdapter {
-                store,
-                session: sid(id),
-                delivered: &mut calls,
-                violations: &mut adapter_violations,
-                journal: None,
-                refuse: false,
-            };
-            store.drain(&sid(id), &mut adapter)
-        };
-        violations.extend(adapter_violations);
-        delivered.extend(calls);
-        match result {
-            Ok(report) => {
-                if let Some(stop) = report.stopped {
-                    violations.push(format!("drain of {id} after recovery stopped: {stop}"));
-                }
-            }
-            Err(error) => violations.push(format!("drain of {id} after recovery failed: {error}")),
-        }
-    }
-    check_activity_index(store, run, &mut violations);
+    violations: &mut Vec<String>,
+) {
     if let Ok(after) = project(store, run) {
-        check_acceptance(&after, run, &delivered, &mut violations);
+        check_acceptance(&after, run, &run.delivered, violations);
         for (id, session) in &after.sessions {
             if !session.owed.is_empty() {
                 violations.push(format!(
@@ -262,11 +232,14 @@ pub(crate) fn continue_and_check<F: Fs>(
             }
         }
     }
-    violations
 }
 
 /// Rule 8: folding on from the pre-crash watermark gives the log's events and activity.
-fn check_activity_index<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
+pub(crate) fn check_activity_index<F: Fs>(
+    store: &Store<F>,
+    run: &Execution,
+    violations: &mut Vec<String>,
+) {
     for (id, (mark, before)) in &run.watermarks {
         let all = match store.events(&sid(id)) {
             Ok(all) => all,
@@ -404,11 +377,6 @@ fn run_closes_in_flight(run: &Execution, path: &str) -> bool {
     run.closing_in_flight.as_ref().is_some_and(|id| path.starts_with(&format!("sessions/{id}/")))
 }
 
-pub(crate) fn hash(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
-}
-
 /// Rule 5.
 fn check_lifecycle(run: &Execution, observed: &Model, violations: &mut Vec<String>) {
     for (id, session) in &observed.sessions {
@@ -459,32 +427,4 @@ fn check_close<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<St
             ));
         }
     }
-}
-
-/// Opens, recovers and checks a rebooted filesystem, then continues the workload and checks
-/// again. `fs` may carry a plan that crashes the recovery itself (depth 2): then the filesystem
-/// is handed back so the caller can take the images of that second crash.
-pub(crate) fn check_image(
-    fs: SimFs,
-    scenario: &Scenario,
-    run: &Execution,
-    seed: u64,
-) -> Result<Vec<String>, SimFs> {
-    let store = match open(fs.clone(), scenario, seed) {
-        Ok(store) => store,
-        Err(error) if error.is_crash() => return Err(fs),
-        Err(error) => return Ok(vec![format!("the recovered store does not open: {error}")]),
-    };
-    let recovered = recover_all(&store, run);
-    if fs.halted().is_some() {
-        return Err(fs);
-    }
-    if let Err(error) = recovered {
-        return Ok(vec![error]);
-    }
-    let mut violations = check_recovered(&store, scenario, run);
-    if violations.is_empty() {
-        violations.extend(continue_and_check(&store, scenario, run));
-    }
-    Ok(violations)
 }

@@ -1,17 +1,31 @@
 //! Crash sweeps of the engine on `SimFs`.
 //!
 //! For each scenario, pass 1 runs it without faults and counts its boundaries (mutating ops).
-//! Pass 2 crashes before every boundary `k` (and once after the last), takes every image the
-//! crash model yields under process kill and power loss, reboots each one, recovers, checks
-//! every oracle rule (see `check`), continues the workload and checks again. With `depth2`, the
-//! recovery of every process-kill image is itself crashed at each of its boundaries and those
-//! images are checked the same way.
+//! Pass 2 crashes before every boundary `k` (and once after the last), and judges what comes
+//! after, in sequences:
+//!
+//! - **kill**: the next process restarts on the killed one's writes, visible but still pending
+//!   (a kill is not a sync); it recovers, is judged, goes on working (the keyed retry, a drain of
+//!   every session) and is judged again (see `phase`);
+//! - **power**: every image the crash model allows is rebooted and goes through the same phase;
+//! - **then power** (`/kill+work+power`, `/power+work+power`): after that phase, the machine
+//!   loses power, and every image of *that* crash (the killed process's pending writes among
+//!   them) is judged against what the phase acknowledged;
+//! - **crash the phase** (`/kill+kill`, `/kill+power`, ...): with `depth2`, every op of the phase
+//!   (recovery, torn-tail repair, lock takeovers, the retry and its restore, drains and their
+//!   settlements) is itself a crash point in both modes, judged against what the phase had
+//!   acknowledged at that op.
+//!
+//! Injected faults (EIO, ENOSPC, short writes) at every boundary are followed by a reopen, more
+//! work and a power loss. Per crash point the sweep counts whether its power-loss images were
+//! enumerated exhaustively or sampled.
 //!
 //! The result is a matrix scenario x transition x boundary x mode with crash points, images and
 //! violations. Every violation carries a replay token; `replay` reproduces it bit for bit (the
 //! trace hash is printed so two replays can be compared).
 
 pub(crate) mod check;
+pub(crate) mod phase;
 pub mod run;
 pub mod scenario;
 pub mod shrink;
@@ -39,10 +53,12 @@ pub struct Token {
     pub mode: CrashMode,
     /// The first crash point (before op `k`).
     pub k: u64,
-    /// Which image of that crash.
+    /// Which image of that crash (a kill has one: the restarted machine).
     pub image: usize,
-    /// A second crash inside recovery: (mode, point, image).
+    /// A second crash inside the phase that followed: (mode, op of the phase, image).
     pub second: Option<(CrashMode, u64, usize)>,
+    /// A power loss after the (last) phase ran to its end: which of its images.
+    pub then_power: Option<usize>,
     /// An injected I/O fault at op `k` instead of a crash (`image` then names the power-loss
     /// image taken after the failure, or is `usize::MAX` for the reopened process).
     pub fault: Option<faultfs::Fault>,
@@ -60,20 +76,28 @@ fn parse_mode(text: &str) -> Result<CrashMode, String> {
     }
 }
 
+/// The image number as tokens spell it (`reopen` for the process that goes on after a fault).
+fn image_text(image: usize) -> String {
+    if image == usize::MAX { "reopen".to_owned() } else { image.to_string() }
+}
+
 impl fmt::Display for Token {
-    /// `v1:<scenario>:<seed>:<mode>:<k>:<image>[:<mode2>:<j>:<image2>]`.
+    /// `v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:<fault>]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "v1:{}:{}:{}:{}:{}",
+            "v2:{}:{}:{}:{}:{}",
             self.scenario,
             self.seed,
             mode_name(self.mode),
             self.k,
-            self.image
+            image_text(self.image)
         )?;
         if let Some((mode, j, image)) = self.second {
-            write!(f, ":{}:{j}:{image}", mode_name(mode))?;
+            write!(f, ":in:{}:{j}:{image}", mode_name(mode))?;
+        }
+        if let Some(image) = self.then_power {
+            write!(f, ":then:{image}")?;
         }
         if let Some(fault) = self.fault {
             write!(f, ":{fault}")?;
@@ -88,32 +112,45 @@ impl FromStr for Token {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = s.split(':').collect();
         let bad = |what: &str| format!("replay token {s:?}: {what}");
-        if parts.first() != Some(&"v1") || !matches!(parts.len(), 6 | 7 | 9) {
+        if parts.first() != Some(&"v2") || parts.len() < 6 {
             return Err(bad(
-                "expected v1:<scenario>:<seed>:<mode>:<k>:<image>[:<mode>:<j>:<image> | :<fault>]",
+                "expected v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:<fault>]",
             ));
         }
-        let fault = if parts.len() == 7 {
-            Some(parts[6].parse::<faultfs::Fault>().map_err(|error| bad(&error))?)
-        } else {
-            None
-        };
         let number =
             |text: &str| text.parse::<u64>().map_err(|_| bad(&format!("{text:?} is not a number")));
-        let second = if parts.len() == 9 {
-            Some((parse_mode(parts[6])?, number(parts[7])?, number(parts[8])? as usize))
-        } else {
-            None
+        let image = |text: &str| {
+            if text == "reopen" { Ok(usize::MAX) } else { number(text).map(|n| n as usize) }
         };
-        Ok(Token {
+        let mut token = Token {
             scenario: parts[1].to_owned(),
             seed: number(parts[2])?,
             mode: parse_mode(parts[3])?,
             k: number(parts[4])?,
-            image: number(parts[5])? as usize,
-            second,
-            fault,
-        })
+            image: image(parts[5])?,
+            second: None,
+            then_power: None,
+            fault: None,
+        };
+        let mut rest = &parts[6..];
+        while let Some((&tag, tail)) = rest.split_first() {
+            match (tag, tail) {
+                ("in", [mode, j, index, more @ ..]) => {
+                    token.second = Some((parse_mode(mode)?, number(j)?, image(index)?));
+                    rest = more;
+                }
+                ("then", [index, more @ ..]) => {
+                    token.then_power = Some(image(index)?);
+                    rest = more;
+                }
+                (fault, []) => {
+                    token.fault = Some(fault.parse::<faultfs::Fault>().map_err(|e| bad(&e))?);
+                    rest = &[];
+                }
+                (other, _) => return Err(bad(&format!("unexpected {other:?}"))),
+            }
+        }
+        Ok(token)
     }
 }
 
@@ -170,6 +207,10 @@ pub struct Options {
     pub budget: Option<Duration>,
     /// Also inject each of these faults at every boundary (instead of crashing there).
     pub faults: Vec<faultfs::Fault>,
+    /// Of each crash point's power-loss images, how many (the first ones: the durable state
+    /// and the structured families come first) also get the deep treatment a kill gets: a
+    /// power loss after their phase, and a crash at every op of it.
+    pub deep_power_images: usize,
 }
 
 impl Options {
@@ -184,6 +225,7 @@ impl Options {
             stop_at_first: false,
             budget: None,
             faults: vec![faultfs::Fault::Eio, faultfs::Fault::Enospc, faultfs::Fault::ShortWrite],
+            deep_power_images: 1,
         }
     }
 }
@@ -214,8 +256,34 @@ pub struct Report {
     pub images: u64,
     /// Whether the budget ran out before every point was visited.
     pub truncated: bool,
+    /// Per scenario, power-loss crashes whose images were every subset of the pending pieces
+    /// (exhaustive) and those that were families plus samples (sampled).
+    pub enumeration: BTreeMap<String, Enumeration>,
     /// Wall time.
     pub elapsed: Duration,
+}
+
+/// How one scenario's power-loss crashes were enumerated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Enumeration {
+    /// Crashes whose every pending subset was an image.
+    pub exhaustive: u64,
+    /// Crashes with too many pending pieces: structured families and seeded samples.
+    pub sampled: u64,
+    /// The most pending pieces seen at one crash.
+    pub pieces_max: usize,
+}
+
+impl Report {
+    fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
+        let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
+        if crash.exhaustive {
+            entry.exhaustive += 1;
+        } else {
+            entry.sampled += 1;
+        }
+        entry.pieces_max = entry.pieces_max.max(crash.pending_pieces);
+    }
 }
 
 /// Violations kept in full per cell; the rest are only counted.
@@ -234,15 +302,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
             let run = execute(&fs, scenario, seed);
             if !run.violations.is_empty() {
                 report.violations.push(Violation {
-                    token: Token {
-                        scenario: scenario.name.to_string(),
-                        seed,
-                        mode: CrashMode::ProcessKill,
-                        k: fs.op_count(),
-                        image: 0,
-                        second: None,
-                        fault: None,
-                    },
+                    token: token_base(scenario, seed, CrashMode::ProcessKill, fs.op_count(), 0),
                     transition: "none".to_owned(),
                     boundary: "no crash".to_owned(),
                     messages: run.violations.clone(),
@@ -286,6 +346,42 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
     report
 }
 
+/// Where the first phase of a sequence runs: the restarted machine after a kill (or after an
+/// injected fault), or a rebooted power-loss image. Each call gives a fresh copy.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Restart(&'a SimFs),
+    Reboot(&'a faultfs::Image),
+}
+
+impl Source<'_> {
+    fn machine(self, plan: FaultPlan) -> SimFs {
+        match self {
+            Source::Restart(fs) => fs.restart(plan),
+            Source::Reboot(image) => SimFs::from_image(image, plan),
+        }
+    }
+}
+
+/// The coordinates of one sequence in the matrix and its token.
+struct Place<'a> {
+    scenario: &'a Scenario,
+    transition: String,
+    boundary: String,
+    token: Token,
+}
+
+impl Place<'_> {
+    fn key(&self, sequence: &str, mode: CrashMode) -> CellKey {
+        let transition = if sequence.is_empty() {
+            self.transition.clone()
+        } else {
+            format!("{}/{sequence}", self.transition)
+        };
+        (self.scenario.name.to_string(), transition, self.boundary.clone(), mode)
+    }
+}
+
 fn sweep_point(
     options: &Options,
     scenario: &Scenario,
@@ -304,41 +400,126 @@ fn sweep_point(
         None => "open".to_owned(),
     };
     for &mode in &options.modes {
-        let key = (scenario.name.to_string(), transition.clone(), boundary.clone(), mode);
-        report.cells.entry(key.clone()).or_default().points += 1;
-        let crash = fs.crash(mode);
-        for (image_index, image) in crash.images.iter().enumerate() {
-            let token = Token {
-                scenario: scenario.name.to_string(),
-                seed,
-                mode,
-                k,
-                image: image_index,
-                second: None,
-                fault: None,
-            };
-            let mut messages = run.violations.clone();
-            messages.extend(check_rebooted(image, scenario, &run, seed));
-            record(report, &key, token, &transition, &boundary, messages);
-            if options.depth2 && mode == CrashMode::ProcessKill {
-                sweep_recovery(
-                    options,
-                    scenario,
-                    &run,
-                    image,
-                    &token_base(scenario, seed, mode, k, image_index),
-                    &transition,
-                    &boundary,
-                    report,
-                );
+        let base = Place {
+            scenario,
+            transition: transition.clone(),
+            boundary: boundary.clone(),
+            token: token_base(scenario, seed, mode, k, 0),
+        };
+        report.cells.entry(base.key("", mode)).or_default().points += 1;
+        match mode {
+            CrashMode::ProcessKill => {
+                judge_sequence(options, &run, Source::Restart(&fs), &base, true, report);
+            }
+            CrashMode::PowerLoss => {
+                let crash = fs.crash(mode);
+                report.count_enumeration(scenario, &crash);
+                for (index, image) in crash.images.iter().enumerate() {
+                    let place = Place {
+                        token: token_base(scenario, seed, mode, k, index),
+                        transition: transition.clone(),
+                        boundary: boundary.clone(),
+                        scenario,
+                    };
+                    let deep = index < options.deep_power_images;
+                    judge_sequence(options, &run, Source::Reboot(image), &place, deep, report);
+                }
             }
         }
     }
 }
 
+/// Judges the phase that follows a crash of `run` on `source`; when `deep`, also a power loss
+/// after that phase, and (with `depth2`) a crash at every op of it in every mode.
+fn judge_sequence(
+    options: &Options,
+    run: &run::Execution,
+    source: Source<'_>,
+    place: &Place<'_>,
+    deep: bool,
+    report: &mut Report,
+) {
+    let seed = options.seed;
+    let scenario = place.scenario;
+    let first = place.token.mode;
+    let fs = source.machine(FaultPlan::none(seed));
+    let checked = match phase::check_image(fs.clone(), scenario, run, seed) {
+        Ok(checked) => checked,
+        Err(_) => {
+            let messages = vec!["recovery crashed without a planned fault".to_owned()];
+            record(report, &place.key("", first), place.token.clone(), place, messages);
+            return;
+        }
+    };
+    let mut messages = run.violations.clone();
+    messages.extend(checked.violations);
+    let clean = messages.is_empty();
+    record(report, &place.key("", first), place.token.clone(), place, messages);
+    if !deep || !clean {
+        return;
+    }
+    // Kill (or reboot), restart, work, power loss.
+    let sequence = format!("{}+work+power", first.name());
+    let key = place.key(&sequence, CrashMode::PowerLoss);
+    report.cells.entry(key.clone()).or_default().points += 1;
+    let crash = fs.crash(CrashMode::PowerLoss);
+    report.count_enumeration(scenario, &crash);
+    for (index, image) in crash.images.iter().enumerate() {
+        let token = Token { then_power: Some(index), ..place.token.clone() };
+        let messages = judge_last(
+            SimFs::from_image(image, FaultPlan::none(seed)),
+            scenario,
+            &checked.run,
+            seed,
+        );
+        record(report, &key, token, place, messages);
+    }
+    if !options.depth2 {
+        return;
+    }
+    // A crash at every op of the phase.
+    for j in 0..fs.op_count() {
+        let Err(halted) =
+            phase::check_image(source.machine(FaultPlan::crash_at(seed, j)), scenario, run, seed)
+        else {
+            continue;
+        };
+        for &second in &options.modes {
+            let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
+            report.cells.entry(key.clone()).or_default().points += 1;
+            let machines: Vec<SimFs> = match second {
+                CrashMode::ProcessKill => vec![halted.fs.restart(FaultPlan::none(seed))],
+                CrashMode::PowerLoss => {
+                    let crash = halted.fs.crash(second);
+                    report.count_enumeration(scenario, &crash);
+                    crash
+                        .images
+                        .iter()
+                        .map(|image| SimFs::from_image(image, FaultPlan::none(seed)))
+                        .collect()
+                }
+            };
+            for (index, machine) in machines.into_iter().enumerate() {
+                let token = Token { second: Some((second, j, index)), ..place.token.clone() };
+                let messages = judge_last(machine, scenario, &halted.run, seed);
+                record(report, &key, token, place, messages);
+            }
+        }
+    }
+}
+
+/// The last phase of a sequence: judged, not crashed again.
+fn judge_last(fs: SimFs, scenario: &Scenario, run: &run::Execution, seed: u64) -> Vec<String> {
+    match phase::check_image(fs, scenario, run, seed) {
+        Ok(checked) => checked.violations,
+        Err(_) => vec!["recovery crashed without a planned fault".to_owned()],
+    }
+}
+
 /// Injects `fault` at op `k`: the failing step must not be acknowledged and must poison its
-/// session in that handle; then the process reopens the store (and, separately, the machine
-/// loses power right after the failure) and every rule is checked.
+/// session in that handle. Then the machine loses power right after the failure; and,
+/// separately, a new process reopens the store, recovers, works, and the machine loses power
+/// after that (a failed sync may have dropped data that reads still return).
 fn fault_point(
     options: &Options,
     scenario: &Scenario,
@@ -389,109 +570,54 @@ fn fault_point(
                 .push(format!("after a failed {fault} the handle was not poisoned: {other:?}")),
         }
     }
+    drop(store);
+    let mut run = run;
+    run.violations = common;
     // Power loss right after the failure (fsyncgate: dropped data is visible but not durable).
     let power = fs.crash(CrashMode::PowerLoss);
+    report.count_enumeration(scenario, &power);
     let key =
         (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;
     for (image_index, image) in power.images.iter().enumerate() {
-        let token = Token {
-            scenario: scenario.name.to_string(),
-            seed,
-            mode: CrashMode::PowerLoss,
-            k,
-            image: image_index,
-            second: None,
-            fault: Some(fault),
+        let place = Place {
+            scenario,
+            transition: transition.clone(),
+            boundary: boundary.clone(),
+            token: Token {
+                fault: Some(fault),
+                ..token_base(scenario, seed, CrashMode::PowerLoss, k, image_index)
+            },
         };
-        let mut messages = common.clone();
-        messages.extend(check_rebooted(image, scenario, &run, seed));
-        record(report, &key, token, &transition, &boundary, messages);
+        judge_sequence(options, &run, Source::Reboot(image), &place, false, report);
     }
-    // The process goes on: a new handle on the same filesystem recovers.
-    drop(store);
+    // A new process reopens on what the failing one left, works, and the power goes.
     let key =
         (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::ProcessKill);
-    report.cells.entry(key.clone()).or_default().points += 1;
-    let token = Token {
-        scenario: scenario.name.to_string(),
-        seed,
-        mode: CrashMode::ProcessKill,
-        k,
-        image: usize::MAX,
-        second: None,
-        fault: Some(fault),
+    report.cells.entry(key).or_default().points += 1;
+    let place = Place {
+        scenario,
+        transition,
+        boundary,
+        token: Token {
+            fault: Some(fault),
+            ..token_base(scenario, seed, CrashMode::ProcessKill, k, usize::MAX)
+        },
     };
-    let mut messages = common;
-    match check::check_image(fs, scenario, &run, seed) {
-        Ok(found) => messages.extend(found),
-        Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
-    }
-    record(report, &key, token, &transition, &boundary, messages);
-}
-
-/// Reboots `image` with no fault planned and checks it.
-fn check_rebooted(
-    image: &faultfs::Image,
-    scenario: &Scenario,
-    run: &run::Execution,
-    seed: u64,
-) -> Vec<String> {
-    match check::check_image(SimFs::from_image(image, FaultPlan::none(seed)), scenario, run, seed) {
-        Ok(found) => found,
-        Err(_) => vec!["recovery crashed without a planned fault".to_owned()],
-    }
+    let depth2 = Options { depth2: false, ..options.clone() };
+    judge_sequence(&depth2, &run, Source::Restart(&fs), &place, true, report);
 }
 
 fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: usize) -> Token {
-    Token { scenario: scenario.name.to_string(), seed, mode, k, image, second: None, fault: None }
-}
-
-/// Depth 2: crash the recovery of `image` at each of its boundaries, check those images.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the arguments are the sweep's coordinates"
-)]
-fn sweep_recovery(
-    options: &Options,
-    scenario: &Scenario,
-    run: &run::Execution,
-    image: &faultfs::Image,
-    base: &Token,
-    transition: &str,
-    boundary: &str,
-    report: &mut Report,
-) {
-    let seed = options.seed;
-    let counting = SimFs::from_image(image, FaultPlan::none(seed));
-    let Ok(store) = run::open(counting.clone(), scenario, seed) else { return };
-    let _ = check::recover_all(&store, run);
-    let recovery_ops = counting.op_count();
-    for j in 0..recovery_ops {
-        let crashing = SimFs::from_image(image, FaultPlan::crash_at(seed, j));
-        let Err(halted) = check::check_image(crashing, scenario, run, seed) else { continue };
-        for &mode in &options.modes {
-            let key = (
-                scenario.name.to_string(),
-                format!("{transition}+recovery"),
-                boundary.to_owned(),
-                mode,
-            );
-            report.cells.entry(key.clone()).or_default().points += 1;
-            for (index, second) in halted.crash(mode).images.iter().enumerate() {
-                let token = Token { second: Some((mode, j, index)), ..base.clone() };
-                let messages = match check::check_image(
-                    SimFs::from_image(second, FaultPlan::none(seed)),
-                    scenario,
-                    run,
-                    seed,
-                ) {
-                    Ok(found) => found,
-                    Err(_) => vec!["recovery crashed without a planned fault".to_owned()],
-                };
-                record(report, &key, token, transition, boundary, messages);
-            }
-        }
+    Token {
+        scenario: scenario.name.to_string(),
+        seed,
+        mode,
+        k,
+        image,
+        second: None,
+        then_power: None,
+        fault: None,
     }
 }
 
@@ -499,8 +625,7 @@ fn record(
     report: &mut Report,
     key: &CellKey,
     token: Token,
-    transition: &str,
-    boundary: &str,
+    place: &Place<'_>,
     messages: Vec<String>,
 ) {
     report.images += 1;
@@ -513,8 +638,8 @@ fn record(
     if cell.violations <= VIOLATIONS_KEPT_PER_CELL {
         report.violations.push(Violation {
             token,
-            transition: transition.to_owned(),
-            boundary: boundary.to_owned(),
+            transition: key.1.clone(),
+            boundary: place.boundary.clone(),
             messages,
         });
     }
@@ -533,108 +658,92 @@ pub struct Replay {
     pub trace: String,
 }
 
-/// Replays the one image a token names.
+/// Replays the one sequence a token names.
 pub fn replay(token: &Token) -> Result<Replay, String> {
     let scenario = scenario::named(&token.scenario)
         .ok_or_else(|| format!("unknown scenario {:?}", token.scenario))?;
     let seed = token.seed;
-    if let Some(fault) = token.fault {
-        return replay_fault(token, &scenario, fault);
+    let plan = match token.fault {
+        Some(fault) => FaultPlan::fault_at(seed, token.k, fault),
+        None => FaultPlan::crash_at(seed, token.k),
+    };
+    let fs = SimFs::new(plan);
+    let (mut run, store) = run::execute_with(&fs, &scenario, seed);
+    drop(store);
+    if token.fault.is_some() {
+        // The checks of the failing handle itself are the sweep's; a replay judges what follows.
+        run.violations.clear();
     }
-    let fs = SimFs::new(FaultPlan::crash_at(seed, token.k));
-    let run = execute(&fs, &scenario, seed);
     let trace = fs.trace();
     let boundary = trace
         .entries()
         .get(token.k as usize)
         .map_or_else(|| "end".to_owned(), |entry| entry.boundary.to_string());
-    let crash = fs.crash(token.mode);
-    let image = crash
-        .images
-        .get(token.image)
-        .ok_or_else(|| format!("crash point {} has only {} images", token.k, crash.images.len()))?;
     let mut hasher = Sha256::new();
     hasher.update(trace.hash_hex());
-    hasher.update(image.hash_hex());
-    let messages = run.violations.clone();
-    let checked = match token.second {
-        None => SimFs::from_image(image, FaultPlan::none(seed)),
-        Some((mode, j, index)) => {
-            let crashing = SimFs::from_image(image, FaultPlan::crash_at(seed, j));
-            let halted = match check::check_image(crashing, &scenario, &run, seed) {
-                Err(halted) => halted,
-                Ok(_) => return Err(format!("recovery has no crash point {j}")),
-            };
-            hasher.update(halted.trace().hash_hex());
-            let images = halted.crash(mode).images;
-            let second = images
-                .get(index)
-                .ok_or_else(|| format!("the second crash has only {} images", images.len()))?;
-            hasher.update(second.hash_hex());
-            SimFs::from_image(second, FaultPlan::none(seed))
+    let first_mode = if token.fault.is_some() && token.image == usize::MAX {
+        CrashMode::ProcessKill
+    } else {
+        token.mode
+    };
+    let images;
+    let source = match first_mode {
+        CrashMode::ProcessKill => Source::Restart(&fs),
+        CrashMode::PowerLoss => {
+            images = fs.crash(CrashMode::PowerLoss).images;
+            let image = images.get(token.image).ok_or_else(|| {
+                format!("crash point {} has only {} images", token.k, images.len())
+            })?;
+            hasher.update(image.hash_hex());
+            Source::Reboot(image)
         }
     };
-    Ok(finish_replay(checked, &scenario, &run, seed, hasher, messages, boundary, &trace))
-}
-
-/// Replays an injected-fault token: the power-loss image after the failure, or (image
-/// `usize::MAX`) the reopened process.
-fn replay_fault(
-    token: &Token,
-    scenario: &Scenario,
-    fault: faultfs::Fault,
-) -> Result<Replay, String> {
-    let seed = token.seed;
-    let fs = SimFs::new(FaultPlan::fault_at(seed, token.k, fault));
-    let (run, store) = run::execute_with(&fs, scenario, seed);
-    drop(store);
-    let trace = fs.trace();
-    let boundary = trace
-        .entries()
-        .get(token.k as usize)
-        .map_or_else(|| "end".to_owned(), |entry| entry.boundary.to_string());
-    let mut hasher = Sha256::new();
-    hasher.update(trace.hash_hex());
-    let checked = if token.image == usize::MAX {
-        fs
-    } else {
-        let images = fs.crash(CrashMode::PowerLoss).images;
-        let image = images
-            .get(token.image)
-            .ok_or_else(|| format!("only {} images after the failure", images.len()))?;
-        hasher.update(image.hash_hex());
-        SimFs::from_image(image, FaultPlan::none(seed))
-    };
-    let messages = run.violations.clone();
-    Ok(finish_replay(checked, scenario, &run, seed, hasher, messages, boundary, &trace))
-}
-
-/// Checks the rebooted (or reopened) filesystem of a replay and seals its trace hash.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the two replay paths hand over everything they built"
-)]
-fn finish_replay(
-    checked: SimFs,
-    scenario: &Scenario,
-    run: &run::Execution,
-    seed: u64,
-    mut hasher: Sha256,
-    mut messages: Vec<String>,
-    boundary: String,
-    trace: &faultfs::Trace,
-) -> Replay {
-    match check::check_image(checked.clone(), scenario, run, seed) {
-        Ok(found) => messages.extend(found),
-        Err(_) => messages.push("recovery crashed without a planned fault".to_owned()),
+    let mut messages = run.violations.clone();
+    let (mut machine, mut judged) = (source.machine(FaultPlan::none(seed)), run.clone());
+    if let Some((mode, j, index)) = token.second {
+        let halted = match phase::check_image(
+            source.machine(FaultPlan::crash_at(seed, j)),
+            &scenario,
+            &run,
+            seed,
+        ) {
+            Err(halted) => halted,
+            Ok(_) => return Err(format!("the phase after the crash has no op {j}")),
+        };
+        hasher.update(halted.fs.trace().hash_hex());
+        machine = match mode {
+            CrashMode::ProcessKill => halted.fs.restart(FaultPlan::none(seed)),
+            CrashMode::PowerLoss => {
+                let images = halted.fs.crash(mode).images;
+                let image = images
+                    .get(index)
+                    .ok_or_else(|| format!("the second crash has only {} images", images.len()))?;
+                hasher.update(image.hash_hex());
+                SimFs::from_image(image, FaultPlan::none(seed))
+            }
+        };
+        judged = halted.run;
     }
-    hasher.update(checked.trace().hash_hex());
-    Replay {
+    if let Some(index) = token.then_power {
+        let checked = phase::check_image(machine.clone(), &scenario, &judged, seed)
+            .map_err(|_| "the phase crashed without a planned fault".to_owned())?;
+        hasher.update(machine.trace().hash_hex());
+        let images = machine.crash(CrashMode::PowerLoss).images;
+        let image = images.get(index).ok_or_else(|| {
+            format!("the power loss after the phase has only {} images", images.len())
+        })?;
+        hasher.update(image.hash_hex());
+        machine = SimFs::from_image(image, FaultPlan::none(seed));
+        judged = checked.run;
+    }
+    messages.extend(judge_last(machine.clone(), &scenario, &judged, seed));
+    hasher.update(machine.trace().hash_hex());
+    Ok(Replay {
         messages,
         trace_hash: hex::encode(hasher.finalize()),
         boundary,
         trace: trace.to_string(),
-    }
+    })
 }
 
 /// The result of sweeping one mutant.

@@ -32,12 +32,15 @@ pub(crate) fn config(scenario: &Scenario) -> Config {
 }
 
 /// Opens the store of a scenario on `fs`.
+/// Each boot of the machine is a new process with ids of its own: a process after a crash must
+/// never draw the ids the crashed one drew (real v4 ids do not collide).
 pub fn open(fs: SimFs, scenario: &Scenario, seed: u64) -> Result<Store<SimFs>, Error> {
+    let ids = seed.wrapping_add(fs.boot().wrapping_mul(0x9E37_79B9_7F4A_7C15));
     Store::open(
         fs,
         ROOT,
         Arc::new(ManualClock::new(1_784_160_000_000)),
-        Arc::new(SeededIds::new(seed)),
+        Arc::new(SeededIds::new(ids)),
         config(scenario),
     )
 }
@@ -151,6 +154,71 @@ pub struct Execution {
     /// moment of the crash: its watermark and the events before it. It may include lines that
     /// were complete but not yet synced.
     pub watermarks: BTreeMap<String, (spex_index::Watermark, Vec<spex_engine::Event>)>,
+    /// After a crash, the work that went on (recovery, the keyed retry, the drains) is judged
+    /// against a *set* of states: which of the crashed step's outcomes survives is only settled
+    /// by what the next process makes durable. `None`: exactly `model` (no crash yet).
+    pub base: Option<Vec<Model>>,
+    /// The step of the continued work in flight when it crashed (its scenario index is not
+    /// meaningful: a retry or a drain of the continuation).
+    pub continuing: Option<Step>,
+}
+
+impl Execution {
+    /// The run that goes on after a crash of `self`: everything acknowledged stays owed to the
+    /// checker, and the allowed states are every state the crash allowed.
+    pub(crate) fn continued(&self, scenario: &Scenario) -> Execution {
+        Execution {
+            model: self.model.clone(),
+            in_flight: None,
+            acked: self.acked.clone(),
+            delivered: self.delivered.clone(),
+            violations: Vec::new(),
+            segments: self.segments.clone(),
+            closing_in_flight: self.closing_in_flight.clone(),
+            failed: None,
+            step_ops: Vec::new(),
+            refused: Vec::new(),
+            created: self.created.clone(),
+            keys: self.keys.clone(),
+            watermarks: BTreeMap::new(),
+            base: Some(candidates(scenario, self)),
+            continuing: None,
+        }
+    }
+
+    /// Advances every allowed state by an acknowledged continuation step; the states the
+    /// answer rules out are dropped. Returns a violation if none is left.
+    pub(crate) fn advance_continued(&mut self, step: &Step, answer: &Answer) -> Option<String> {
+        let base = self.base.take().unwrap_or_else(|| vec![self.model.clone()]);
+        let mut next = Vec::new();
+        let mut last_error = None;
+        for model in base {
+            let mut one = Execution { model, ..Execution::default() };
+            advance(&mut one, step, answer);
+            if one.violations.is_empty() {
+                next.push(one.model);
+                if let Some(acked) = one.acked.pop()
+                    && !self.acked.contains(&acked)
+                {
+                    self.acked.push(acked);
+                }
+            } else {
+                last_error = one.violations.pop();
+            }
+        }
+        next.dedup();
+        let verdict = if next.is_empty() {
+            Some(format!(
+                "after recovery, {} answered {answer:?}, which no allowed state expects: {}",
+                step.transition(),
+                last_error.unwrap_or_default()
+            ))
+        } else {
+            None
+        };
+        self.base = Some(next);
+        verdict
+    }
 }
 
 /// What a reader folding every session from scratch sees at the moment of the crash: the
@@ -480,6 +548,23 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
     }
 }
 
+/// Records every segment of `store` as it stands now (after an acknowledged step).
+pub(crate) fn snapshot_store<F: faultfs::Fs>(store: &Store<F>, run: &mut Execution) {
+    let fs = store.fs();
+    let sessions = store.layout().sessions_dir();
+    let mut files = Vec::new();
+    for session in fs.read_dir(&sessions).unwrap_or_default() {
+        let timeline = sessions.join(&session.name).join("timeline");
+        for segment in fs.read_dir(&timeline).unwrap_or_default() {
+            if let Ok(bytes) = fs.read(&timeline.join(&segment.name)) {
+                let relative = format!("sessions/{}/timeline/{}", session.name, segment.name);
+                files.push((relative, bytes));
+            }
+        }
+    }
+    run.segments = snapshot_of(files);
+}
+
 /// Records every segment as it stands after an acknowledged step.
 fn snapshot_segments(fs: &SimFs, run: &mut Execution) {
     let image = fs.crash(CrashMode::ProcessKill).images.remove(0);
@@ -515,7 +600,7 @@ pub(crate) fn snapshot_of(files: Vec<(String, Vec<u8>)>) -> BTreeMap<String, Seg
                 path.rsplit_once("/timeline/").map(|(dir, _)| dir.to_owned()).unwrap_or_default();
             let snapshot = SegmentSnapshot {
                 len: bytes.len() as u64,
-                sha256: super::check::hash(&bytes),
+                sha256: hash(&bytes),
                 newest: newest.get(&dir) == Some(&path),
             };
             (path, snapshot)
@@ -523,23 +608,38 @@ pub(crate) fn snapshot_of(files: Vec<(String, Vec<u8>)>) -> BTreeMap<String, Seg
         .collect()
 }
 
+/// SHA-256 of `bytes`, lowercase hex.
+pub(crate) fn hash(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// Which model states are allowed after recovery from a crash during `run`.
 pub(crate) fn candidates(scenario: &Scenario, run: &Execution) -> Vec<Model> {
-    let Some(index) = run.in_flight else { return vec![run.model.clone()] };
-    let step = &scenario.steps[index];
+    let base = run.base.clone().unwrap_or_else(|| vec![run.model.clone()]);
+    let step = run.continuing.clone().or_else(|| run.in_flight.map(|i| scenario.steps[i].clone()));
+    let Some(step) = step else { return base };
+    let mut states: Vec<Model> =
+        base.iter().flat_map(|model| step_candidates(model, &step)).collect();
+    states.dedup();
+    states
+}
+
+/// The states allowed after `step`, starting from `model`, was interrupted by a crash.
+fn step_candidates(model: &Model, step: &Step) -> Vec<Model> {
     let op = model_op(step, Mid::Any);
     match step {
         Step::Drain { id } => {
             // Any number of heads drained, then the next one interrupted.
-            let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
+            let owed = model.sessions.get(*id).map_or(0, |session| session.owed.len());
             let mut states = Vec::new();
-            let mut state = run.model.clone();
+            let mut state = model.clone();
             for _ in 0..=owed {
                 states.extend(state.crash_candidates(&op));
                 state = state.apply(&op);
             }
             states
         }
-        _ => run.model.crash_candidates(&op),
+        _ => model.crash_candidates(&op),
     }
 }

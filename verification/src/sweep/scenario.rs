@@ -91,6 +91,16 @@ pub struct Scenario {
     pub steps: Vec<Step>,
 }
 
+impl Scenario {
+    /// The scenario's own spelling of session `id` (steps hold `'static` names).
+    pub fn session_id(&self, id: &str) -> Option<&'static str> {
+        self.steps.iter().find_map(|step| match step {
+            Step::Create { id: created, .. } if *created == id => Some(*created),
+            _ => None,
+        })
+    }
+}
+
 impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(&self.name)

@@ -6,7 +6,7 @@ use faultfs::{CrashMode, FaultPlan, Image, SimFs};
 
 use super::run::{self, execute};
 use super::scenario::{self, Scenario};
-use super::{Token, check, replay};
+use super::{Token, phase, replay};
 
 /// A minimal reproducer.
 #[derive(Clone, Debug)]
@@ -125,7 +125,11 @@ fn find(scenario: &Scenario, like: &Token, boundary: &str) -> Option<(Token, Vec
 /// Of the violating images at the token's crash point, the one that differs least from the
 /// process-kill image (what the kernel held): the smallest deviation that still breaks a rule.
 fn closest_image(token: &Token) -> Result<Option<(Token, Vec<String>, u64)>, String> {
-    if token.fault.is_some() || token.mode != CrashMode::PowerLoss {
+    if token.fault.is_some()
+        || token.mode != CrashMode::PowerLoss
+        || token.second.is_some()
+        || token.then_power.is_some()
+    {
         return Ok(None);
     }
     let scenario = scenario::named(&token.scenario).ok_or("unknown scenario")?;
@@ -138,13 +142,13 @@ fn closest_image(token: &Token) -> Result<Option<(Token, Vec<String>, u64)>, Str
         if best.as_ref().is_some_and(|(_, _, d)| *d <= distance) {
             continue;
         }
-        let messages = match check::check_image(
+        let messages = match phase::check_image(
             SimFs::from_image(image, FaultPlan::none(token.seed)),
             &scenario,
             &run,
             token.seed,
         ) {
-            Ok(messages) => messages,
+            Ok(checked) => checked.violations,
             Err(_) => vec!["recovery crashed without a planned fault".to_owned()],
         };
         if !messages.is_empty() {

@@ -1,0 +1,150 @@
+//! One phase of a crash sequence: the process that comes after a crash opens the store,
+//! recovers, is judged, goes on working (the retry of a crashed keyed send, then a drain of every
+//! session) and is judged again.
+//!
+//! Nothing a phase does is exempt from crashing: the driver (`sweep`) crashes every one of its
+//! ops, in both modes, and judges those images against the run as it stood at that op (what the
+//! continued work had acknowledged, the step it had in flight). And because a kill is not a
+//! sync, the phase after a kill runs on the killed process's pending writes; a power loss after
+//! the phase may still drop them, and whatever the phase acknowledged must survive it.
+//!
+//! This module drives; `check` judges.
+
+use faultfs::{Fs, SimFs};
+use spex_engine::Store;
+
+use super::check::{check_activity_index, check_drained, check_recovered, check_retry, project};
+use super::run::{Answer, Execution, open, perform, sid, snapshot_store};
+use super::scenario::{Scenario, Step};
+
+/// A phase that ran to its end.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// What broke.
+    pub(crate) violations: Vec<String>,
+    /// The run as the phase left it: what a power loss after the phase is judged against.
+    pub(crate) run: Execution,
+}
+
+/// A phase halted by a planned crash.
+#[derive(Debug)]
+pub(crate) struct Halted {
+    /// The halted filesystem, to take the crash's images from (or to restart).
+    pub(crate) fs: SimFs,
+    /// The run as it stood at the crash.
+    pub(crate) run: Execution,
+}
+
+/// Runs recovery on every session that has a record (every writer would run it first).
+pub(crate) fn recover_all<F: Fs>(store: &Store<F>, run: &Execution) -> Result<(), String> {
+    for id in run.created.keys() {
+        let session = sid(id);
+        if store.fs().exists(&store.layout().record(&session)).map_err(|e| e.to_string())? {
+            store
+                .recover_session(&session)
+                .map_err(|error| format!("recovery of {id} failed: {error}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens `fs` after a crash during `run`, recovers, judges, continues and judges again. A
+/// planned crash anywhere in the phase hands the filesystem back, with the run at that moment.
+pub(crate) fn check_image(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &Execution,
+    seed: u64,
+) -> Result<Checked, Halted> {
+    let store = match open(fs.clone(), scenario, seed) {
+        Ok(store) => store,
+        Err(error) if error.is_crash() => {
+            return Err(Halted { fs, run: run.continued(scenario) });
+        }
+        Err(error) => {
+            return Ok(Checked {
+                violations: vec![format!("the recovered store does not open: {error}")],
+                run: run.continued(scenario),
+            });
+        }
+    };
+    let (violations, next) = check_store(&store, scenario, run);
+    if fs.halted().is_some() {
+        return Err(Halted { fs, run: next });
+    }
+    Ok(Checked { violations, run: next })
+}
+
+/// The phase on an open store (simulated or real): recover, judge, continue, judge.
+pub(crate) fn check_store<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    run: &Execution,
+) -> (Vec<String>, Execution) {
+    let mut next = run.continued(scenario);
+    if let Err(error) = recover_all(store, run) {
+        return (vec![error], next);
+    }
+    let mut violations = check_recovered(store, scenario, run);
+    if violations.is_empty() {
+        violations.extend(continue_workload(store, scenario, run, &mut next));
+    }
+    (violations, next)
+}
+
+/// The continued work: retry the crashed keyed send, then drain every session; each answer
+/// advances `next`. Stops quietly at a crash (the driver takes over).
+fn continue_workload<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    run: &Execution,
+    next: &mut Execution,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    let Ok(before) = project(store, run) else {
+        return violations; // already reported by check_recovered
+    };
+    if let Some(step @ Step::Send { key: Some(_), .. }) = run.in_flight.map(|i| &scenario.steps[i])
+    {
+        next.continuing = Some(step.clone());
+        let answer = perform(store, step, &mut Vec::new(), &mut Vec::new(), None);
+        if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {
+            return violations;
+        }
+        check_retry(store, &before, step, &answer, &mut violations);
+        if let Ok(answer) = &answer
+            && let Some(violation) = next.advance_continued(step, answer)
+        {
+            violations.push(violation);
+        }
+        next.continuing = None;
+        snapshot_store(store, next);
+    }
+    for id in before.sessions.keys() {
+        let Some(id) = scenario.session_id(id) else { continue };
+        let step = Step::Drain { id };
+        next.continuing = Some(step.clone());
+        let mut delivered = Vec::new();
+        let mut adapter_violations = Vec::new();
+        let answer = perform(store, &step, &mut delivered, &mut adapter_violations, None);
+        violations.extend(adapter_violations);
+        next.delivered.extend(delivered);
+        match answer {
+            Err(error) if error.is_crash() => return violations,
+            Err(error) => violations.push(format!("drain of {id} after recovery failed: {error}")),
+            Ok(Answer::Drained(Some(stop))) => {
+                violations.push(format!("drain of {id} after recovery stopped: {stop}"));
+            }
+            Ok(answer) => {
+                if let Some(violation) = next.advance_continued(&step, &answer) {
+                    violations.push(violation);
+                }
+            }
+        }
+        next.continuing = None;
+        snapshot_store(store, next);
+    }
+    check_activity_index(store, run, &mut violations);
+    check_drained(store, next, &mut violations);
+    violations
+}
