@@ -13,6 +13,11 @@
 //! A crash before 1 leaves the session fully open; after 1, [`Store::open`] finishes steps 2-4
 //! for every `.closing/<id>` it finds (adding the ledger line only if the ledger lacks it). So
 //! after recovery a session is either fully open or fully closed, never half-deleted.
+//!
+//! What recovery finds may be a killed closer's, visible but not durable (a kill is not a sync):
+//! before finishing, it syncs both directories of the commit, and a ledger line it finds rather
+//! than writes is synced before anything rests on it. Otherwise a power loss after recovery could
+//! bring the session back with its ledger line and revocation already written.
 
 use std::path::Path;
 
@@ -31,7 +36,7 @@ impl<F: Fs> Store<F> {
             self.require_session(id)?;
             if active(Mutant::CloseDeletesBeforeRevoking) {
                 self.remove_tree(&self.layout.session_dir(id), &CLOSE)?;
-                self.fs.sync_dir(&self.layout.sessions_dir(), CLOSE.record.dir_sync)?;
+                self.fs.sync_dir(&self.layout.sessions_dir(), CLOSE.close.commit_sync_sessions)?;
                 self.receipts.forget(id);
                 return self.finish_close(id, &CLOSE, false);
             }
@@ -40,10 +45,9 @@ impl<F: Fs> Store<F> {
             self.fs.rename(
                 &self.layout.session_dir(id),
                 &self.layout.closing(id),
-                CLOSE.record.rename,
+                CLOSE.close.commit,
             )?;
-            self.fs.sync_dir(&closing_dir, CLOSE.record.dir_sync)?;
-            self.fs.sync_dir(&self.layout.sessions_dir(), CLOSE.record.dir_sync)?;
+            self.sync_commit(&CLOSE)?;
             self.receipts.forget(id);
             self.finish_close(id, &CLOSE, false)
         })
@@ -65,37 +69,70 @@ impl<F: Fs> Store<F> {
         Ok(())
     }
 
-    /// Steps 2-4. With `check_ledger`, the ledger line is added only if missing.
-    fn finish_close(&self, id: &SessionId, steps: &Steps, check_ledger: bool) -> Result<()> {
+    /// The commit's directory syncs: `.closing` (the new name) and `sessions` (the old one).
+    fn sync_commit(&self, steps: &Steps) -> Result<()> {
+        self.fs.sync_dir(&self.layout.closing_dir(), steps.close.commit_sync_closing)?;
+        self.fs.sync_dir(&self.layout.sessions_dir(), steps.close.commit_sync_sessions)?;
+        Ok(())
+    }
+
+    /// Steps 2-4. With `recovering`, the commit and a ledger line found are made durable first
+    /// (they may be a killed closer's), and the ledger line is added only if missing.
+    fn finish_close(&self, id: &SessionId, steps: &Steps, recovering: bool) -> Result<()> {
         let ledger = self.layout.close_ledger();
-        if !check_ledger || !self.ledger_has(id)? {
+        let close = &steps.close;
+        if recovering && !active(Mutant::CloseRecoveryFromUnsynced) {
+            self.sync_commit(steps)?;
+        }
+        let found = recovering && self.ledger_has(id)?;
+        if found && !active(Mutant::CloseRecoveryFromUnsynced) {
+            let file = self.fs.open(&ledger, OpenOptions::read_write(), close.ledger_sync)?;
+            file.sync_data(close.ledger_sync)?;
+            self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
+        }
+        if !found {
             let existed = self.fs.exists(&ledger)?;
-            let file = self.fs.open(&ledger, OpenOptions::create(), steps.log.create)?;
+            let file = self.fs.open(&ledger, OpenOptions::create(), close.ledger_create)?;
             let line = serde_json::json!({
                 "ts": crate::env::format_ts(self.clock.now_ms()),
                 "id": id.as_str(),
             });
             let mut bytes = line.to_string().into_bytes();
             bytes.push(b'\n');
-            file.append(&bytes, steps.log.append)?;
-            file.sync_data(steps.log.sync)?;
+            let len = file.len()?;
+            let written = file
+                .append(&bytes, close.ledger_append)
+                .and_then(|()| file.sync_data(close.ledger_sync));
+            if let Err(error) = written {
+                // As for the log (timeline::write, rule 5): a failed sync may have dropped the
+                // line while reads still show it; cut it back so that nobody rests on it.
+                if !active(Mutant::AppendAfterFailedSync) {
+                    let _ = file
+                        .set_len(len, close.ledger_append)
+                        .and_then(|()| file.sync_data(close.ledger_sync));
+                }
+                return Err(error.into());
+            }
             if !existed {
-                self.fs.sync_dir(self.layout.root(), steps.log.dir_sync)?;
+                self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
             }
         }
         let revoked_dir = self.layout.revoked_dir();
         self.ensure_dir_all(&revoked_dir, steps)?;
         let marker = self.layout.revoked(id);
         if !self.fs.exists(&marker)? {
-            let file = self.fs.open(&marker, OpenOptions::create(), steps.queue.create)?;
-            file.append(crate::env::format_ts(self.clock.now_ms()).as_bytes(), steps.queue.write)?;
-            file.sync_all(steps.queue.sync)?;
-            self.fs.sync_dir(&revoked_dir, steps.queue.dir_sync)?;
+            let file = self.fs.open(&marker, OpenOptions::create(), close.revoke_create)?;
+            file.append(crate::env::format_ts(self.clock.now_ms()).as_bytes(), close.revoke_write)?;
+            file.sync_all(close.revoke_sync)?;
+            self.fs.sync_dir(&revoked_dir, close.revoke_dir_sync)?;
+        } else if recovering && !active(Mutant::CloseRecoveryFromUnsynced) {
+            // A marker found may be a killed closer's too.
+            self.fs.sync_dir(&revoked_dir, close.revoke_dir_sync)?;
         }
         let closing = self.layout.closing(id);
         if self.fs.exists(&closing)? {
             self.remove_tree(&closing, steps)?;
-            self.fs.sync_dir(&self.layout.closing_dir(), steps.record.dir_sync)?;
+            self.fs.sync_dir(&self.layout.closing_dir(), close.remove_sync)?;
         }
         Ok(())
     }
@@ -128,10 +165,10 @@ impl<F: Fs> Store<F> {
             let child = path.join(&entry.name);
             match entry.kind {
                 FileKind::Dir => self.remove_tree(&child, steps)?,
-                FileKind::File => self.fs.remove_file(&child, steps.record.remove)?,
+                FileKind::File => self.fs.remove_file(&child, steps.close.remove)?,
             }
         }
-        self.fs.remove_dir(path, steps.record.remove)?;
+        self.fs.remove_dir(path, steps.close.remove)?;
         Ok(())
     }
 }

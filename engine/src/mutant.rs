@@ -62,6 +62,9 @@ pub enum Mutant {
     NoPoisonAfterFailedWrite,
     /// A keyed replay restores the queue entry without syncing the directory after the rename.
     RestoreWithoutDirSync,
+    /// Finishing an interrupted close acts on its commit, ledger line and revocation marker
+    /// without making them durable first.
+    CloseRecoveryFromUnsynced,
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
@@ -72,7 +75,7 @@ impl Mutant {
     pub const CONCURRENCY: [Mutant; 1] = [Mutant::QueueReadOutsideLock];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 26] = [
+    pub const ALL: [Mutant; 27] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -99,6 +102,7 @@ impl Mutant {
         Mutant::RepairCutsCompleteLine,
         Mutant::NoPoisonAfterFailedWrite,
         Mutant::RestoreWithoutDirSync,
+        Mutant::CloseRecoveryFromUnsynced,
     ];
 
     /// The mutant's kebab-case name.

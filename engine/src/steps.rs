@@ -21,6 +21,8 @@ pub(crate) struct Steps {
     pub(crate) recover_record: ReplaceSteps,
     pub(crate) recover_remove: Boundary,
     pub(crate) recover_dir_sync: Boundary,
+    /// Close and its recovery.
+    pub(crate) close: CloseSteps,
     /// Directory creation and other one-off steps.
     pub(crate) mkdir: Boundary,
     pub(crate) mkdir_sync: Boundary,
@@ -51,6 +53,49 @@ macro_rules! lock_steps {
     };
 }
 
+/// The boundaries of a close (and of finishing one after a crash): its commit, the ledger, the
+/// revocation and the removal each have names of their own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CloseSteps {
+    /// The commit point: the session directory moves to `.closing/`.
+    pub(crate) commit: Boundary,
+    /// The commit's two directory syncs (`.closing`, then `sessions`); recovery repeats them
+    /// before it acts on a commit it did not make.
+    pub(crate) commit_sync_closing: Boundary,
+    pub(crate) commit_sync_sessions: Boundary,
+    pub(crate) ledger_create: Boundary,
+    pub(crate) ledger_append: Boundary,
+    pub(crate) ledger_sync: Boundary,
+    pub(crate) ledger_dir_sync: Boundary,
+    pub(crate) revoke_create: Boundary,
+    pub(crate) revoke_write: Boundary,
+    pub(crate) revoke_sync: Boundary,
+    pub(crate) revoke_dir_sync: Boundary,
+    pub(crate) remove: Boundary,
+    /// The third directory sync: `.closing` after the removal.
+    pub(crate) remove_sync: Boundary,
+}
+
+macro_rules! close_steps {
+    ($prefix:expr) => {
+        CloseSteps {
+            commit: Boundary::new(concat!($prefix, ".commit.rename")),
+            commit_sync_closing: Boundary::new(concat!($prefix, ".commit.dirsync-closing")),
+            commit_sync_sessions: Boundary::new(concat!($prefix, ".commit.dirsync-sessions")),
+            ledger_create: Boundary::new(concat!($prefix, ".ledger.create")),
+            ledger_append: Boundary::new(concat!($prefix, ".ledger.append")),
+            ledger_sync: Boundary::new(concat!($prefix, ".ledger.sync")),
+            ledger_dir_sync: Boundary::new(concat!($prefix, ".ledger.dirsync")),
+            revoke_create: Boundary::new(concat!($prefix, ".revoke.create")),
+            revoke_write: Boundary::new(concat!($prefix, ".revoke.write")),
+            revoke_sync: Boundary::new(concat!($prefix, ".revoke.sync")),
+            revoke_dir_sync: Boundary::new(concat!($prefix, ".revoke.dirsync")),
+            remove: Boundary::new(concat!($prefix, ".remove")),
+            remove_sync: Boundary::new(concat!($prefix, ".remove.dirsync")),
+        }
+    };
+}
+
 macro_rules! steps {
     ($t:literal) => {
         Steps {
@@ -76,6 +121,7 @@ macro_rules! steps {
             recover_record: replace_steps!(concat!($t, ".recover.record"), StateFile::Record),
             recover_remove: Boundary::new(concat!($t, ".recover.remove")),
             recover_dir_sync: Boundary::new(concat!($t, ".recover.dirsync")),
+            close: close_steps!(concat!($t, ".close")),
             mkdir: Boundary::new(concat!($t, ".mkdir")),
             mkdir_sync: Boundary::new(concat!($t, ".mkdir-sync")),
         }

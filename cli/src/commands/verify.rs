@@ -282,9 +282,10 @@ fn render_sweep(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{} crash points, {} images, {} cells, {} violations in {:.1?}{}",
+        "\n{} crash points, {} images ({} more skipped: already judged against the same run), {} cells, {} violations in {:.1?}{}",
         report.crash_points,
         report.images,
+        report.repeated,
         report.cells.len(),
         report.violations.len(),
         report.elapsed,
@@ -312,6 +313,7 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
         "images": report.images,
         "elapsedMs": report.elapsed.as_millis() as u64,
         "truncated": report.truncated,
+        "repeatedImages": report.repeated,
         "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({
             "scenario": scenario,
             "exhaustive": e.exhaustive,

@@ -23,7 +23,7 @@
 //!
 //! Images are deduplicated by a SHA-256 over their paths, kinds and contents.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -112,6 +112,11 @@ impl Image {
         self.hash
     }
 
+    /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
     /// The content hash as lowercase hex.
     pub fn hash_hex(&self) -> String {
         hex::encode(self.hash)
@@ -181,8 +186,12 @@ impl Pieces {
         let chunk = chunk_bytes();
         let mut list = Vec::new();
         let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
+        let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
         for (op, pending) in state.pending.iter().enumerate() {
             match pending {
+                Pending::Names { changes }
+                    if changes.iter().all(|change| ephemeral_dirs.contains(&change.dir)) => {}
+                Pending::Data { ino, .. } if ephemeral_files.contains(ino) => {}
                 Pending::Names { .. } => {
                     list.push(Piece { op, kind: PieceKind::Names { pending: op } })
                 }
@@ -238,6 +247,22 @@ impl Pieces {
     pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
+}
+
+/// The directories set ephemeral (see `SimFs::set_ephemeral`) and every file named in them,
+/// now or durably: their changes are never pieces, so they never survive a power loss unless
+/// they were already durable.
+fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
+    let mut dirs = BTreeSet::new();
+    let mut files = BTreeSet::new();
+    for path in &state.ephemeral {
+        let components: Vec<&str> = path.iter().map(String::as_str).collect();
+        let Some(ino) = state.lookup_components(&components) else { continue };
+        let Node::Dir(dir) = &state.inodes[&ino].node else { continue };
+        dirs.insert(ino);
+        files.extend(dir.volatile.values().chain(dir.durable.values()).copied());
+    }
+    (dirs, files)
 }
 
 /// Builds images of one state, caching the hashes of files that no piece touches.
@@ -340,10 +365,14 @@ impl<'a> Builder<'a> {
         }
         // Torn writes.
         let seed = mix(self.state.plan.seed, self.state.op_count);
+        let (_, ephemeral_files) = ephemeral(self.state);
         for (op, pending) in self.state.pending.iter().enumerate() {
-            let Pending::Data { change: DataChange::Write { offset, bytes }, .. } = pending else {
+            let Pending::Data { ino, change: DataChange::Write { offset, bytes } } = pending else {
                 continue;
             };
+            if ephemeral_files.contains(ino) {
+                continue;
+            }
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);
             for cut in torn_cuts(lo, hi, mix(seed, op as u64)) {
                 let choices: Vec<Choice> = list

@@ -193,6 +193,8 @@ pub(crate) struct State {
     machine: u64,
     /// How many crashes (kills or power losses) lie behind this machine: 0 for a new one.
     boot: u64,
+    /// Directories whose changes never survive a power loss (see [`SimFs::set_ephemeral`]).
+    ephemeral: Vec<Vec<String>>,
 }
 
 /// Ids of simulated machines, unique within the real process.
@@ -238,6 +240,7 @@ impl SimFs {
             rules: Rules::CRASH_MODEL,
             machine: next_machine(),
             boot: 0,
+            ephemeral: Vec::new(),
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -320,6 +323,7 @@ impl SimFs {
             rules: old.rules,
             machine: next_machine(),
             boot: old.boot + 1,
+            ephemeral: old.ephemeral.clone(),
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: pid }
     }
@@ -349,6 +353,26 @@ impl SimFs {
     /// Advances the logical clock by `ms` milliseconds.
     pub fn advance_clock(&self, ms: u64) {
         self.lock().clock_ms += ms;
+    }
+
+    /// Declares the directories at `paths` ephemeral: no change to them or to a file named in
+    /// them survives a power loss unless it was already durable. For state that needs no
+    /// durability and whose loss every reader handles (lock files: after a power loss their
+    /// holder is dead), this keeps the images to what can matter, so that the rest is enumerated
+    /// rather than sampled. A process kill still shows everything.
+    pub fn set_ephemeral(&self, paths: &[&Path]) {
+        let mut state = self.lock();
+        state.ephemeral = paths
+            .iter()
+            .map(|path| {
+                path.components()
+                    .filter_map(|component| match component {
+                        Component::Normal(name) => Some(name.to_string_lossy().into_owned()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
     }
 
     /// Sets how many seeded samples a power-loss crash adds beyond its structured families.

@@ -259,6 +259,12 @@ pub struct Report {
     /// Per scenario, power-loss crashes whose images were every subset of the pending pieces
     /// (exhaustive) and those that were families plus samples (sampled).
     pub enumeration: BTreeMap<String, Enumeration>,
+    /// Images not judged again because the same image had already been judged against the
+    /// same run (same content hash, same boot, same acknowledgements): the verdict would be
+    /// the same.
+    pub repeated: u64,
+    /// (image, boot, run) digests already judged.
+    judged: std::collections::HashSet<[u8; 32]>,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -464,14 +470,14 @@ fn judge_sequence(
     report.cells.entry(key.clone()).or_default().points += 1;
     let crash = fs.crash(CrashMode::PowerLoss);
     report.count_enumeration(scenario, &crash);
+    let run_digest = digest_of(&checked.run);
     for (index, image) in crash.images.iter().enumerate() {
+        if !report.first_judgement(image, &run_digest) {
+            continue;
+        }
         let token = Token { then_power: Some(index), ..place.token.clone() };
-        let messages = judge_last(
-            SimFs::from_image(image, FaultPlan::none(seed)),
-            scenario,
-            &checked.run,
-            seed,
-        );
+        let machine = SimFs::from_image(image, FaultPlan::none(seed));
+        let messages = judge_last(machine, scenario, &checked.run, seed);
         record(report, &key, token, place, messages);
     }
     if !options.depth2 {
@@ -487,24 +493,47 @@ fn judge_sequence(
         for &second in &options.modes {
             let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
             report.cells.entry(key.clone()).or_default().points += 1;
-            let machines: Vec<SimFs> = match second {
-                CrashMode::ProcessKill => vec![halted.fs.restart(FaultPlan::none(seed))],
+            let machines: Vec<(usize, SimFs)> = match second {
+                CrashMode::ProcessKill => vec![(0, halted.fs.restart(FaultPlan::none(seed)))],
                 CrashMode::PowerLoss => {
                     let crash = halted.fs.crash(second);
                     report.count_enumeration(scenario, &crash);
-                    crash
-                        .images
-                        .iter()
-                        .map(|image| SimFs::from_image(image, FaultPlan::none(seed)))
-                        .collect()
+                    let run_digest = digest_of(&halted.run);
+                    let mut machines = Vec::new();
+                    for (index, image) in crash.images.iter().enumerate() {
+                        if report.first_judgement(image, &run_digest) {
+                            machines.push((index, SimFs::from_image(image, FaultPlan::none(seed))));
+                        }
+                    }
+                    machines
                 }
             };
-            for (index, machine) in machines.into_iter().enumerate() {
+            for (index, machine) in machines {
                 let token = Token { second: Some((second, j, index)), ..place.token.clone() };
                 let messages = judge_last(machine, scenario, &halted.run, seed);
                 record(report, &key, token, place, messages);
             }
         }
+    }
+}
+
+/// A digest of everything a judgement of `run` depends on.
+fn digest_of(run: &run::Execution) -> [u8; 32] {
+    Sha256::digest(format!("{run:?}").as_bytes()).into()
+}
+
+impl Report {
+    /// Whether `image` has not yet been judged against the run with digest `run`; marks it.
+    fn first_judgement(&mut self, image: &faultfs::Image, run: &[u8; 32]) -> bool {
+        let mut hasher = Sha256::new();
+        hasher.update(image.hash());
+        hasher.update(image.boot().to_le_bytes());
+        hasher.update(run);
+        let fresh = self.judged.insert(hasher.finalize().into());
+        if !fresh {
+            self.repeated += 1;
+        }
+        fresh
     }
 }
 
