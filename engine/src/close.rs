@@ -100,9 +100,12 @@ impl<F: Fs> Store<F> {
             let mut bytes = line.to_string().into_bytes();
             bytes.push(b'\n');
             let len = file.len()?;
-            let written = file
-                .append(&bytes, close.ledger_append)
-                .and_then(|()| file.sync_data(close.ledger_sync));
+            let written = file.append(&bytes, close.ledger_append).and_then(|()| {
+                if active(Mutant::CloseLedgerUnsynced) {
+                    return Ok(());
+                }
+                file.sync_data(close.ledger_sync)
+            });
             if let Err(error) = written {
                 // As for the log (timeline::write, rule 5): a failed sync may have dropped the
                 // line while reads still show it; cut it back so that nobody rests on it.
@@ -124,7 +127,9 @@ impl<F: Fs> Store<F> {
             let file = self.fs.open(&marker, OpenOptions::create(), close.revoke_create)?;
             file.append(crate::env::format_ts(self.clock.now_ms()).as_bytes(), close.revoke_write)?;
             file.sync_all(close.revoke_sync)?;
-            self.fs.sync_dir(&revoked_dir, close.revoke_dir_sync)?;
+            if !active(Mutant::RevokeWithoutDirSync) {
+                self.fs.sync_dir(&revoked_dir, close.revoke_dir_sync)?;
+            }
         } else if recovering && !active(Mutant::CloseRecoveryFromUnsynced) {
             // A marker found may be a killed closer's too.
             self.fs.sync_dir(&revoked_dir, close.revoke_dir_sync)?;

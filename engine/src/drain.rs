@@ -28,7 +28,7 @@ use crate::queue::{self, Entry};
 use crate::receipts::Known;
 use crate::steps::DRAIN;
 use crate::store::Store;
-use crate::timeline::{self, Line, Settlement};
+use crate::timeline::{Line, Settlement};
 
 /// One message handed to an adapter.
 #[derive(Clone, Copy, Debug)]
@@ -141,17 +141,8 @@ impl<F: Fs> Store<F> {
         adapter: &mut dyn Adapter,
         report: &mut DrainReport,
     ) -> Result<()> {
-        let mut vouched = false;
         loop {
-            let next = self.transition(id, &DRAIN, || {
-                // The queue and the settlements a drain acts on may be a killed drainer's,
-                // visible but not yet durable: make them durable once, before acting on them.
-                if !vouched && !active(Mutant::SettledFromUnsynced) {
-                    timeline::vouch(&self.fs, &self.layout, id, &DRAIN.log)?;
-                }
-                vouched = true;
-                self.next_head(id, report)
-            })?;
+            let next = self.transition(id, &DRAIN, || self.next_head(id, report))?;
             let entry = match next {
                 Next::Empty => return Ok(()),
                 Next::Stop(stop) => {

@@ -26,6 +26,10 @@
 //!
 //! Lock files need no durability: after a crash their holder is dead, which is exactly the
 //! stale case above. Waits are bounded; the error names the holder.
+//!
+//! A taker that removed a stale lock says so ([`LockGuard::took_over`]): its holder died inside
+//! a transition, so what it wrote may be visible without being durable, and the new holder must
+//! make it durable before it acts on it (see `Store::transition`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -77,9 +81,16 @@ pub(crate) struct LockGuard<'a, F: Fs> {
     path: PathBuf,
     remove: Boundary,
     held: bool,
+    took_over: bool,
 }
 
 impl<F: Fs> LockGuard<'_, F> {
+    /// Whether taking this lock removed a stale one: its holder died holding it, so whatever it
+    /// wrote may be visible without being durable (a kill is not a sync).
+    pub(crate) fn took_over(&self) -> bool {
+        self.took_over
+    }
+
     /// Releases the lock. If the removal fails, the file is left behind but no longer held:
     /// the next taker in this process (or any process once this one exits) recovers it.
     pub(crate) fn release(mut self) -> Result<()> {
@@ -133,13 +144,14 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut delay_ms = 1;
     let mut empty_since: Option<(Seen, u64)> = None;
     let mut last_holder = None;
+    let mut took_over = false;
     let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
     loop {
         {
             let mut holding = holding();
             match fs.open(path, OpenOptions::create_new(), steps.create) {
                 Ok(file) => {
-                    if let Err(error) = file.append(key.0.to_string().as_bytes(), steps.write) {
+                    if let Err(error) = file.append(key.1.to_string().as_bytes(), steps.write) {
                         drop(file);
                         let _ = fs.remove_file(path, steps.remove);
                         return Err(error.into());
@@ -150,6 +162,7 @@ pub(crate) fn acquire<'a, F: Fs>(
                         path: path.to_path_buf(),
                         remove: steps.remove,
                         held: true,
+                        took_over,
                     });
                 }
                 Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => {}
@@ -159,7 +172,7 @@ pub(crate) fn acquire<'a, F: Fs>(
         match inspect(fs, path)? {
             Holder::Gone => continue,
             Holder::Stale(seen) => {
-                take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
+                took_over |= take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
                 continue;
             }
             Holder::Alive(pid) => {
@@ -172,7 +185,7 @@ pub(crate) fn acquire<'a, F: Fs>(
                     Some((first, since))
                         if *first == seen && now.saturating_sub(*since) >= EMPTY_GRACE_MS =>
                     {
-                        take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
+                        took_over |= take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
                         empty_since = None;
                         continue;
                     }
@@ -234,6 +247,7 @@ fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Seen>> {
 }
 
 /// Removes the stale lock `seen`, under the takeover flock, if it is still exactly that file.
+/// Returns whether it did.
 fn take_over<F: Fs>(
     fs: &F,
     clock: &dyn Clock,
@@ -242,7 +256,7 @@ fn take_over<F: Fs>(
     started_ms: u64,
     wait_ms: u64,
     steps: &LockSteps,
-) -> Result<()> {
+) -> Result<bool> {
     let mut guard_path = path.as_os_str().to_owned();
     guard_path.push(".takeover");
     let guard_path = PathBuf::from(guard_path);
@@ -257,12 +271,12 @@ fn take_over<F: Fs>(
     let still_stale = read_seen(fs, path)?.as_ref() == Some(seen);
     let removed = if still_stale {
         match fs.remove_file(path, steps.takeover) {
-            Ok(()) => Ok(()),
-            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(()),
+            Ok(()) => Ok(true),
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(false),
             Err(error) => Err(error.into()),
         }
     } else {
-        Ok(())
+        Ok(false)
     };
     guard.unlock()?;
     removed

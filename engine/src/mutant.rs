@@ -41,18 +41,6 @@ pub enum Mutant {
     /// A failed append or sync leaves the segment as it is, so the next writer appends after
     /// bytes a failed sync may have dropped.
     AppendAfterFailedSync,
-    /// A writer appending to an empty segment another writer created does not sync its name.
-    NoEmptySegmentDirSync,
-    /// A rollover does not sync the segment it seals.
-    NoSealSync,
-    /// A new segment's directory entry is synced after its first line, not before.
-    SegmentDirSyncAfterAppend,
-    /// A keyed replay answers from a receipt without making the log durable first.
-    ReplayFromUnsynced,
-    /// Recovery rolls the record forward from a status line without making it durable first.
-    RollForwardFromUnsynced,
-    /// A drain acts on the queue and settlements without making them durable first.
-    SettledFromUnsynced,
     /// Torn-tail repair writes the sound prefix to a new file and renames it over the segment
     /// without syncing either.
     RepairByUnsyncedCopy,
@@ -65,6 +53,24 @@ pub enum Mutant {
     /// Finishing an interrupted close acts on its commit, ledger line and revocation marker
     /// without making them durable first.
     CloseRecoveryFromUnsynced,
+    /// A writer that took the lock over from a dead holder acts on what it left without making
+    /// it durable first (a keyed replay, a roll-forward, an append, a drain resting on unsynced
+    /// bytes).
+    NoVouchAfterTakeover,
+    /// Vouching syncs the newest segment but none of the directories (a renamed record or
+    /// queue, a new segment's name stay pending).
+    VouchSkipsDirectories,
+    /// Torn-tail repair truncates an unterminated final line but not one damaged by NUL bytes.
+    RepairIgnoresNulDamage,
+    /// Close appends its ledger line without syncing it.
+    CloseLedgerUnsynced,
+    /// Close creates the revocation marker without syncing its directory.
+    RevokeWithoutDirSync,
+    /// A cursor at the start of a segment is pinned to nothing (so a reader trusts it even
+    /// after a power loss took that segment back and the writer went on in the one before).
+    EmptyPinAtSegmentStart,
+    /// The persisted receipt index is trusted without checking its checksum.
+    IndexWithoutChecksum,
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
@@ -75,7 +81,7 @@ impl Mutant {
     pub const CONCURRENCY: [Mutant; 1] = [Mutant::QueueReadOutsideLock];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 27] = [
+    pub const ALL: [Mutant; 28] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -92,17 +98,18 @@ impl Mutant {
         Mutant::ReplayWithoutRestore,
         Mutant::NoSessionDirSync,
         Mutant::AppendAfterFailedSync,
-        Mutant::NoEmptySegmentDirSync,
-        Mutant::NoSealSync,
-        Mutant::SegmentDirSyncAfterAppend,
-        Mutant::ReplayFromUnsynced,
-        Mutant::RollForwardFromUnsynced,
-        Mutant::SettledFromUnsynced,
         Mutant::RepairByUnsyncedCopy,
         Mutant::RepairCutsCompleteLine,
         Mutant::NoPoisonAfterFailedWrite,
         Mutant::RestoreWithoutDirSync,
         Mutant::CloseRecoveryFromUnsynced,
+        Mutant::NoVouchAfterTakeover,
+        Mutant::VouchSkipsDirectories,
+        Mutant::RepairIgnoresNulDamage,
+        Mutant::CloseLedgerUnsynced,
+        Mutant::RevokeWithoutDirSync,
+        Mutant::EmptyPinAtSegmentStart,
+        Mutant::IndexWithoutChecksum,
     ];
 
     /// The mutant's kebab-case name.

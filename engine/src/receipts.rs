@@ -2,13 +2,15 @@
 //!
 //! An index of receipts (operation + request digest -> message id, frozen delivery, settled?)
 //! folded from the log, kept in memory per handle and persisted per session in
-//! `receipts.index.json` (with the cursor it was folded to and a hash of the bytes just before
-//! it), so a new process does not re-read the whole log either.
+//! `receipts.index.json` (a SHA-256 of the rest on its first line, then JSON with the cursor it
+//! was folded to and a hash of the bytes just before it), so a new process does not re-read the
+//! whole log either.
 //!
 //! Cost of a lookup: loading the persisted index (O(receipts)) once per handle, then reading only
 //! the log bytes appended since its cursor (O(new bytes)). The index is rewritten once the lines
 //! folded since its last write reach an eighth of its receipts (amortized O(1) per line). The index is derived data: it is
-//! written without fsync (tmp + rename) and trusted only if its cursor still points into the log
+//! written without fsync (tmp + rename) and trusted only if its checksum holds (a power loss can
+//! splice chunks of two versions into one that still parses) and its cursor still points into the log
 //! and the bytes before it still hash the same; otherwise (lost, torn, stale, or a log that was
 //! truncated and regrown after a power loss) it is rebuilt from the log, which costs one full
 //! read and never a wrong answer. An index too large to load (over the state-file bound) is
@@ -29,7 +31,7 @@ use crate::sync::{Mutex, lock};
 use crate::timeline::{self, Cursor, Line, Receipt};
 
 /// Format version of the persisted index.
-const INDEX_VERSION: u32 = 1;
+const INDEX_VERSION: u32 = 2;
 /// Bytes before the cursor whose hash pins the persisted index to the log it was folded from.
 const TAIL_PIN_BYTES: u64 = 256;
 
@@ -81,7 +83,31 @@ pub(crate) fn tail_pin<F: Fs>(
     cursor: Cursor,
 ) -> Result<Option<String>> {
     if cursor.offset == 0 {
-        return Ok(Some(String::new()));
+        // A cursor at the start of a segment stands just past the end of the segment before
+        // it: pin that one's last line. A power loss may take the new segment's name back, and
+        // the writer then appends to the segment before it again; the pin must see that.
+        if cursor.segment == 0
+            || crate::mutant::active(crate::mutant::Mutant::EmptyPinAtSegmentStart)
+        {
+            return Ok(Some(String::new()));
+        }
+        let segments = timeline::list_segments(fs, layout, id)?;
+        let previous = segments
+            .iter()
+            .filter(|segment| segment.no.map_or(0, |no| no.0) < cursor.segment)
+            .last();
+        return match previous {
+            None => Ok(Some(String::new())),
+            Some(segment) => {
+                let len = timeline::segment_len(fs, segment)?;
+                let end = Cursor {
+                    segment: segment.no.map_or(0, |no| no.0),
+                    offset: len,
+                    index: cursor.index,
+                };
+                if len == 0 { Ok(Some(String::new())) } else { tail_pin(fs, layout, id, end) }
+            }
+        };
     }
     let path = if cursor.segment == 0 {
         layout.legacy_segment(id)
@@ -138,7 +164,16 @@ fn load<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Option<Index>>
         Ok(None) | Err(Error::TooLarge { .. }) => return Ok(None),
         Err(error) => return Err(error),
     };
-    let Ok(persisted) = serde_json::from_slice::<Persisted>(&bytes) else { return Ok(None) };
+    // The first line is the SHA-256 of the rest: the file is written without fsync, so a
+    // power loss can leave chunks of two versions spliced into one that still parses.
+    let Some(newline) = bytes.iter().position(|&b| b == b'\n') else { return Ok(None) };
+    let (checksum, body) = (&bytes[..newline], &bytes[newline + 1..]);
+    if checksum != hex::encode(Sha256::digest(body)).as_bytes()
+        && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
+    {
+        return Ok(None);
+    }
+    let Ok(persisted) = serde_json::from_slice::<Persisted>(body) else { return Ok(None) };
     if persisted.version != INDEX_VERSION {
         return Ok(None);
     }
@@ -190,7 +225,10 @@ fn persist<F: Fs>(
         tail_sha256,
         receipts,
     };
-    let bytes = serde_json::to_vec(&persisted).expect("the index always serializes");
+    let body = serde_json::to_vec(&persisted).expect("the index always serializes");
+    let mut bytes = hex::encode(Sha256::digest(&body)).into_bytes();
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&body);
     if bytes.len() as u64 > STATE_FILE_BYTES_MAX {
         // Too large to load again: keep whatever (older, still pinned) copy is on disk; a new
         // handle folds the rest of the log from it.

@@ -16,8 +16,9 @@
 //! original mid.
 //!
 //! A retry may find a receipt that a killed process appended and never synced (a kill is not a
-//! sync): before answering `replayed` it makes the log and the queue durable, so the answer never
-//! rests on bytes a later power loss could take back.
+//! sync): the retry took the lock over from that process, so it made the log and the queue
+//! durable before looking (see `store`), and its answer never rests on bytes a later power loss
+//! could take back.
 
 use faultfs::Fs;
 use serde_json::{Map, Value};
@@ -127,11 +128,6 @@ impl<F: Fs> Store<F> {
                         operation: operation.clone(),
                         request_digest: request_digest.clone(),
                     });
-                }
-                // The receipt (and the queue the restore reads) may be a killed writer's,
-                // visible but not yet durable: make them durable before answering from them.
-                if !active(Mutant::ReplayFromUnsynced) {
-                    timeline::vouch(&self.fs, &self.layout, to, &SEND.log)?;
                 }
                 let restored = self.restore_debt(to, &known)?;
                 return Ok(Accepted { mid: known.mid, replayed: true, restored });

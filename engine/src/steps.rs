@@ -108,7 +108,6 @@ macro_rules! steps {
                 sync: Boundary::new(concat!($t, ".log.sync")),
                 repair: Boundary::new(concat!($t, ".log.repair")),
                 repair_sync: Boundary::new(concat!($t, ".log.repair-sync")),
-                seal_sync: Boundary::new(concat!($t, ".log.seal-sync")),
                 vouch: Boundary::new(concat!($t, ".log.vouch")),
                 vouch_dir_sync: Boundary::new(concat!($t, ".log.vouch-dirsync")),
                 vouch_session_dir_sync: Boundary::new(concat!($t, ".log.vouch-session-dirsync")),

@@ -11,8 +11,16 @@
 //! 2. Remove stale staging files (`session.json.tmp`, `pending.json.tmp`) and sync the directory.
 //! 3. Roll the record forward: if the log's final line is a `status` event whose triple differs
 //!    from the record's public triple, a lifecycle write logged its move and crashed before
-//!    replacing the record; make the log durable (the line may be a killed writer's, visible
-//!    but unsynced) and replace the record. (The log is the record's write-ahead log for the
+//!    replacing the record; replace it now.
+//!
+//! Before all of that, a writer that took the record lock over from a dead holder *vouches*:
+//! a kill is not a sync, so what the dead holder wrote (a `sent` line a keyed retry would
+//! answer from, a `status` line a roll-forward would rest on, a renamed record or queue, a new
+//! segment) may be visible without being durable. Vouching syncs the newest segment and the
+//! timeline, session and sessions directories (record and queue are renamed from synced
+//! staging files, so their names are all they need), so nothing acknowledged afterwards rests
+//! on bytes a power loss could still take back. A lock released normally needs none of it: its
+//! transition synced everything, or failed and cut back what it could not vouch for. (The log is the record's write-ahead log for the
 //!    triple, so the record never shows a move the log lacks, and after recovery the log never
 //!    shows a move the record does not reach.)
 //!
@@ -159,7 +167,12 @@ impl<F: Fs> Store<F> {
     ) -> Result<T> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
-        let result = self.recover(id, steps).and_then(|()| work());
+        let vouched = if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) {
+            self.vouch(id, steps)
+        } else {
+            Ok(())
+        };
+        let result = vouched.and_then(|()| self.recover(id, steps)).and_then(|()| work());
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
@@ -231,17 +244,25 @@ impl<F: Fs> Store<F> {
             && event.triple != record.public_triple()
             && !active(Mutant::NoRollForward)
         {
-            // The status line may be a killed writer's, visible but not yet durable: make it
-            // durable before the record rests on it.
-            if !active(Mutant::RollForwardFromUnsynced) {
-                timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
-            }
             record.set_triple(&event.triple);
             record.set_launch_pending(None);
             if let Some(ms) = crate::env::parse_ts(&event.ts) {
                 record.touch(ms);
             }
             self.write_record(id, &record, &steps.recover_record)?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything of session `id` that a dead lock holder may have left visible but not
+    /// durable durable (see the module header).
+    fn vouch(&self, id: &SessionId, steps: &Steps) -> Result<()> {
+        if !self.fs.exists(&self.layout.session_dir(id))? {
+            return Ok(());
+        }
+        timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
+        if !active(Mutant::VouchSkipsDirectories) {
+            self.fs.sync_dir(&self.layout.sessions_dir(), steps.log.vouch_session_dir_sync)?;
         }
         Ok(())
     }

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{config, id, queued};
+use common::{Recorder, config, id, queued};
 use spex_engine::{Config, Error, Key, SegmentNo, SendRequest, Store};
 
 fn keyed(text: &str, key: &str) -> SendRequest {
@@ -160,4 +160,27 @@ fn lines_that_end_alike_do_not_fool_the_pin() {
         (other, true),
         "the log's mid, not the index's"
     );
+}
+
+// An index whose body was changed after it was written (a power loss can splice chunks of two
+// versions of the unsynced file into one that still parses) is rebuilt, not trusted. (Found by
+// the crash sweep after a kill and a power loss inside the next process's work: a receipt text
+// with one byte shifted, and the drain stopped fail-closed for good.)
+#[test]
+fn a_spliced_index_that_still_parses_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = reopen(dir.path(), config());
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    store.send(&s, &keyed("deploy to eu-west", "k1")).unwrap();
+    store.send(&s, &keyed("second", "k2")).unwrap();
+    drop(store);
+    let index = dir.path().join("sessions/s/receipts.index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    assert!(text.contains("deploy to eu-west"), "the index holds the first receipt");
+    std::fs::write(&index, text.replace("deploy to eu-west", "deploy to eu-wesst")).unwrap();
+    let store = reopen(dir.path(), config());
+    let report = store.drain(&s, &mut Recorder::default()).unwrap();
+    assert!(report.stopped.is_none(), "the drain trusts the log, not the spliced index");
+    assert_eq!(report.delivered.len(), 2);
 }

@@ -114,7 +114,7 @@ fn logged(store: &Store<SimFs>, mid: &str) -> bool {
 /// acknowledged as a replay; power loss. The message must still be logged and owed.
 #[test]
 fn keyed_replay_after_a_kill_survives_a_power_loss() {
-    holds_and_mutant_breaks(Mutant::ReplayFromUnsynced, keyed_replay_workload);
+    holds_and_mutant_breaks(Mutant::NoVouchAfterTakeover, keyed_replay_workload);
 }
 
 fn keyed_replay_workload() -> Result<(), String> {
@@ -153,7 +153,7 @@ fn keyed_replay_workload() -> Result<(), String> {
 /// rolls the record forward; power loss. The record must never show a move the log lacks.
 #[test]
 fn roll_forward_after_a_kill_survives_a_power_loss() {
-    holds_and_mutant_breaks(Mutant::RollForwardFromUnsynced, roll_forward_workload);
+    holds_and_mutant_breaks(Mutant::NoVouchAfterTakeover, roll_forward_workload);
 }
 
 fn roll_forward_workload() -> Result<(), String> {

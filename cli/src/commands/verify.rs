@@ -373,10 +373,39 @@ fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
 fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
     eprintln!("spex verify mutants: seed {seed}");
-    let options = Options { depth2: false, ..Options::full(seed) };
+    // Depth 2: several windows (an acknowledgement resting on unsynced bytes until the next
+    // op's sync) show only when the op right after the acknowledgement is crashed.
+    let options = Options::full(seed);
+    // Mutants are selected per thread and each sweep runs on machines of its own, so the
+    // catalogue is shared out over the cores.
+    let workers =
+        std::thread::available_parallelism().map_or(1, usize::from).min(Mutant::ALL.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&mutant) = Mutant::ALL.get(index) else { break };
+                    let caught = sweep::catch(mutant, &options);
+                    if !json {
+                        eprintln!(
+                            "{} {}",
+                            mutant.name(),
+                            if caught.first.is_some() { "caught" } else { "NOT CAUGHT" }
+                        );
+                    }
+                    found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(caught);
+                }
+            });
+        }
+    });
+    let mut found = found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    found.sort_by_key(|caught| Mutant::ALL.iter().position(|m| *m == caught.mutant));
     let mut results = Vec::new();
-    for mutant in Mutant::ALL {
-        let caught = sweep::catch(mutant, &options);
+    for caught in found {
+        let mutant = caught.mutant;
         if !json {
             match &caught.first {
                 Some(violation) => {

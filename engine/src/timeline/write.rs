@@ -4,22 +4,17 @@
 //! # What a writer may rest on
 //!
 //! A killed process's writes stay visible to the next process without being durable (the page
-//! cache keeps them; a power loss may still drop them). So a writer vouches for what it did not
-//! write itself before it acknowledges anything that rests on it:
+//! cache keeps them; a power loss may still drop them). A writer never appends after, or acts
+//! on, bytes nobody vouches for:
 //!
-//! 1. Every sealed segment is durable: a rollover syncs the segment it seals before it creates
-//!    the next one.
-//! 2. A new segment's directory entry is durable before its first line is appended; a writer
-//!    that appends to an empty segment it did not create (its creator was killed before the
-//!    directory sync) syncs the directories after its append.
-//! 3. An append syncs the whole newest segment, so a killed writer's complete line before it
-//!    becomes durable with it.
-//! 4. A recovery or a replay that acts on what it read without appending (a roll-forward, a
-//!    keyed replay, a drain consuming a settled entry) first calls [`vouch`].
-//! 5. After a failed write or sync, the failing writer cuts the segment back to the length it
-//!    started from and syncs that, so no later writer appends after bytes nobody can vouch for
-//!    (a failed sync may have dropped them while reads still return them). If that cut fails
-//!    too, the window stays open: documented in the README.
+//! 1. A transition that ends normally has synced everything it wrote.
+//! 2. A writer that takes the lock over from a dead holder calls [`vouch`] first (see `store`),
+//!    which syncs the newest segment and the directories: the dead holder's bytes become
+//!    durable before anything rests on them.
+//! 3. After a failed write or sync, the failing writer cuts the segment back to the length it
+//!    started from and syncs that (a failed sync may have dropped the bytes while reads still
+//!    return them), then releases the lock normally. If that cut fails too, the window stays
+//!    open: documented in the README.
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
 
@@ -40,8 +35,6 @@ pub(crate) struct LogSteps {
     pub(crate) sync: Boundary,
     pub(crate) repair: Boundary,
     pub(crate) repair_sync: Boundary,
-    /// The sync of a segment being sealed by a rollover.
-    pub(crate) seal_sync: Boundary,
     /// The three syncs of [`vouch`]: the newest segment, the timeline and session directories.
     pub(crate) vouch: Boundary,
     pub(crate) vouch_dir_sync: Boundary,
@@ -93,58 +86,43 @@ pub(crate) fn append<F: Fs>(
             }
             return Err(error.into());
         }
-        if len == 0 && !active(Mutant::NoEmptySegmentDirSync) {
-            // Rule 2: this segment's creator may have died before syncing its name.
-            fs.sync_dir(&layout.timeline_dir(id), steps.dir_sync)?;
-            fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
-        }
         return Ok(Appended { segment: no, offset: len });
     }
-    if let Some((no, _)) = newest {
+    if let Some((no, _)) = newest
+        && active(Mutant::RolloverTouchesSealed)
+    {
         let sealed = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
-        if active(Mutant::RolloverTouchesSealed) {
-            sealed.append(b"\n", steps.append)?;
-        }
-        // Rule 1: a killed writer's last line may be unsynced in the segment being sealed.
-        if !active(Mutant::NoSealSync) {
-            sealed.sync_data(steps.seal_sync)?;
-        }
+        sealed.append(b"\n", steps.append)?;
+        sealed.sync_data(steps.sync)?;
     }
     let next = SegmentNo(newest.map_or(1, |(no, _)| no.0 + 1));
     let dir = layout.timeline_dir(id);
     if !fs.exists(&dir)? {
         fs.create_dir(&dir, steps.mkdir)?;
         fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
-    } else if next.0 == 1 {
-        // The directory's creator may have died before syncing its name.
-        fs.sync_dir(&layout.session_dir(id), steps.mkdir_sync)?;
     }
     let path = layout.segment(id, next);
     let file = fs.open(&path, OpenOptions::create_new(), steps.create)?;
-    let dir_synced_first = !active(Mutant::SegmentDirSyncAfterAppend);
-    // Rule 2: the name is durable before any line is in the file.
-    if dir_synced_first && !active(Mutant::NoSegmentDirSync) {
-        if let Err(error) = fs.sync_dir(&dir, steps.dir_sync) {
-            drop(file);
-            let _ = fs.remove_file(&path, steps.repair);
-            return Err(error.into());
-        }
-    }
     let written = file.append(line, steps.append).and_then(|()| {
         if active(Mutant::NoLogSync) || active(Mutant::AckBeforeSync) {
             return Ok(());
         }
         file.sync_data(steps.sync)
     });
+    let written = written.and_then(|()| {
+        if active(Mutant::NoSegmentDirSync) {
+            return Ok(());
+        }
+        fs.sync_dir(&dir, steps.dir_sync)
+    });
     if let Err(error) = written {
-        // As above (rule 5): cut the new segment back to empty, which a later append adopts.
+        // As above (rule 3): leave no new segment behind a failed append, sync or directory
+        // sync: a later writer would append to a segment whose data or name nobody vouches for.
+        drop(file);
         if !active(Mutant::AppendAfterFailedSync) {
-            let _ = file.set_len(0, steps.repair).and_then(|()| file.sync_data(steps.repair_sync));
+            let _ = fs.remove_file(&path, steps.repair);
         }
         return Err(error.into());
-    }
-    if !dir_synced_first && !active(Mutant::NoSegmentDirSync) {
-        fs.sync_dir(&dir, steps.dir_sync)?;
     }
     Ok(Appended { segment: next, offset: 0 })
 }
@@ -163,6 +141,9 @@ pub(crate) fn vouch<F: Fs>(
     if let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) {
         let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
         file.sync_data(steps.vouch)?;
+    }
+    if active(Mutant::VouchSkipsDirectories) {
+        return Ok(());
     }
     let dir = layout.timeline_dir(id);
     if fs.exists(&dir)? {
@@ -258,7 +239,7 @@ fn sound_prefix<T: File>(file: &T, segment: &Segment, len: u64) -> Result<u64> {
     // The final complete line: drop it if damaged, else it must parse.
     let start = buf[..end - 1].iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1);
     let body = &buf[start..end - 1];
-    if body.contains(&0) {
+    if body.contains(&0) && !active(Mutant::RepairIgnoresNulDamage) {
         end = start;
     } else {
         Line::decode_at(body, &segment.path, pos + start as u64)?;

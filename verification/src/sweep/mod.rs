@@ -420,6 +420,7 @@ fn sweep_point(
             CrashMode::PowerLoss => {
                 let crash = fs.crash(mode);
                 report.count_enumeration(scenario, &crash);
+                let torn = crash.images.iter().position(torn_tail);
                 for (index, image) in crash.images.iter().enumerate() {
                     let place = Place {
                         token: token_base(scenario, seed, mode, k, index),
@@ -427,7 +428,10 @@ fn sweep_point(
                         boundary: boundary.clone(),
                         scenario,
                     };
-                    let deep = index < options.deep_power_images;
+                    // The first images, and the first whose log ends torn (its recovery
+                    // repairs the tail: that repair must be crash-safe too).
+                    let deep = index < options.deep_power_images
+                        || (options.deep_power_images > 0 && Some(index) == torn);
                     judge_sequence(options, &run, Source::Reboot(image), &place, deep, report);
                 }
             }
@@ -535,6 +539,26 @@ impl Report {
         }
         fresh
     }
+}
+
+/// Whether some session's newest segment in `image` ends in a torn line (unterminated, or with
+/// NUL bytes in its last line), which the next writer repairs.
+fn torn_tail(image: &faultfs::Image) -> bool {
+    let mut newest: BTreeMap<&str, &str> = BTreeMap::new();
+    for path in image.nodes().keys() {
+        if let Some((dir, _)) = path.rsplit_once("/timeline/")
+            && path.ends_with(".ndjson")
+            && newest.get(dir).is_none_or(|current| *current < path.as_str())
+        {
+            newest.insert(dir, path);
+        }
+    }
+    newest.values().any(|path| {
+        let bytes = image.file(path).unwrap_or_default();
+        let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let last = body.rsplit(|&b| b == b'\n').next().unwrap_or_default();
+        !bytes.is_empty() && (!bytes.ends_with(b"\n") || last.contains(&0))
+    })
 }
 
 /// The last phase of a sequence: judged, not crashed again.

@@ -1,6 +1,6 @@
 //! One phase of a crash sequence: the process that comes after a crash opens the store,
-//! recovers, is judged, goes on working (the retry of a crashed keyed send, then a drain of every
-//! session) and is judged again.
+//! recovers, is judged, goes on working (a plain send to every session from another sender, the
+//! retry of a crashed keyed send, then a drain of every session) and is judged again.
 //!
 //! Nothing a phase does is exempt from crashing: the driver (`sweep`) crashes every one of its
 //! ops, in both modes, and judges those images against the run as it stood at that op (what the
@@ -16,6 +16,9 @@ use spex_engine::Store;
 use super::check::{check_activity_index, check_drained, check_recovered, check_retry, project};
 use super::run::{Answer, Execution, open, perform, sid, snapshot_store};
 use super::scenario::{Scenario, Step};
+
+/// What another sender says after every recovery.
+const AFTER_RECOVERY: &str = "sent after recovery";
 
 /// A phase that ran to its end.
 #[derive(Debug)]
@@ -92,8 +95,9 @@ pub(crate) fn check_store<F: Fs>(
     (violations, next)
 }
 
-/// The continued work: retry the crashed keyed send, then drain every session; each answer
-/// advances `next`. Stops quietly at a crash (the driver takes over).
+/// The continued work: a plain send to every session, the retry of the crashed keyed send, then
+/// a drain of every session; each answer advances `next`. Stops quietly at a crash (the driver
+/// takes over).
 fn continue_workload<F: Fs>(
     store: &Store<F>,
     scenario: &Scenario,
@@ -104,6 +108,25 @@ fn continue_workload<F: Fs>(
     let Ok(before) = project(store, run) else {
         return violations; // already reported by check_recovered
     };
+    // Another sender writes first: a plain append onto whatever the crashed process left (an
+    // unsynced line, a segment whose name is not yet durable, a segment about to be sealed).
+    for id in before.sessions.keys() {
+        let Some(to) = scenario.session_id(id) else { continue };
+        let step = Step::Send { to, text: AFTER_RECOVERY, from: None, key: None };
+        next.continuing = Some(step.clone());
+        let answer = perform(store, &step, &mut Vec::new(), &mut Vec::new(), None);
+        match answer {
+            Err(error) if error.is_crash() => return violations,
+            Err(error) => violations.push(format!("a send to {id} after recovery failed: {error}")),
+            Ok(answer) => {
+                if let Some(violation) = next.advance_continued(&step, &answer) {
+                    violations.push(violation);
+                }
+            }
+        }
+        next.continuing = None;
+        snapshot_store(store, next);
+    }
     if let Some(step @ Step::Send { key: Some(_), .. }) = run.in_flight.map(|i| &scenario.steps[i])
     {
         next.continuing = Some(step.clone());
