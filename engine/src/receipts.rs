@@ -92,10 +92,8 @@ pub(crate) fn tail_pin<F: Fs>(
             return Ok(Some(String::new()));
         }
         let segments = timeline::list_segments(fs, layout, id)?;
-        let previous = segments
-            .iter()
-            .filter(|segment| segment.no.map_or(0, |no| no.0) < cursor.segment)
-            .last();
+        let previous =
+            segments.iter().rfind(|segment| segment.no.map_or(0, |no| no.0) < cursor.segment);
         return match previous {
             None => Ok(Some(String::new())),
             Some(segment) => {

@@ -775,7 +775,7 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
                 SimFs::from_image(image, FaultPlan::none(seed))
             }
         };
-        judged = halted.run;
+        judged = *halted.run;
     }
     if let Some(index) = token.then_power {
         let checked = phase::check_image(machine.clone(), &scenario, &judged, seed)

@@ -35,7 +35,7 @@ pub(crate) struct Halted {
     /// The halted filesystem, to take the crash's images from (or to restart).
     pub(crate) fs: SimFs,
     /// The run as it stood at the crash.
-    pub(crate) run: Execution,
+    pub(crate) run: Box<Execution>,
 }
 
 /// Runs recovery on every session that has a record (every writer would run it first).
@@ -62,7 +62,7 @@ pub(crate) fn check_image(
     let store = match open(fs.clone(), scenario, seed) {
         Ok(store) => store,
         Err(error) if error.is_crash() => {
-            return Err(Halted { fs, run: run.continued(scenario) });
+            return Err(Halted { fs, run: Box::new(run.continued(scenario)) });
         }
         Err(error) => {
             return Ok(Checked {
@@ -73,7 +73,7 @@ pub(crate) fn check_image(
     };
     let (violations, next) = check_store(&store, scenario, run);
     if fs.halted().is_some() {
-        return Err(Halted { fs, run: next });
+        return Err(Halted { fs, run: Box::new(next) });
     }
     Ok(Checked { violations, run: next })
 }
