@@ -40,7 +40,7 @@ fn sweep_and_replay_from_the_command_line() {
     assert_eq!(document["schema"], 1);
     assert!(document["images"].as_u64().is_some_and(|images| images > 100));
     assert!(document["violations"].as_array().is_some_and(Vec::is_empty));
-    let output = spex(&["verify", "replay", "v1:send:4:power:20:1"]);
+    let output = spex(&["verify", "replay", "v2:send:4:power:20:1"]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stdout).contains("no violation"));
     let output = spex(&["verify", "replay", "not-a-token"]);

@@ -57,7 +57,8 @@ pub fn run_child(
         .open(journal)
         .map_err(|error| format!("journal {}: {error}", journal.display()))?;
     let fs = KillFs::from_env(RealFs::new())?;
-    let store = open_store(fs, scenario, seed, root).map_err(|error| format!("open: {error}"))?;
+    let store =
+        open_store(fs, scenario, seed, 0, root).map_err(|error| format!("open: {error}"))?;
     for (index, step) in scenario.steps.iter().enumerate() {
         journal_line(&mut file, &Entry::Begin(index)).map_err(|e| e.to_string())?;
         let mut delivered = Vec::new();
@@ -90,18 +91,22 @@ pub fn run_child(
     Ok(())
 }
 
+/// Opens the store at `root` as process `boot` of a run (0: the child that gets killed; 1: the
+/// checker after it): each draws ids of its own, as real v4 ids never collide.
 fn open_store<F: faultfs::Fs>(
     fs: F,
     scenario: &Scenario,
     seed: u64,
+    boot: u64,
     root: &Path,
 ) -> spex_engine::Result<Store<F>> {
     let config = run::config(scenario);
+    let ids = run::ids_seed(seed, boot);
     Store::open(
         fs,
         root,
         std::sync::Arc::new(spex_engine::env::SystemClock),
-        std::sync::Arc::new(spex_engine::env::SeededIds::new(seed)),
+        std::sync::Arc::new(spex_engine::env::SeededIds::new(ids)),
         config,
     )
 }
@@ -226,7 +231,7 @@ pub fn run_once(
     let text = std::fs::read_to_string(&journal).unwrap_or_default();
     let execution = replay_journal(scenario, &text)?;
     let mut violations = execution.violations.clone();
-    match open_store(RealFs::new(), scenario, seed, &root) {
+    match open_store(RealFs::new(), scenario, seed, 1, &root) {
         Err(error) => violations.push(format!("the recovered store does not open: {error}")),
         Ok(store) => violations.extend(phase::check_store(&store, scenario, &execution).0),
     }

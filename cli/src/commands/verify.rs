@@ -82,6 +82,9 @@ struct SweepArgs {
     /// Only these scenarios (repeatable): send, drain, lifecycle, close, rollover.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
+    /// Sweep N generated workloads (seeded from --seed) instead of the embedded scenarios.
+    #[arg(long, value_name = "N", conflicts_with = "scenarios")]
+    random: Option<u64>,
     /// Crash modes.
     #[arg(long, value_enum, default_value_t = ModeArg::All)]
     mode: ModeArg,
@@ -186,6 +189,13 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
                 sweep::scenario::all().iter().map(|s| s.name.to_string()).collect();
             format!("unknown scenario {name:?} (expected one of: {})", names.join(", "))
         })?);
+    }
+    if let Some(count) = args.random {
+        scenarios = (0..count).map(|index| sweep::generate::nth(seed, index)).collect();
+        eprintln!(
+            "generated workloads: {}",
+            scenarios.iter().map(|s| s.name.to_string()).collect::<Vec<_>>().join(", ")
+        );
     }
     if scenarios.is_empty() {
         scenarios = sweep::scenario::all();

@@ -79,14 +79,23 @@ pub enum ImageNode {
     File(Arc<Vec<u8>>),
 }
 
-/// A whole filesystem after a crash: every reachable path and what it holds.
-#[derive(Clone, PartialEq, Eq)]
+/// A whole filesystem after a crash: every reachable path and what it holds. Two images are
+/// equal when they hold the same paths and bytes (whichever boot they lead to).
+#[derive(Clone)]
 pub struct Image {
     nodes: BTreeMap<String, ImageNode>,
     hash: [u8; 32],
     /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
     pub(crate) boot: u64,
 }
+
+impl PartialEq for Image {
+    fn eq(&self, other: &Image) -> bool {
+        self.hash == other.hash && self.nodes == other.nodes
+    }
+}
+
+impl Eq for Image {}
 
 impl Image {
     /// Every path (`/a/b`, relative to the filesystem root), sorted, parents before children.

@@ -25,6 +25,7 @@
 //! trace hash is printed so two replays can be compared).
 
 pub(crate) mod check;
+pub mod generate;
 pub(crate) mod phase;
 pub mod run;
 pub mod scenario;
@@ -183,6 +184,8 @@ pub struct Cell {
     pub images: u64,
     /// Images with a violation.
     pub violations: u64,
+    /// Images skipped: already judged against the same run elsewhere in the sweep.
+    pub repeated: u64,
 }
 
 /// Key of a matrix cell: (scenario, transition, boundary, mode).
@@ -476,7 +479,7 @@ fn judge_sequence(
     report.count_enumeration(scenario, &crash);
     let run_digest = digest_of(&checked.run);
     for (index, image) in crash.images.iter().enumerate() {
-        if !report.first_judgement(image, &run_digest) {
+        if !report.first_judgement(&key, image, &run_digest) {
             continue;
         }
         let token = Token { then_power: Some(index), ..place.token.clone() };
@@ -505,7 +508,7 @@ fn judge_sequence(
                     let run_digest = digest_of(&halted.run);
                     let mut machines = Vec::new();
                     for (index, image) in crash.images.iter().enumerate() {
-                        if report.first_judgement(image, &run_digest) {
+                        if report.first_judgement(&key, image, &run_digest) {
                             machines.push((index, SimFs::from_image(image, FaultPlan::none(seed))));
                         }
                     }
@@ -528,7 +531,7 @@ fn digest_of(run: &run::Execution) -> [u8; 32] {
 
 impl Report {
     /// Whether `image` has not yet been judged against the run with digest `run`; marks it.
-    fn first_judgement(&mut self, image: &faultfs::Image, run: &[u8; 32]) -> bool {
+    fn first_judgement(&mut self, key: &CellKey, image: &faultfs::Image, run: &[u8; 32]) -> bool {
         let mut hasher = Sha256::new();
         hasher.update(image.hash());
         hasher.update(image.boot().to_le_bytes());
@@ -536,6 +539,7 @@ impl Report {
         let fresh = self.judged.insert(hasher.finalize().into());
         if !fresh {
             self.repeated += 1;
+            self.cells.entry(key.clone()).or_default().repeated += 1;
         }
         fresh
     }

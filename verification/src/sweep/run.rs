@@ -32,10 +32,15 @@ pub(crate) fn config(scenario: &Scenario) -> Config {
 }
 
 /// Opens the store of a scenario on `fs`.
+/// The seed of the id source of process `boot` of a run seeded with `seed`.
+pub(crate) fn ids_seed(seed: u64, boot: u64) -> u64 {
+    seed.wrapping_add(boot.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
 /// Each boot of the machine is a new process with ids of its own: a process after a crash must
 /// never draw the ids the crashed one drew (real v4 ids do not collide).
 pub fn open(fs: SimFs, scenario: &Scenario, seed: u64) -> Result<Store<SimFs>, Error> {
-    let ids = seed.wrapping_add(fs.boot().wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let ids = ids_seed(seed, fs.boot());
     // Lock files need no durability (after a power loss their holder is dead): they stay out
     // of the power-loss images, which keeps the images to what the oracle can judge.
     let root = std::path::Path::new(ROOT);

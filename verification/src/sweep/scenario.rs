@@ -224,7 +224,10 @@ pub fn named(name: &str) -> Option<Scenario> {
         Some((base, rest)) => (base, Some(rest.strip_suffix(']')?)),
         None => (name, None),
     };
-    let mut scenario = all().into_iter().find(|scenario| scenario.name == base)?;
+    let mut scenario = match super::generate::named(base) {
+        Some(generated) => generated,
+        None => all().into_iter().find(|scenario| scenario.name == base)?,
+    };
     if let Some(subset) = subset {
         let mut steps = Vec::new();
         for index in subset.split(',').filter(|part| !part.is_empty()) {

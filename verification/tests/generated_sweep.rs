@@ -1,0 +1,46 @@
+//! Generated workloads (seeded random sequences over three sessions) are swept like the
+//! embedded scenarios: no violation on the engine, a broken engine is caught, and the token of a
+//! violation names the workload whole, so it replays bit for bit.
+
+use spex_engine::mutant::Mutant;
+use spex_verification::sweep::{self, Options, generate};
+
+fn options(seed: u64, count: u64) -> Options {
+    Options {
+        scenarios: (0..count).map(|index| generate::nth(seed, index)).collect(),
+        depth2: false,
+        faults: vec![faultfs::Fault::Eio],
+        ..Options::full(seed)
+    }
+}
+
+#[test]
+fn generated_workloads_hold_on_the_engine() {
+    let seed = 20_261_201;
+    let report = sweep::sweep(&options(seed, 3), &mut |_| {});
+    let first = report
+        .violations
+        .first()
+        .map(|v| format!("{}\n  {}", v.replay_command(), v.messages.join("\n  ")));
+    assert!(report.violations.is_empty(), "first:\n{}", first.unwrap_or_default());
+    assert!(report.crash_points > 100, "{} crash points", report.crash_points);
+}
+
+#[test]
+fn a_generated_workload_is_named_by_its_seed() {
+    let workload = generate::nth(3, 1);
+    let named = sweep::scenario::named(&workload.name).expect("the name resolves");
+    assert_eq!(named, workload);
+    assert_ne!(generate::nth(3, 0).steps, workload.steps, "workloads differ");
+}
+
+#[test]
+fn a_generated_workload_catches_a_broken_engine_and_replays() {
+    spex_engine::mutant::select(Some(Mutant::NoLogSync));
+    let report = sweep::sweep(&Options { stop_at_first: true, ..options(5, 2) }, &mut |_| {});
+    let violation = report.violations.first().expect("the mutant is caught").clone();
+    let replayed = sweep::replay(&violation.token).expect("the token replays");
+    spex_engine::mutant::select(None);
+    assert!(violation.token.scenario.starts_with(generate::PREFIX));
+    assert_eq!(replayed.messages, violation.messages);
+}
