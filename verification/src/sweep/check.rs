@@ -22,44 +22,50 @@ use std::collections::BTreeMap;
 use faultfs::Fs;
 
 use spex_engine::Store;
-use spex_engine::timeline::Line;
 use spex_model::{self as model, Mid, Model};
 
-use super::run::{Answer, Execution, candidates, hash, model_triple, sid};
+use super::decode;
+use super::run::{Answer, Execution, candidates, hash, sid};
 use super::scenario::{OPERATION, Scenario, Step};
 
-/// Projects the engine's recovered state onto the model's public state.
+/// Projects the recovered store onto the model's public state, read with the oracle's own
+/// decoder (`decode`), not the engine's.
 pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model, String> {
+    let fs = store.fs();
+    let root = store.layout().root();
     let mut observed = Model::default();
     for id in run.created.keys() {
-        if store.fs().exists(&store.layout().revoked(&sid(id))).map_err(|e| e.to_string())? {
+        if fs.exists(&root.join(".revoked-senders").join(id)).map_err(|e| e.to_string())? {
             observed.closed.insert(id.clone());
         }
     }
-    for summary in store.list().map_err(|e| format!("listing: {e}"))? {
-        let id = summary.id.clone();
-        let lines = store.lines(&id).map_err(|e| format!("reading {id}: {e}"))?;
-        let record = store.record(&id).map_err(|e| format!("record of {id}: {e}"))?;
+    for id in decode::sessions(fs, root)? {
+        let Some(record) = decode::record(fs, root, &id)? else { continue };
+        let lines = decode::lines(fs, root, &id)?;
         let mut raw = BTreeMap::new();
         let mut events = Vec::new();
         for line in &lines {
             match line {
-                Line::Status(event) => {
-                    events.push(model::Event::Status(model_triple(&event.triple)))
+                decode::Line::Status { status, proposal, note } => {
+                    events.push(model::Event::Status(model::Triple::new(
+                        status,
+                        proposal.as_deref(),
+                        note.as_deref(),
+                    )))
                 }
-                Line::Sent(event, _) => {
-                    raw.insert(event.mid.clone(), event.text.clone());
+                decode::Line::Sent { mid, text, from, .. } => {
+                    raw.insert(mid.clone(), text.clone());
                     events.push(model::Event::Sent {
-                        mid: Mid::Known(event.mid.clone()),
-                        text: event.text.clone(),
-                        from: event.from.clone(),
+                        mid: Mid::Known(mid.clone()),
+                        text: text.clone(),
+                        from: from.clone(),
                     });
                 }
-                Line::Settled(_) => {}
+                decode::Line::Settled { .. } => {}
             }
         }
         let mut owed = Vec::new();
-        for entry in store.queue(&id).map_err(|e| format!("queue of {id}: {e}"))? {
+        for entry in decode::queue(fs, root, &id)? {
             let text = match raw.get(&entry.mid) {
                 Some(text) if entry.text.starts_with(text.as_str()) => text.clone(),
                 Some(_) => {
@@ -71,51 +77,52 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
                 mid: Mid::Known(entry.mid),
                 text,
                 from: entry.from,
-                keyed: entry.dispatch.is_some(),
+                keyed: entry.keyed,
             });
         }
         let mut keys = BTreeMap::new();
         for (session, key) in &run.keys {
-            if *session != id.as_str() {
+            if *session != id {
                 continue;
             }
-            let digest = spex_engine::digest::request_digest(OPERATION, key);
+            let digest = decode::request_digest(OPERATION, key);
             let found = lines.iter().find_map(|line| match line {
-                Line::Sent(event, Some(receipt)) if receipt.request_digest == digest => {
-                    Some(event.clone())
+                decode::Line::Sent { mid, text, from, receipt: Some(receipt) }
+                    if receipt.request_digest == digest =>
+                {
+                    Some((mid.clone(), text.clone(), from.clone()))
                 }
                 _ => None,
             });
-            if let Some(event) = found {
+            if let Some((mid, text, from)) = found {
                 let settled = lines.iter().any(|line| {
-                    matches!(line, Line::Settled(s) if s.request_digest == digest && s.mid == event.mid)
+                    matches!(line, decode::Line::Settled { request_digest, mid: m } if *request_digest == digest && *m == mid)
                 });
                 keys.insert(
                     (OPERATION.to_owned(), key.clone()),
-                    model::KeyState {
-                        mid: Mid::Known(event.mid),
-                        text: event.text,
-                        from: event.from,
-                        settled,
-                    },
+                    model::KeyState { mid: Mid::Known(mid), text, from, settled },
                 );
             }
         }
+        let retired = match &record.worktree {
+            Some(worktree) => {
+                !fs.exists(std::path::Path::new(worktree)).map_err(|e| e.to_string())?
+            }
+            None => false,
+        };
         observed.sessions.insert(
-            id.as_str().to_owned(),
+            id.clone(),
             model::Session {
-                triple: model_triple(&record.public_triple()),
+                triple: model::Triple::new(
+                    &record.status,
+                    record.proposal.as_deref(),
+                    record.note.as_deref(),
+                ),
                 events,
                 owed,
                 keys,
-                archived: record.archived(),
-                retired: match record.worktree() {
-                    Some(worktree) => !store
-                        .fs()
-                        .exists(std::path::Path::new(worktree))
-                        .map_err(|e| e.to_string())?,
-                    None => false,
-                },
+                archived: record.archived,
+                retired,
             },
         );
     }
@@ -193,13 +200,12 @@ pub(crate) fn check_retry<F: Fs>(
                     ));
                 }
             }
-            let digest = spex_engine::digest::request_digest(OPERATION, key);
-            let count = store
-                .lines(&sid(to))
+            let digest = decode::request_digest(OPERATION, key);
+            let count = decode::lines(store.fs(), store.layout().root(), to)
                 .map(|lines| {
                     lines
                         .iter()
-                        .filter(|line| matches!(line, Line::Sent(_, Some(r)) if r.request_digest == digest))
+                        .filter(|line| matches!(line, decode::Line::Sent { receipt: Some(r), .. } if r.request_digest == digest))
                         .count()
                 })
                 .unwrap_or(0);

@@ -25,6 +25,7 @@
 //! trace hash is printed so two replays can be compared).
 
 pub(crate) mod check;
+pub(crate) mod decode;
 pub mod generate;
 pub(crate) mod phase;
 pub mod run;

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use faultfs::{CrashMode, SimFs};
 use spex_engine::env::{ManualClock, SeededIds};
-use spex_engine::timeline::Line;
 use spex_engine::{
     Adapter, Config, Error, Key, Lifecycle, Message, SendRequest, SessionId, Store, Triple,
 };
 use spex_model::{self as model, Expect, Mid, Model, Op};
 
+use super::decode;
 use super::scenario::{OPERATION, Scenario, Step};
 
 /// The root of the simulated store.
@@ -58,14 +58,6 @@ pub(crate) fn sid(id: &str) -> SessionId {
     SessionId::new(id).expect("scenario ids are valid")
 }
 
-pub(crate) fn model_triple(triple: &Triple) -> model::Triple {
-    model::Triple::new(
-        triple.status.name(),
-        triple.proposal.map(spex_engine::Proposal::name),
-        triple.note.as_deref(),
-    )
-}
-
 /// The adapter of a sweep: accepts everything, and checks every call against the log at the
 /// moment of the call (oracle rule 3: no call for an absent, different or settled receipt).
 pub(crate) struct CheckingAdapter<'a, F: faultfs::Fs> {
@@ -81,24 +73,27 @@ pub(crate) struct CheckingAdapter<'a, F: faultfs::Fs> {
 
 impl<F: faultfs::Fs> Adapter for CheckingAdapter<'_, F> {
     fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
-        match self.store.lines(&self.session) {
+        let fs = self.store.fs();
+        match decode::lines(fs, self.store.layout().root(), self.session.as_str()) {
             Err(error) => self
                 .violations
                 .push(format!("adapter call for {} on an unreadable log: {error}", message.mid)),
             Ok(lines) => {
                 let sent = lines.iter().find_map(|line| match line {
-                    Line::Sent(event, receipt) if event.mid == message.mid => Some(receipt.clone()),
+                    decode::Line::Sent { mid, receipt, .. } if mid == message.mid => {
+                        Some(receipt.clone())
+                    }
                     _ => None,
                 });
-                let settled = lines
-                    .iter()
-                    .any(|line| matches!(line, Line::Settled(s) if s.mid == message.mid));
+                let settled = lines.iter().any(
+                    |line| matches!(line, decode::Line::Settled { mid, .. } if mid == message.mid),
+                );
                 match sent {
                     None => self.violations.push(format!(
                         "rule 3 (fail-closed drain): adapter called for {} which has no sent line",
                         message.mid
                     )),
-                    Some(Some(receipt)) if receipt.delivery.text != message.text => self.violations.push(format!(
+                    Some(Some(receipt)) if receipt.text != message.text => self.violations.push(format!(
                         "rule 3 (fail-closed drain): adapter called for {} with bytes that differ from its receipt",
                         message.mid
                     )),
