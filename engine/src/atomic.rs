@@ -25,7 +25,7 @@ pub(crate) enum StateFile {
 
 /// The boundaries of one transition's writes of one state file.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ReplaceSteps {
+pub(crate) struct ReplaceBoundaries {
     pub(crate) file: StateFile,
     pub(crate) create: Boundary,
     pub(crate) write: Boundary,
@@ -37,7 +37,12 @@ pub(crate) struct ReplaceSteps {
 
 /// Stages `bytes` durably in `tmp`: the space-consuming half of a replace, done before a
 /// transition's commit point so that running out of space leaves the store as it was.
-pub(crate) fn stage<F: Fs>(fs: &F, tmp: &Path, bytes: &[u8], steps: &ReplaceSteps) -> Result<()> {
+pub(crate) fn stage<F: Fs>(
+    fs: &F,
+    tmp: &Path,
+    bytes: &[u8],
+    steps: &ReplaceBoundaries,
+) -> Result<()> {
     let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
     file.write_at(0, bytes, steps.write)?;
     if !(steps.file == StateFile::Record && active(Mutant::NoRecordTmpSync)) {
@@ -52,7 +57,7 @@ pub(crate) fn publish<F: Fs>(
     dir: &Path,
     tmp: &Path,
     target: &Path,
-    steps: &ReplaceSteps,
+    steps: &ReplaceBoundaries,
 ) -> Result<()> {
     fs.rename(tmp, target, steps.rename)?;
     if !(steps.file == StateFile::Queue && active(Mutant::NoQueueDirSync)) {
@@ -68,14 +73,14 @@ pub(crate) fn replace<F: Fs>(
     target: &Path,
     tmp: &Path,
     bytes: &[u8],
-    steps: &ReplaceSteps,
+    steps: &ReplaceBoundaries,
 ) -> Result<()> {
     stage(fs, tmp, bytes, steps)?;
     publish(fs, dir, tmp, target, steps)
 }
 
 /// Best-effort removal of a staged file after a failure (recovery removes it otherwise).
-pub(crate) fn discard<F: Fs>(fs: &F, tmp: &Path, steps: &ReplaceSteps) {
+pub(crate) fn discard<F: Fs>(fs: &F, tmp: &Path, steps: &ReplaceBoundaries) {
     let _ = fs.remove_file(tmp, steps.remove);
 }
 

@@ -23,10 +23,10 @@ use std::path::Path;
 
 use faultfs::{File, FileKind, Fs, OpenOptions};
 
+use crate::boundaries::{self, Boundaries, CLOSE};
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
-use crate::steps::{self, CLOSE, Steps};
 use crate::store::Store;
 
 impl<F: Fs> Store<F> {
@@ -63,22 +63,22 @@ impl<F: Fs> Store<F> {
         };
         for entry in entries {
             if let Ok(id) = SessionId::new(&entry.name) {
-                self.finish_close(&id, &steps::OPEN, true)?;
+                self.finish_close(&id, &boundaries::OPEN, true)?;
             }
         }
         Ok(())
     }
 
     /// The commit's directory syncs: `.closing` (the new name) and `sessions` (the old one).
-    fn sync_commit(&self, steps: &Steps) -> Result<()> {
+    fn sync_commit(&self, steps: &Boundaries) -> Result<()> {
         self.fs.sync_dir(&self.layout.closing_dir(), steps.close.commit_sync_closing)?;
         self.fs.sync_dir(&self.layout.sessions_dir(), steps.close.commit_sync_sessions)?;
         Ok(())
     }
 
-    /// Steps 2-4. With `recovering`, the commit and a ledger line found are made durable first
+    /// Boundaries 2-4. With `recovering`, the commit and a ledger line found are made durable first
     /// (they may be a killed closer's), and the ledger line is added only if missing.
-    fn finish_close(&self, id: &SessionId, steps: &Steps, recovering: bool) -> Result<()> {
+    fn finish_close(&self, id: &SessionId, steps: &Boundaries, recovering: bool) -> Result<()> {
         let ledger = self.layout.close_ledger();
         let close = &steps.close;
         if recovering && !active(Mutant::CloseRecoveryFromUnsynced) {
@@ -160,7 +160,7 @@ impl<F: Fs> Store<F> {
     }
 
     /// Removes a directory tree (files first, then directories).
-    fn remove_tree(&self, path: &Path, steps: &Steps) -> Result<()> {
+    fn remove_tree(&self, path: &Path, steps: &Boundaries) -> Result<()> {
         let entries = match self.fs.read_dir(path) {
             Ok(entries) => entries,
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(()),

@@ -21,12 +21,12 @@ use faultfs::Fs;
 use serde_json::{Map, Value};
 
 use crate::atomic;
+use crate::boundaries::DRAIN;
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
 use crate::queue::{self, Entry};
 use crate::receipts::Known;
-use crate::steps::DRAIN;
 use crate::store::Store;
 use crate::timeline::{Line, Settlement};
 

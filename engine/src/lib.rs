@@ -6,6 +6,7 @@
 //! format, durability guarantee and recovery rule.
 
 mod atomic;
+mod boundaries;
 mod close;
 pub mod digest;
 mod drain;
@@ -20,7 +21,6 @@ mod receipts;
 pub mod record;
 pub mod reply;
 mod send;
-mod steps;
 mod store;
 pub(crate) mod sync;
 pub mod timeline;

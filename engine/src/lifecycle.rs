@@ -32,10 +32,10 @@ use std::path::Path;
 use faultfs::Fs;
 
 use crate::atomic;
+use crate::boundaries::{APPEND, ARCHIVE};
 use crate::error::{Error, Result};
 use crate::layout::{NOTE_BYTES_MAX, SessionId};
 use crate::mutant::{Mutant, active};
-use crate::steps::{APPEND, ARCHIVE};
 use crate::store::Store;
 use crate::timeline::{Line, Status, StatusEvent, Triple};
 

@@ -67,7 +67,7 @@ fn holding() -> crate::sync::MutexGuard<'static, BTreeSet<(u64, u32, PathBuf)>> 
 
 /// The boundaries of one transition's lock operations.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct LockSteps {
+pub(crate) struct LockBoundaries {
     pub(crate) create: Boundary,
     pub(crate) write: Boundary,
     pub(crate) takeover: Boundary,
@@ -138,7 +138,7 @@ pub(crate) fn acquire<'a, F: Fs>(
     clock: &dyn Clock,
     path: &Path,
     wait_ms: u64,
-    steps: &LockSteps,
+    steps: &LockBoundaries,
 ) -> Result<LockGuard<'a, F>> {
     let started_ms = clock.now_ms();
     let mut delay_ms = 1;
@@ -255,7 +255,7 @@ fn take_over<F: Fs>(
     seen: &Seen,
     started_ms: u64,
     wait_ms: u64,
-    steps: &LockSteps,
+    steps: &LockBoundaries,
 ) -> Result<bool> {
     let mut guard_path = path.as_os_str().to_owned();
     guard_path.push(".takeover");

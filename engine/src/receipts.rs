@@ -24,7 +24,7 @@ use faultfs::{Boundary, File, Fs, OpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::atomic::{self, ReplaceSteps};
+use crate::atomic::{self, ReplaceBoundaries};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, STATE_FILE_BYTES_MAX, SegmentNo, SessionId};
 use crate::sync::{Mutex, lock};
@@ -199,7 +199,7 @@ fn persist<F: Fs>(
     layout: &Layout,
     id: &SessionId,
     index: &Index,
-    steps: &ReplaceSteps,
+    steps: &ReplaceBoundaries,
 ) -> Result<()> {
     let Some(tail_sha256) = tail_pin(fs, layout, id, index.cursor)? else { return Ok(()) };
     let mut receipts: Vec<PersistedReceipt> = index
@@ -283,7 +283,7 @@ impl ReceiptIndexes {
         id: &SessionId,
         operation: &str,
         request_digest: &str,
-        steps: &ReplaceSteps,
+        steps: &ReplaceBoundaries,
     ) -> Result<Option<Known>> {
         let mut indexes = lock(&self.by_session);
         if !indexes.contains_key(id) {

@@ -24,13 +24,13 @@ use faultfs::Fs;
 use serde_json::{Map, Value};
 
 use crate::atomic;
+use crate::boundaries::{self, SEND};
 use crate::digest::{self, Payload};
 use crate::error::{Error, Result};
 use crate::layout::{QUEUE_ENTRIES_MAX, SessionId, TEXT_BYTES_MAX};
 use crate::mutant::{Mutant, active};
 use crate::queue::{self, Dispatch, Entry};
 use crate::reply::{self, ReplyChannel};
-use crate::steps::{self, SEND};
 use crate::store::Store;
 use crate::timeline::{self, Delivery, Line, Receipt, SentEvent};
 
@@ -175,7 +175,7 @@ impl<F: Fs> Store<F> {
         })
     }
 
-    /// Steps 1 to 3 of the module header.
+    /// Boundaries 1 to 3 of the module header.
     fn accept_and_enqueue(
         &self,
         to: &SessionId,
@@ -239,7 +239,7 @@ impl<F: Fs> Store<F> {
             self.fs.rename(&tmp, &self.layout.queue(to), SEND.queue.rename)?;
             return Ok(true);
         }
-        self.write_queue(to, &entries, &steps::SEND)?;
+        self.write_queue(to, &entries, &boundaries::SEND)?;
         Ok(true)
     }
 

@@ -32,6 +32,7 @@ use std::path::Path;
 use faultfs::Fs;
 
 use crate::atomic;
+use crate::boundaries::{self, Boundaries};
 use crate::env::{Clock, IdSource};
 use crate::error::{Error, Result};
 use crate::layout::{LOCK_WAIT_MS_DEFAULT, Layout, SEGMENT_BYTES_DEFAULT, SessionId};
@@ -40,7 +41,6 @@ use crate::mutant::{Mutant, active};
 use crate::queue::{self, Entry};
 use crate::receipts::ReceiptIndexes;
 use crate::record::Record;
-use crate::steps::{self, Steps};
 use crate::sync::{Mutex, lock as lock_mutex};
 // Shared ownership of the injected clock and id source (not synchronization: std's Arc).
 use crate::timeline::{self, Cursor, Event, Line, Stamp, Triple};
@@ -114,13 +114,13 @@ impl<F: Fs> Store<F> {
             poisoned: Mutex::new(BTreeSet::new()),
             receipts: ReceiptIndexes::default(),
         };
-        store.ensure_dir_all(store.layout.root(), &steps::OPEN)?;
+        store.ensure_dir_all(store.layout.root(), &boundaries::OPEN)?;
         for dir in [
             store.layout.sessions_dir(),
             store.layout.session_locks_dir(),
             store.layout.delivery_locks_dir(),
         ] {
-            store.ensure_dir_all(&dir, &steps::OPEN)?;
+            store.ensure_dir_all(&dir, &boundaries::OPEN)?;
         }
         store.finish_closes()?;
         Ok(store)
@@ -137,7 +137,7 @@ impl<F: Fs> Store<F> {
     }
 
     /// Creates `path` and its missing parents, syncing each parent after a creation.
-    pub(crate) fn ensure_dir_all(&self, path: &Path, steps: &Steps) -> Result<()> {
+    pub(crate) fn ensure_dir_all(&self, path: &Path, steps: &Boundaries) -> Result<()> {
         if self.fs.exists(path)? {
             return Ok(());
         }
@@ -162,7 +162,7 @@ impl<F: Fs> Store<F> {
     pub(crate) fn transition<T>(
         &self,
         id: &SessionId,
-        steps: &Steps,
+        steps: &Boundaries,
         work: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
         self.check_poison(id)?;
@@ -194,7 +194,7 @@ impl<F: Fs> Store<F> {
         &self,
         id: &SessionId,
         path: &Path,
-        steps: &lock::LockSteps,
+        steps: &lock::LockBoundaries,
     ) -> Result<LockGuard<'_, F>> {
         lock::acquire(&self.fs, self.clock.as_ref(), path, self.config.lock_wait_ms, steps)
             .inspect_err(|error| self.poison_on_io(id, error))
@@ -223,7 +223,7 @@ impl<F: Fs> Store<F> {
     }
 
     /// Recovery of one session (see the module header). A missing session is left alone.
-    pub(crate) fn recover(&self, id: &SessionId, steps: &Steps) -> Result<()> {
+    pub(crate) fn recover(&self, id: &SessionId, steps: &Boundaries) -> Result<()> {
         if !self.fs.exists(&self.layout.session_dir(id))? {
             return Ok(());
         }
@@ -256,7 +256,7 @@ impl<F: Fs> Store<F> {
 
     /// Makes everything of session `id` that a dead lock holder may have left visible but not
     /// durable durable (see the module header).
-    fn vouch(&self, id: &SessionId, steps: &Steps) -> Result<()> {
+    fn vouch(&self, id: &SessionId, steps: &Boundaries) -> Result<()> {
         if !self.fs.exists(&self.layout.session_dir(id))? {
             return Ok(());
         }
@@ -268,7 +268,7 @@ impl<F: Fs> Store<F> {
     }
 
     /// Syncs the newest numbered segment (only the `AckBeforeSync` mutant needs this).
-    fn sync_newest_segment(&self, id: &SessionId, steps: &Steps) -> Result<()> {
+    fn sync_newest_segment(&self, id: &SessionId, steps: &Boundaries) -> Result<()> {
         use faultfs::{File, OpenOptions};
         let dir = self.layout.timeline_dir(id);
         let Ok(entries) = self.fs.read_dir(&dir) else { return Ok(()) };
@@ -288,7 +288,7 @@ impl<F: Fs> Store<F> {
     /// Runs recovery on session `id` under its record lock (every writer does this first; this
     /// entry point lets a maintainer or a harness recover without writing anything else).
     pub fn recover_session(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &steps::RECOVER, || Ok(()))
+        self.transition(id, &boundaries::RECOVER, || Ok(()))
     }
 
     /// Reads a session's record, or `None` if it has none.
@@ -309,7 +309,7 @@ impl<F: Fs> Store<F> {
         &self,
         id: &SessionId,
         record: &Record,
-        steps: &atomic::ReplaceSteps,
+        steps: &atomic::ReplaceBoundaries,
     ) -> Result<()> {
         atomic::replace(
             &self.fs,
@@ -335,7 +335,7 @@ impl<F: Fs> Store<F> {
         &self,
         id: &SessionId,
         entries: &[Entry],
-        steps: &Steps,
+        steps: &Boundaries,
     ) -> Result<()> {
         let dir = self.layout.session_dir(id);
         if entries.is_empty() {
@@ -358,7 +358,12 @@ impl<F: Fs> Store<F> {
     }
 
     /// Appends one line durably to a session's log.
-    pub(crate) fn append_line(&self, id: &SessionId, line: &Line, steps: &Steps) -> Result<()> {
+    pub(crate) fn append_line(
+        &self,
+        id: &SessionId,
+        line: &Line,
+        steps: &Boundaries,
+    ) -> Result<()> {
         timeline::append(
             &self.fs,
             &self.layout,
@@ -394,7 +399,7 @@ impl<F: Fs> Store<F> {
         adapter: Option<&str>,
         worktree: Option<&str>,
     ) -> Result<Record> {
-        let steps = &steps::CREATE;
+        let steps = &boundaries::CREATE;
         self.transition(id, steps, || {
             if self.read_record(id)?.is_some() {
                 return Err(Error::SessionExists { id: id.to_string() });

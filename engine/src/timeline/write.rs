@@ -26,7 +26,7 @@ use crate::mutant::{Mutant, active};
 
 /// The boundaries of one transition's log writes.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct LogSteps {
+pub(crate) struct LogBoundaries {
     pub(crate) mkdir: Boundary,
     pub(crate) mkdir_sync: Boundary,
     pub(crate) create: Boundary,
@@ -57,7 +57,7 @@ pub(crate) fn append<F: Fs>(
     id: &SessionId,
     line: &[u8],
     segment_bytes_max: u64,
-    steps: &LogSteps,
+    steps: &LogBoundaries,
 ) -> Result<Appended> {
     assert!(line.ends_with(b"\n") && !line[..line.len() - 1].contains(&b'\n'), "one line");
     let segments = list_segments(fs, layout, id)?;
@@ -135,7 +135,7 @@ pub(crate) fn vouch<F: Fs>(
     fs: &F,
     layout: &Layout,
     id: &SessionId,
-    steps: &LogSteps,
+    steps: &LogBoundaries,
 ) -> Result<()> {
     let segments = list_segments(fs, layout, id)?;
     if let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) {
@@ -160,7 +160,7 @@ pub(crate) fn repair_torn_tail<F: Fs>(
     fs: &F,
     layout: &Layout,
     id: &SessionId,
-    steps: &LogSteps,
+    steps: &LogBoundaries,
 ) -> Result<u64> {
     let segments = list_segments(fs, layout, id)?;
     let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) else {

@@ -3,7 +3,7 @@
 //! people and from other sessions), accepting and refusing drains, lifecycle writes, archive,
 //! close, retired sessions, and rollovers under the smallest segment bound. A workload is named
 //! by its own seed (`gen-<seed>`), so a replay token names it whole and the shrinker can cut it.
-//! Steps that cannot apply (a send to a session not yet created, a close of a closed one) stay
+//! Boundaries that cannot apply (a send to a session not yet created, a close of a closed one) stay
 //! in: their refusals are judged too.
 
 use std::borrow::Cow;
@@ -17,7 +17,7 @@ use super::scenario::{Scenario, Step};
 /// The prefix of a generated workload's name.
 pub const PREFIX: &str = "gen-";
 
-/// Steps per generated workload: enough to roll segments over and to revisit keys, few enough
+/// Boundaries per generated workload: enough to roll segments over and to revisit keys, few enough
 /// that every boundary of it can be crashed in seconds.
 const STEPS: usize = 14;
 

@@ -148,7 +148,7 @@ pub struct Execution {
     pub failed: Option<String>,
     /// Mutating ops issued by each step: [start, end) of the filesystem's op count.
     pub step_ops: Vec<(u64, u64)>,
-    /// Steps the engine refused (a conflict, a revoked sender, ...): nothing was acknowledged.
+    /// Boundaries the engine refused (a conflict, a revoked sender, ...): nothing was acknowledged.
     pub refused: Vec<usize>,
     /// Sessions created so far (acknowledged or in flight) with their creation triple.
     pub created: BTreeMap<String, model::Triple>,

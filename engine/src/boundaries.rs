@@ -4,33 +4,33 @@
 
 use faultfs::Boundary;
 
-use crate::atomic::{ReplaceSteps, StateFile};
-use crate::lock::LockSteps;
-use crate::timeline::LogSteps;
+use crate::atomic::{ReplaceBoundaries, StateFile};
+use crate::lock::LockBoundaries;
+use crate::timeline::LogBoundaries;
 
 /// The boundaries of one transition.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Steps {
-    pub(crate) log: LogSteps,
-    pub(crate) record: ReplaceSteps,
-    pub(crate) queue: ReplaceSteps,
-    pub(crate) index: ReplaceSteps,
-    pub(crate) lock: LockSteps,
-    pub(crate) delivery_lock: LockSteps,
+pub(crate) struct Boundaries {
+    pub(crate) log: LogBoundaries,
+    pub(crate) record: ReplaceBoundaries,
+    pub(crate) queue: ReplaceBoundaries,
+    pub(crate) index: ReplaceBoundaries,
+    pub(crate) lock: LockBoundaries,
+    pub(crate) delivery_lock: LockBoundaries,
     /// Recovery run at the start of the transition.
-    pub(crate) recover_record: ReplaceSteps,
+    pub(crate) recover_record: ReplaceBoundaries,
     pub(crate) recover_remove: Boundary,
     pub(crate) recover_dir_sync: Boundary,
     /// Close and its recovery.
-    pub(crate) close: CloseSteps,
+    pub(crate) close: CloseBoundaries,
     /// Directory creation and other one-off steps.
     pub(crate) mkdir: Boundary,
     pub(crate) mkdir_sync: Boundary,
 }
 
-macro_rules! replace_steps {
+macro_rules! replace_boundaries {
     ($prefix:expr, $file:expr) => {
-        ReplaceSteps {
+        ReplaceBoundaries {
             file: $file,
             create: Boundary::new(concat!($prefix, ".tmp-create")),
             write: Boundary::new(concat!($prefix, ".tmp-write")),
@@ -42,9 +42,9 @@ macro_rules! replace_steps {
     };
 }
 
-macro_rules! lock_steps {
+macro_rules! lock_boundaries {
     ($prefix:expr) => {
-        LockSteps {
+        LockBoundaries {
             create: Boundary::new(concat!($prefix, ".create")),
             write: Boundary::new(concat!($prefix, ".write")),
             takeover: Boundary::new(concat!($prefix, ".takeover")),
@@ -56,7 +56,7 @@ macro_rules! lock_steps {
 /// The boundaries of a close (and of finishing one after a crash): its commit, the ledger, the
 /// revocation and the removal each have names of their own.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct CloseSteps {
+pub(crate) struct CloseBoundaries {
     /// The commit point: the session directory moves to `.closing/`.
     pub(crate) commit: Boundary,
     /// The commit's two directory syncs (`.closing`, then `sessions`); recovery repeats them
@@ -76,9 +76,9 @@ pub(crate) struct CloseSteps {
     pub(crate) remove_sync: Boundary,
 }
 
-macro_rules! close_steps {
+macro_rules! close_boundaries {
     ($prefix:expr) => {
-        CloseSteps {
+        CloseBoundaries {
             commit: Boundary::new(concat!($prefix, ".commit.rename")),
             commit_sync_closing: Boundary::new(concat!($prefix, ".commit.dirsync-closing")),
             commit_sync_sessions: Boundary::new(concat!($prefix, ".commit.dirsync-sessions")),
@@ -96,10 +96,10 @@ macro_rules! close_steps {
     };
 }
 
-macro_rules! steps {
+macro_rules! boundaries {
     ($t:literal) => {
-        Steps {
-            log: LogSteps {
+        Boundaries {
+            log: LogBoundaries {
                 mkdir: Boundary::new(concat!($t, ".log.mkdir")),
                 mkdir_sync: Boundary::new(concat!($t, ".log.mkdir-sync")),
                 create: Boundary::new(concat!($t, ".log.create")),
@@ -112,26 +112,26 @@ macro_rules! steps {
                 vouch_dir_sync: Boundary::new(concat!($t, ".log.vouch-dirsync")),
                 vouch_session_dir_sync: Boundary::new(concat!($t, ".log.vouch-session-dirsync")),
             },
-            record: replace_steps!(concat!($t, ".record"), StateFile::Record),
-            queue: replace_steps!(concat!($t, ".queue"), StateFile::Queue),
-            index: replace_steps!(concat!($t, ".index"), StateFile::Index),
-            lock: lock_steps!(concat!($t, ".lock")),
-            delivery_lock: lock_steps!(concat!($t, ".delivery-lock")),
-            recover_record: replace_steps!(concat!($t, ".recover.record"), StateFile::Record),
+            record: replace_boundaries!(concat!($t, ".record"), StateFile::Record),
+            queue: replace_boundaries!(concat!($t, ".queue"), StateFile::Queue),
+            index: replace_boundaries!(concat!($t, ".index"), StateFile::Index),
+            lock: lock_boundaries!(concat!($t, ".lock")),
+            delivery_lock: lock_boundaries!(concat!($t, ".delivery-lock")),
+            recover_record: replace_boundaries!(concat!($t, ".recover.record"), StateFile::Record),
             recover_remove: Boundary::new(concat!($t, ".recover.remove")),
             recover_dir_sync: Boundary::new(concat!($t, ".recover.dirsync")),
-            close: close_steps!(concat!($t, ".close")),
+            close: close_boundaries!(concat!($t, ".close")),
             mkdir: Boundary::new(concat!($t, ".mkdir")),
             mkdir_sync: Boundary::new(concat!($t, ".mkdir-sync")),
         }
     };
 }
 
-pub(crate) const OPEN: Steps = steps!("open");
-pub(crate) const CREATE: Steps = steps!("create");
-pub(crate) const APPEND: Steps = steps!("append");
-pub(crate) const SEND: Steps = steps!("send");
-pub(crate) const DRAIN: Steps = steps!("drain");
-pub(crate) const ARCHIVE: Steps = steps!("archive");
-pub(crate) const CLOSE: Steps = steps!("close");
-pub(crate) const RECOVER: Steps = steps!("recover");
+pub(crate) const OPEN: Boundaries = boundaries!("open");
+pub(crate) const CREATE: Boundaries = boundaries!("create");
+pub(crate) const APPEND: Boundaries = boundaries!("append");
+pub(crate) const SEND: Boundaries = boundaries!("send");
+pub(crate) const DRAIN: Boundaries = boundaries!("drain");
+pub(crate) const ARCHIVE: Boundaries = boundaries!("archive");
+pub(crate) const CLOSE: Boundaries = boundaries!("close");
+pub(crate) const RECOVER: Boundaries = boundaries!("recover");
