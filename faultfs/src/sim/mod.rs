@@ -31,11 +31,14 @@
 //! sampled crash images all derive from the fault plan's seed and the op sequence, and every map
 //! is ordered, so the same seed and the same calls give the same trace and the same images.
 
+mod file;
 mod image;
+mod path;
+mod process;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 // The simulated state is shared between threads (several "processes" in one test); under loom
 // its mutex is loom's, so loom models explore the interleavings of filesystem ops too.
 #[cfg(loom)]
@@ -45,12 +48,15 @@ use std::sync::{Arc as SyncArc, Mutex, MutexGuard};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
+pub use file::SimFile;
 pub use image::{CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode};
+use path::{normalize, split_image_path};
+use process::next_machine;
 
 use crate::plan::mix;
 use crate::trace::TraceEntry;
 use crate::{
-    Boundary, DirEntry, Error, Fault, FaultPlan, File, FileKind, Fs, Metadata, OpKind, OpenOptions,
+    Boundary, DirEntry, Error, Fault, FaultPlan, FileKind, Fs, Metadata, OpKind, OpenOptions,
     Result, Trace,
 };
 
@@ -197,13 +203,6 @@ pub(crate) struct State {
     ephemeral: Vec<Vec<String>>,
 }
 
-/// Ids of simulated machines, unique within the real process.
-static NEXT_MACHINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-fn next_machine() -> u64 {
-    NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
 /// handle to the same filesystem (as seen by the same process; see [`SimFs::as_process`]).
 #[derive(Clone, Debug)]
@@ -326,28 +325,6 @@ impl SimFs {
             ephemeral: old.ephemeral.clone(),
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: pid }
-    }
-
-    /// The same filesystem as seen by another simulated process `pid` (for lock tests).
-    /// The process is registered as running, started at the current logical time.
-    pub fn as_process(&self, pid: u32) -> SimFs {
-        {
-            let mut state = self.lock();
-            let now = state.clock_ms;
-            state.processes.entry(pid).or_insert(now);
-        }
-        SimFs { state: SyncArc::clone(&self.state), process_id: pid }
-    }
-
-    /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
-    /// open in the caller's hands, as a SIGKILLed process's lock *files* stay on disk.
-    pub fn kill_process(&self, pid: u32) {
-        self.lock().processes.remove(&pid);
-    }
-
-    /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
-    pub fn spawn_process(&self, pid: u32, start_ms: u64) {
-        self.lock().processes.insert(pid, start_ms);
     }
 
     /// Advances the logical clock by `ms` milliseconds.
@@ -570,34 +547,6 @@ impl State {
         match &mut self.inodes.get_mut(&ino).expect("open files keep their inode").node {
             Node::File(file) => file,
             Node::Dir(_) => unreachable!("inode {ino} was opened as a file"),
-        }
-    }
-
-    fn lookup_components(&self, components: &[&str]) -> Option<Ino> {
-        let mut ino = ROOT_INO;
-        for component in components {
-            match &self.inodes[&ino].node {
-                Node::Dir(dir) => ino = *dir.volatile.get(*component)?,
-                Node::File(_) => return None,
-            }
-        }
-        Some(ino)
-    }
-
-    /// Resolves `components` to a directory, or a `NotFound`/`NotADirectory` error.
-    fn lookup_dir(
-        &self,
-        components: &[&str],
-        op: OpKind,
-        path: &Path,
-        boundary: Boundary,
-    ) -> Result<Ino> {
-        let ino = self
-            .lookup_components(components)
-            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
-        match self.inodes[&ino].node {
-            Node::Dir(_) => Ok(ino),
-            Node::File(_) => Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory)),
         }
     }
 
@@ -890,209 +839,6 @@ impl SimFs {
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: None }]);
         Ok(())
     }
-}
-
-/// An open file of a [`SimFs`].
-#[derive(Debug)]
-pub struct SimFile {
-    fs: SimFs,
-    ino: Ino,
-    handle: u64,
-    path: PathBuf,
-    writable: bool,
-}
-
-impl SimFile {
-    fn write_op(
-        &self,
-        op: OpKind,
-        offset: Option<u64>,
-        data: &[u8],
-        boundary: Boundary,
-    ) -> Result<()> {
-        let mut state = self.fs.lock();
-        state.check_alive(boundary)?;
-        let offset = offset.unwrap_or_else(|| match &state.inodes[&self.ino].node {
-            Node::File(file) => file.volatile.len() as u64,
-            Node::Dir(_) => 0,
-        });
-        let detail = format!("@{offset}+{}", data.len());
-        let op_index = state.op_count;
-        let verdict = state.begin(boundary, op, self.path.display().to_string(), detail)?;
-        if !self.writable {
-            return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
-        }
-        match verdict {
-            Verdict::Proceed => {
-                state.write(self.ino, offset, data);
-                Ok(())
-            }
-            Verdict::Fail(Fault::ShortWrite) => {
-                let written = state.short_write_len(op_index, data.len());
-                if written > 0 {
-                    state.write(self.ino, offset, &data[..written]);
-                }
-                Err(Error::io(
-                    op,
-                    &self.path,
-                    Some(boundary),
-                    io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!("short write: {written} of {} bytes", data.len()),
-                    ),
-                ))
-            }
-            Verdict::Fail(fault) => Err(fault_error(fault, op, &self.path, boundary)),
-        }
-    }
-
-    fn sync_op(&self, op: OpKind, boundary: Boundary) -> Result<()> {
-        let mut state = self.fs.lock();
-        let verdict = state.begin(boundary, op, self.path.display().to_string(), String::new())?;
-        match verdict {
-            Verdict::Proceed => {
-                if state.rules.sync_makes_durable {
-                    state.sync_file(self.ino, false);
-                }
-                Ok(())
-            }
-            Verdict::Fail(fault) => {
-                // fsyncgate: the kernel may mark the dirty pages clean after a failed writeback.
-                // Reads keep returning the data; the durable image never gets it.
-                if state.rules.failed_sync_drops {
-                    state.sync_file(self.ino, true);
-                }
-                Err(fault_error(fault, op, &self.path, boundary))
-            }
-        }
-    }
-}
-
-impl File for SimFile {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
-        self.write_op(OpKind::Append, None, data, boundary)
-    }
-
-    fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
-        self.write_op(OpKind::WriteAt, Some(offset), data, boundary)
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let state = self.fs.lock();
-        state.check_alive(Boundary::new("read"))?;
-        let Node::File(file) = &state.inodes[&self.ino].node else {
-            return Err(io_error(
-                OpKind::Read,
-                &self.path,
-                Boundary::new("read"),
-                io::ErrorKind::IsADirectory,
-            ));
-        };
-        let start = to_usize(offset).min(file.volatile.len());
-        let end = start.saturating_add(buf.len()).min(file.volatile.len());
-        buf[..end - start].copy_from_slice(&file.volatile[start..end]);
-        Ok(end - start)
-    }
-
-    fn len(&self) -> Result<u64> {
-        let state = self.fs.lock();
-        state.check_alive(Boundary::new("len"))?;
-        match &state.inodes[&self.ino].node {
-            Node::File(file) => Ok(file.volatile.len() as u64),
-            Node::Dir(_) => Ok(0),
-        }
-    }
-
-    fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
-        let op = OpKind::SetLen;
-        let mut state = self.fs.lock();
-        let verdict =
-            state.begin(boundary, op, self.path.display().to_string(), format!("len={len}"))?;
-        if !self.writable {
-            return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
-        }
-        if let Verdict::Fail(fault) = verdict {
-            return Err(fault_error(fault, op, &self.path, boundary));
-        }
-        state.set_len(self.ino, len);
-        Ok(())
-    }
-
-    fn sync_data(&self, boundary: Boundary) -> Result<()> {
-        self.sync_op(OpKind::SyncData, boundary)
-    }
-
-    fn sync_all(&self, boundary: Boundary) -> Result<()> {
-        self.sync_op(OpKind::SyncAll, boundary)
-    }
-
-    fn try_lock(&self) -> Result<bool> {
-        let mut state = self.fs.lock();
-        state.check_alive(Boundary::new("lock"))?;
-        match state.locks.get(&self.ino) {
-            Some(&holder) if holder != self.handle => Ok(false),
-            _ => {
-                state.locks.insert(self.ino, self.handle);
-                Ok(true)
-            }
-        }
-    }
-
-    fn unlock(&self) -> Result<()> {
-        let mut state = self.fs.lock();
-        if state.locks.get(&self.ino) == Some(&self.handle) {
-            state.locks.remove(&self.ino);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for SimFile {
-    fn drop(&mut self) {
-        let mut state = self.fs.lock();
-        if state.locks.get(&self.ino) == Some(&self.handle) {
-            state.locks.remove(&self.ino);
-        }
-    }
-}
-
-/// Splits `path` into normal components; `/` and `.` are skipped, `..` is refused so that a
-/// simulated path can never escape where the caller meant it to be.
-fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
-    let mut components = Vec::new();
-    for component in path.components() {
-        match component {
-            Component::RootDir | Component::CurDir => {}
-            Component::Normal(name) => components.push(name.to_str().ok_or_else(|| {
-                Error::io(
-                    op,
-                    path,
-                    None,
-                    io::Error::new(io::ErrorKind::InvalidInput, "path is not UTF-8"),
-                )
-            })?),
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(Error::io(
-                    op,
-                    path,
-                    None,
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "`..` and prefixes are not supported",
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(components)
-}
-
-fn split_image_path(path: &str) -> Vec<&str> {
-    path.split('/').filter(|component| !component.is_empty()).collect()
 }
 
 fn open_detail(options: OpenOptions) -> String {

@@ -1,0 +1,176 @@
+//! Open files of a [`SimFs`]: positioned and appending writes, syncs (with fsyncgate on a failed
+//! one), reads of the volatile bytes, and advisory locks held per open file.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::{Ino, Node, SimFs, Verdict, fault_error, io_error, to_usize};
+use crate::{Boundary, Error, Fault, File, OpKind, Result};
+
+/// An open file of a [`SimFs`].
+#[derive(Debug)]
+pub struct SimFile {
+    pub(super) fs: SimFs,
+    pub(super) ino: Ino,
+    pub(super) handle: u64,
+    pub(super) path: PathBuf,
+    pub(super) writable: bool,
+}
+
+impl SimFile {
+    fn write_op(
+        &self,
+        op: OpKind,
+        offset: Option<u64>,
+        data: &[u8],
+        boundary: Boundary,
+    ) -> Result<()> {
+        let mut state = self.fs.lock();
+        state.check_alive(boundary)?;
+        let offset = offset.unwrap_or_else(|| match &state.inodes[&self.ino].node {
+            Node::File(file) => file.volatile.len() as u64,
+            Node::Dir(_) => 0,
+        });
+        let detail = format!("@{offset}+{}", data.len());
+        let op_index = state.op_count;
+        let verdict = state.begin(boundary, op, self.path.display().to_string(), detail)?;
+        if !self.writable {
+            return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
+        }
+        match verdict {
+            Verdict::Proceed => {
+                state.write(self.ino, offset, data);
+                Ok(())
+            }
+            Verdict::Fail(Fault::ShortWrite) => {
+                let written = state.short_write_len(op_index, data.len());
+                if written > 0 {
+                    state.write(self.ino, offset, &data[..written]);
+                }
+                Err(Error::io(
+                    op,
+                    &self.path,
+                    Some(boundary),
+                    io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("short write: {written} of {} bytes", data.len()),
+                    ),
+                ))
+            }
+            Verdict::Fail(fault) => Err(fault_error(fault, op, &self.path, boundary)),
+        }
+    }
+
+    fn sync_op(&self, op: OpKind, boundary: Boundary) -> Result<()> {
+        let mut state = self.fs.lock();
+        let verdict = state.begin(boundary, op, self.path.display().to_string(), String::new())?;
+        match verdict {
+            Verdict::Proceed => {
+                if state.rules.sync_makes_durable {
+                    state.sync_file(self.ino, false);
+                }
+                Ok(())
+            }
+            Verdict::Fail(fault) => {
+                // fsyncgate: the kernel may mark the dirty pages clean after a failed writeback.
+                // Reads keep returning the data; the durable image never gets it.
+                if state.rules.failed_sync_drops {
+                    state.sync_file(self.ino, true);
+                }
+                Err(fault_error(fault, op, &self.path, boundary))
+            }
+        }
+    }
+}
+
+impl File for SimFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
+        self.write_op(OpKind::Append, None, data, boundary)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
+        self.write_op(OpKind::WriteAt, Some(offset), data, boundary)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let state = self.fs.lock();
+        state.check_alive(Boundary::new("read"))?;
+        let Node::File(file) = &state.inodes[&self.ino].node else {
+            return Err(io_error(
+                OpKind::Read,
+                &self.path,
+                Boundary::new("read"),
+                io::ErrorKind::IsADirectory,
+            ));
+        };
+        let start = to_usize(offset).min(file.volatile.len());
+        let end = start.saturating_add(buf.len()).min(file.volatile.len());
+        buf[..end - start].copy_from_slice(&file.volatile[start..end]);
+        Ok(end - start)
+    }
+
+    fn len(&self) -> Result<u64> {
+        let state = self.fs.lock();
+        state.check_alive(Boundary::new("len"))?;
+        match &state.inodes[&self.ino].node {
+            Node::File(file) => Ok(file.volatile.len() as u64),
+            Node::Dir(_) => Ok(0),
+        }
+    }
+
+    fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
+        let op = OpKind::SetLen;
+        let mut state = self.fs.lock();
+        let verdict =
+            state.begin(boundary, op, self.path.display().to_string(), format!("len={len}"))?;
+        if !self.writable {
+            return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
+        }
+        if let Verdict::Fail(fault) = verdict {
+            return Err(fault_error(fault, op, &self.path, boundary));
+        }
+        state.set_len(self.ino, len);
+        Ok(())
+    }
+
+    fn sync_data(&self, boundary: Boundary) -> Result<()> {
+        self.sync_op(OpKind::SyncData, boundary)
+    }
+
+    fn sync_all(&self, boundary: Boundary) -> Result<()> {
+        self.sync_op(OpKind::SyncAll, boundary)
+    }
+
+    fn try_lock(&self) -> Result<bool> {
+        let mut state = self.fs.lock();
+        state.check_alive(Boundary::new("lock"))?;
+        match state.locks.get(&self.ino) {
+            Some(&holder) if holder != self.handle => Ok(false),
+            _ => {
+                state.locks.insert(self.ino, self.handle);
+                Ok(true)
+            }
+        }
+    }
+
+    fn unlock(&self) -> Result<()> {
+        let mut state = self.fs.lock();
+        if state.locks.get(&self.ino) == Some(&self.handle) {
+            state.locks.remove(&self.ino);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        let mut state = self.fs.lock();
+        if state.locks.get(&self.ino) == Some(&self.handle) {
+            state.locks.remove(&self.ino);
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! The simulated process table and machine identity: which pids run and since when (lock
+//! recovery asks), killing and spawning processes, and the id that keeps each simulated machine's
+//! per-process state apart from every other machine's in the same real process.
+
+use super::{SimFs, SyncArc};
+
+/// Ids of simulated machines, unique within the real process.
+static NEXT_MACHINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+pub(super) fn next_machine() -> u64 {
+    NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl SimFs {
+    /// The same filesystem as seen by another simulated process `pid` (for lock tests).
+    /// The process is registered as running, started at the current logical time.
+    pub fn as_process(&self, pid: u32) -> SimFs {
+        {
+            let mut state = self.lock();
+            let now = state.clock_ms;
+            state.processes.entry(pid).or_insert(now);
+        }
+        SimFs { state: SyncArc::clone(&self.state), process_id: pid }
+    }
+
+    /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
+    /// open in the caller's hands, as a SIGKILLed process's lock *files* stay on disk.
+    pub fn kill_process(&self, pid: u32) {
+        self.lock().processes.remove(&pid);
+    }
+
+    /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
+    pub fn spawn_process(&self, pid: u32, start_ms: u64) {
+        self.lock().processes.insert(pid, start_ms);
+    }
+}
