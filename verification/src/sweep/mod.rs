@@ -26,171 +26,31 @@
 
 pub(crate) mod check;
 pub(crate) mod decode;
+mod faults;
 pub mod generate;
 pub(crate) mod phase;
+mod replay;
+mod report;
 pub mod run;
 pub mod scenario;
 pub mod shrink;
+mod token;
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
 
+pub use replay::{Replay, replay};
+pub use report::{Cell, CellKey, Enumeration, Progress, Report, Violation};
 pub use scenario::{Scenario, Step};
+pub use token::Token;
+
+use faults::fault_point;
+use report::record;
 
 use run::execute;
-
-/// Where a violation was found; its text form is what `spex verify replay` takes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Token {
-    /// The scenario.
-    pub scenario: String,
-    /// The seed.
-    pub seed: u64,
-    /// The first crash's mode.
-    pub mode: CrashMode,
-    /// The first crash point (before op `k`).
-    pub k: u64,
-    /// Which image of that crash (a kill has one: the restarted machine).
-    pub image: usize,
-    /// A second crash inside the phase that followed: (mode, op of the phase, image).
-    pub second: Option<(CrashMode, u64, usize)>,
-    /// A power loss after the (last) phase ran to its end: which of its images.
-    pub then_power: Option<usize>,
-    /// An injected I/O fault at op `k` instead of a crash (`image` then names the power-loss
-    /// image taken after the failure, or is `usize::MAX` for the reopened process).
-    pub fault: Option<faultfs::Fault>,
-}
-
-fn mode_name(mode: CrashMode) -> &'static str {
-    mode.name()
-}
-
-fn parse_mode(text: &str) -> Result<CrashMode, String> {
-    match text {
-        "kill" => Ok(CrashMode::ProcessKill),
-        "power" => Ok(CrashMode::PowerLoss),
-        other => Err(format!("unknown crash mode {other:?} (expected kill or power)")),
-    }
-}
-
-/// The image number as tokens spell it (`reopen` for the process that goes on after a fault).
-fn image_text(image: usize) -> String {
-    if image == usize::MAX { "reopen".to_owned() } else { image.to_string() }
-}
-
-impl fmt::Display for Token {
-    /// `v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:<fault>]`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "v2:{}:{}:{}:{}:{}",
-            self.scenario,
-            self.seed,
-            mode_name(self.mode),
-            self.k,
-            image_text(self.image)
-        )?;
-        if let Some((mode, j, image)) = self.second {
-            write!(f, ":in:{}:{j}:{image}", mode_name(mode))?;
-        }
-        if let Some(image) = self.then_power {
-            write!(f, ":then:{image}")?;
-        }
-        if let Some(fault) = self.fault {
-            write!(f, ":{fault}")?;
-        }
-        Ok(())
-    }
-}
-
-impl FromStr for Token {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let parts: Vec<&str> = s.split(':').collect();
-        let bad = |what: &str| format!("replay token {s:?}: {what}");
-        if parts.first() != Some(&"v2") || parts.len() < 6 {
-            return Err(bad(
-                "expected v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:<fault>]",
-            ));
-        }
-        let number =
-            |text: &str| text.parse::<u64>().map_err(|_| bad(&format!("{text:?} is not a number")));
-        let image = |text: &str| {
-            if text == "reopen" { Ok(usize::MAX) } else { number(text).map(|n| n as usize) }
-        };
-        let mut token = Token {
-            scenario: parts[1].to_owned(),
-            seed: number(parts[2])?,
-            mode: parse_mode(parts[3])?,
-            k: number(parts[4])?,
-            image: image(parts[5])?,
-            second: None,
-            then_power: None,
-            fault: None,
-        };
-        let mut rest = &parts[6..];
-        while let Some((&tag, tail)) = rest.split_first() {
-            match (tag, tail) {
-                ("in", [mode, j, index, more @ ..]) => {
-                    token.second = Some((parse_mode(mode)?, number(j)?, image(index)?));
-                    rest = more;
-                }
-                ("then", [index, more @ ..]) => {
-                    token.then_power = Some(image(index)?);
-                    rest = more;
-                }
-                (fault, []) => {
-                    token.fault = Some(fault.parse::<faultfs::Fault>().map_err(|e| bad(&e))?);
-                    rest = &[];
-                }
-                (other, _) => return Err(bad(&format!("unexpected {other:?}"))),
-            }
-        }
-        Ok(token)
-    }
-}
-
-/// A violation: where, and what broke.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// How to replay it.
-    pub token: Token,
-    /// The transition in flight.
-    pub transition: String,
-    /// The boundary of the crash point.
-    pub boundary: String,
-    /// What was wrong.
-    pub messages: Vec<String>,
-}
-
-impl Violation {
-    /// The one command that reproduces it.
-    pub fn replay_command(&self) -> String {
-        format!("spex verify replay {}", self.token)
-    }
-}
-
-/// One cell of the matrix.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Cell {
-    /// Crash points in this cell.
-    pub points: u64,
-    /// Images checked.
-    pub images: u64,
-    /// Images with a violation.
-    pub violations: u64,
-    /// Images skipped: already judged against the same run elsewhere in the sweep.
-    pub repeated: u64,
-}
-
-/// Key of a matrix cell: (scenario, transition, boundary, mode).
-pub type CellKey = (String, String, String, CrashMode);
 
 /// What to sweep.
 #[derive(Clone, Debug)]
@@ -233,71 +93,6 @@ impl Options {
         }
     }
 }
-
-/// Progress, for a progress bar.
-#[derive(Clone, Copy, Debug)]
-pub struct Progress {
-    /// Crash points done.
-    pub done: u64,
-    /// Crash points in all.
-    pub total: u64,
-    /// Images checked so far.
-    pub images: u64,
-    /// Violations so far.
-    pub violations: u64,
-}
-
-/// The result of a sweep.
-#[derive(Clone, Debug, Default)]
-pub struct Report {
-    /// The matrix.
-    pub cells: BTreeMap<CellKey, Cell>,
-    /// Every violation (the first few per cell are kept in full).
-    pub violations: Vec<Violation>,
-    /// Crash points visited.
-    pub crash_points: u64,
-    /// Images checked (first and second crashes).
-    pub images: u64,
-    /// Whether the budget ran out before every point was visited.
-    pub truncated: bool,
-    /// Per scenario, power-loss crashes whose images were every subset of the pending pieces
-    /// (exhaustive) and those that were families plus samples (sampled).
-    pub enumeration: BTreeMap<String, Enumeration>,
-    /// Images not judged again because the same image had already been judged against the
-    /// same run (same content hash, same boot, same acknowledgements): the verdict would be
-    /// the same.
-    pub repeated: u64,
-    /// (image, boot, run) digests already judged.
-    judged: std::collections::HashSet<[u8; 32]>,
-    /// Wall time.
-    pub elapsed: Duration,
-}
-
-/// How one scenario's power-loss crashes were enumerated.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Enumeration {
-    /// Crashes whose every pending subset was an image.
-    pub exhaustive: u64,
-    /// Crashes with too many pending pieces: structured families and seeded samples.
-    pub sampled: u64,
-    /// The most pending pieces seen at one crash.
-    pub pieces_max: usize,
-}
-
-impl Report {
-    fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
-        let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
-        if crash.exhaustive {
-            entry.exhaustive += 1;
-        } else {
-            entry.sampled += 1;
-        }
-        entry.pieces_max = entry.pieces_max.max(crash.pending_pieces);
-    }
-}
-
-/// Violations kept in full per cell; the rest are only counted.
-const VIOLATIONS_KEPT_PER_CELL: u64 = 3;
 
 /// Runs a sweep.
 pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
@@ -530,22 +325,6 @@ fn digest_of(run: &run::Execution) -> [u8; 32] {
     Sha256::digest(format!("{run:?}").as_bytes()).into()
 }
 
-impl Report {
-    /// Whether `image` has not yet been judged against the run with digest `run`; marks it.
-    fn first_judgement(&mut self, key: &CellKey, image: &faultfs::Image, run: &[u8; 32]) -> bool {
-        let mut hasher = Sha256::new();
-        hasher.update(image.hash());
-        hasher.update(image.boot().to_le_bytes());
-        hasher.update(run);
-        let fresh = self.judged.insert(hasher.finalize().into());
-        if !fresh {
-            self.repeated += 1;
-            self.cells.entry(key.clone()).or_default().repeated += 1;
-        }
-        fresh
-    }
-}
-
 /// Whether some session's newest segment in `image` ends in a torn line (unterminated, or with
 /// NUL bytes in its last line), which the next writer repairs.
 fn torn_tail(image: &faultfs::Image) -> bool {
@@ -574,98 +353,6 @@ fn judge_last(fs: SimFs, scenario: &Scenario, run: &run::Execution, seed: u64) -
     }
 }
 
-/// Injects `fault` at op `k`: the failing step must not be acknowledged and must poison its
-/// session in that handle. Then the machine loses power right after the failure; and,
-/// separately, a new process reopens the store, recovers, works, and the machine loses power
-/// after that (a failed sync may have dropped data that reads still return).
-fn fault_point(
-    options: &Options,
-    scenario: &Scenario,
-    boundaries: &[String],
-    k: u64,
-    fault: faultfs::Fault,
-    report: &mut Report,
-) {
-    let seed = options.seed;
-    let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
-    let (run, store) = run::execute_with(&fs, scenario, seed);
-    let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
-    let faulted_step = run.step_ops.iter().position(|(start, end)| (*start..*end).contains(&k));
-    let transition = match run.in_flight.or(faulted_step) {
-        Some(index) => format!("{}+{fault}", scenario.steps[index].transition()),
-        None => format!("open+{fault}"),
-    };
-    // The harness's own ops (worktrees) are fault points too, but the engine's rules about
-    // failed writes do not apply to them.
-    let engine_op = !boundary.starts_with("harness.");
-    let mut common = run.violations.clone();
-    // A refusal (e.g. a key conflict) acknowledges nothing; its lock release may fail quietly.
-    if let Some(index) = faulted_step
-        && engine_op
-        && run.in_flight != Some(index)
-        && !run.refused.contains(&index)
-    {
-        common.push(format!(
-            "an injected {fault} at op {k} ({boundary}) failed step {index} ({}), which was acknowledged anyway",
-            scenario.steps[index].transition()
-        ));
-    }
-    if let (Some(store), Some(index)) = (&store, run.in_flight)
-        && run.failed.is_some()
-        && engine_op
-    {
-        let id = match &scenario.steps[index] {
-            Step::Create { id, .. }
-            | Step::Set { id, .. }
-            | Step::Drain { id }
-            | Step::DrainRefusing { id } => id,
-            Step::Archive { id } | Step::Close { id } | Step::Retire { id } => id,
-            Step::Send { to, .. } => to,
-        };
-        match store.recover_session(&run::sid(id)) {
-            Err(spex_engine::Error::Poisoned { .. }) => {}
-            other => common
-                .push(format!("after a failed {fault} the handle was not poisoned: {other:?}")),
-        }
-    }
-    drop(store);
-    let mut run = run;
-    run.violations = common;
-    // Power loss right after the failure (fsyncgate: dropped data is visible but not durable).
-    let power = fs.crash(CrashMode::PowerLoss);
-    report.count_enumeration(scenario, &power);
-    let key =
-        (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
-    report.cells.entry(key.clone()).or_default().points += 1;
-    for (image_index, image) in power.images.iter().enumerate() {
-        let place = Place {
-            scenario,
-            transition: transition.clone(),
-            boundary: boundary.clone(),
-            token: Token {
-                fault: Some(fault),
-                ..token_base(scenario, seed, CrashMode::PowerLoss, k, image_index)
-            },
-        };
-        judge_sequence(options, &run, Source::Reboot(image), &place, false, report);
-    }
-    // A new process reopens on what the failing one left, works, and the power goes.
-    let key =
-        (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::ProcessKill);
-    report.cells.entry(key).or_default().points += 1;
-    let place = Place {
-        scenario,
-        transition,
-        boundary,
-        token: Token {
-            fault: Some(fault),
-            ..token_base(scenario, seed, CrashMode::ProcessKill, k, usize::MAX)
-        },
-    };
-    let depth2 = Options { depth2: false, ..options.clone() };
-    judge_sequence(&depth2, &run, Source::Restart(&fs), &place, true, report);
-}
-
 fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: usize) -> Token {
     Token {
         scenario: scenario.name.to_string(),
@@ -677,131 +364,6 @@ fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: us
         then_power: None,
         fault: None,
     }
-}
-
-fn record(
-    report: &mut Report,
-    key: &CellKey,
-    token: Token,
-    place: &Place<'_>,
-    messages: Vec<String>,
-) {
-    report.images += 1;
-    let cell = report.cells.entry(key.clone()).or_default();
-    cell.images += 1;
-    if messages.is_empty() {
-        return;
-    }
-    cell.violations += 1;
-    if cell.violations <= VIOLATIONS_KEPT_PER_CELL {
-        report.violations.push(Violation {
-            token,
-            transition: key.1.clone(),
-            boundary: place.boundary.clone(),
-            messages,
-        });
-    }
-}
-
-/// What a replay found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Replay {
-    /// The violations of that one image (empty: it passes).
-    pub messages: Vec<String>,
-    /// SHA-256 over every trace of the replay and the image hashes: equal for equal runs.
-    pub trace_hash: String,
-    /// The boundary of the first crash point.
-    pub boundary: String,
-    /// The full op trace of the first run, up to the crash.
-    pub trace: String,
-}
-
-/// Replays the one sequence a token names.
-pub fn replay(token: &Token) -> Result<Replay, String> {
-    let scenario = scenario::named(&token.scenario)
-        .ok_or_else(|| format!("unknown scenario {:?}", token.scenario))?;
-    let seed = token.seed;
-    let plan = match token.fault {
-        Some(fault) => FaultPlan::fault_at(seed, token.k, fault),
-        None => FaultPlan::crash_at(seed, token.k),
-    };
-    let fs = SimFs::new(plan);
-    let (mut run, store) = run::execute_with(&fs, &scenario, seed);
-    drop(store);
-    if token.fault.is_some() {
-        // The checks of the failing handle itself are the sweep's; a replay judges what follows.
-        run.violations.clear();
-    }
-    let trace = fs.trace();
-    let boundary = trace
-        .entries()
-        .get(token.k as usize)
-        .map_or_else(|| "end".to_owned(), |entry| entry.boundary.to_string());
-    let mut hasher = Sha256::new();
-    hasher.update(trace.hash_hex());
-    let first_mode = if token.fault.is_some() && token.image == usize::MAX {
-        CrashMode::ProcessKill
-    } else {
-        token.mode
-    };
-    let images;
-    let source = match first_mode {
-        CrashMode::ProcessKill => Source::Restart(&fs),
-        CrashMode::PowerLoss => {
-            images = fs.crash(CrashMode::PowerLoss).images;
-            let image = images.get(token.image).ok_or_else(|| {
-                format!("crash point {} has only {} images", token.k, images.len())
-            })?;
-            hasher.update(image.hash_hex());
-            Source::Reboot(image)
-        }
-    };
-    let mut messages = run.violations.clone();
-    let (mut machine, mut judged) = (source.machine(FaultPlan::none(seed)), run.clone());
-    if let Some((mode, j, index)) = token.second {
-        let halted = match phase::check_image(
-            source.machine(FaultPlan::crash_at(seed, j)),
-            &scenario,
-            &run,
-            seed,
-        ) {
-            Err(halted) => halted,
-            Ok(_) => return Err(format!("the phase after the crash has no op {j}")),
-        };
-        hasher.update(halted.fs.trace().hash_hex());
-        machine = match mode {
-            CrashMode::ProcessKill => halted.fs.restart(FaultPlan::none(seed)),
-            CrashMode::PowerLoss => {
-                let images = halted.fs.crash(mode).images;
-                let image = images
-                    .get(index)
-                    .ok_or_else(|| format!("the second crash has only {} images", images.len()))?;
-                hasher.update(image.hash_hex());
-                SimFs::from_image(image, FaultPlan::none(seed))
-            }
-        };
-        judged = *halted.run;
-    }
-    if let Some(index) = token.then_power {
-        let checked = phase::check_image(machine.clone(), &scenario, &judged, seed)
-            .map_err(|_| "the phase crashed without a planned fault".to_owned())?;
-        hasher.update(machine.trace().hash_hex());
-        let images = machine.crash(CrashMode::PowerLoss).images;
-        let image = images.get(index).ok_or_else(|| {
-            format!("the power loss after the phase has only {} images", images.len())
-        })?;
-        hasher.update(image.hash_hex());
-        machine = SimFs::from_image(image, FaultPlan::none(seed));
-        judged = checked.run;
-    }
-    messages.extend(judge_last(machine.clone(), &scenario, &judged, seed));
-    hasher.update(machine.trace().hash_hex());
-    Ok(Replay {
-        messages,
-        trace_hash: hex::encode(hasher.finalize()),
-        boundary,
-        trace: trace.to_string(),
-    })
 }
 
 /// The result of sweeping one mutant.

@@ -1,0 +1,99 @@
+//! Injected faults (EIO, ENOSPC, short writes) at a boundary, and what must follow them.
+
+use faultfs::{CrashMode, FaultPlan, SimFs};
+
+use super::{
+    Options, Place, Report, Scenario, Source, Step, Token, judge_sequence, run, token_base,
+};
+
+/// Injects `fault` at op `k`: the failing step must not be acknowledged and must poison its
+/// session in that handle. Then the machine loses power right after the failure; and,
+/// separately, a new process reopens the store, recovers, works, and the machine loses power
+/// after that (a failed sync may have dropped data that reads still return).
+pub(crate) fn fault_point(
+    options: &Options,
+    scenario: &Scenario,
+    boundaries: &[String],
+    k: u64,
+    fault: faultfs::Fault,
+    report: &mut Report,
+) {
+    let seed = options.seed;
+    let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
+    let (run, store) = run::execute_with(&fs, scenario, seed);
+    let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
+    let faulted_step = run.step_ops.iter().position(|(start, end)| (*start..*end).contains(&k));
+    let transition = match run.in_flight.or(faulted_step) {
+        Some(index) => format!("{}+{fault}", scenario.steps[index].transition()),
+        None => format!("open+{fault}"),
+    };
+    // The harness's own ops (worktrees) are fault points too, but the engine's rules about
+    // failed writes do not apply to them.
+    let engine_op = !boundary.starts_with("harness.");
+    let mut common = run.violations.clone();
+    // A refusal (e.g. a key conflict) acknowledges nothing; its lock release may fail quietly.
+    if let Some(index) = faulted_step
+        && engine_op
+        && run.in_flight != Some(index)
+        && !run.refused.contains(&index)
+    {
+        common.push(format!(
+            "an injected {fault} at op {k} ({boundary}) failed step {index} ({}), which was acknowledged anyway",
+            scenario.steps[index].transition()
+        ));
+    }
+    if let (Some(store), Some(index)) = (&store, run.in_flight)
+        && run.failed.is_some()
+        && engine_op
+    {
+        let id = match &scenario.steps[index] {
+            Step::Create { id, .. }
+            | Step::Set { id, .. }
+            | Step::Drain { id }
+            | Step::DrainRefusing { id } => id,
+            Step::Archive { id } | Step::Close { id } | Step::Retire { id } => id,
+            Step::Send { to, .. } => to,
+        };
+        match store.recover_session(&run::sid(id)) {
+            Err(spex_engine::Error::Poisoned { .. }) => {}
+            other => common
+                .push(format!("after a failed {fault} the handle was not poisoned: {other:?}")),
+        }
+    }
+    drop(store);
+    let mut run = run;
+    run.violations = common;
+    // Power loss right after the failure (fsyncgate: dropped data is visible but not durable).
+    let power = fs.crash(CrashMode::PowerLoss);
+    report.count_enumeration(scenario, &power);
+    let key =
+        (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
+    report.cells.entry(key.clone()).or_default().points += 1;
+    for (image_index, image) in power.images.iter().enumerate() {
+        let place = Place {
+            scenario,
+            transition: transition.clone(),
+            boundary: boundary.clone(),
+            token: Token {
+                fault: Some(fault),
+                ..token_base(scenario, seed, CrashMode::PowerLoss, k, image_index)
+            },
+        };
+        judge_sequence(options, &run, Source::Reboot(image), &place, false, report);
+    }
+    // A new process reopens on what the failing one left, works, and the power goes.
+    let key =
+        (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::ProcessKill);
+    report.cells.entry(key).or_default().points += 1;
+    let place = Place {
+        scenario,
+        transition,
+        boundary,
+        token: Token {
+            fault: Some(fault),
+            ..token_base(scenario, seed, CrashMode::ProcessKill, k, usize::MAX)
+        },
+    };
+    let depth2 = Options { depth2: false, ..options.clone() };
+    judge_sequence(&depth2, &run, Source::Restart(&fs), &place, true, report);
+}

@@ -1,0 +1,157 @@
+//! What a sweep reports: the matrix of cells, the violations with their tokens, how the
+//! power-loss crashes were enumerated, and the images skipped as already judged.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use faultfs::CrashMode;
+use sha2::{Digest, Sha256};
+
+use super::{Place, Scenario, Token};
+
+/// A violation: where, and what broke.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// How to replay it.
+    pub token: Token,
+    /// The transition in flight.
+    pub transition: String,
+    /// The boundary of the crash point.
+    pub boundary: String,
+    /// What was wrong.
+    pub messages: Vec<String>,
+}
+
+impl Violation {
+    /// The one command that reproduces it.
+    pub fn replay_command(&self) -> String {
+        format!("spex verify replay {}", self.token)
+    }
+}
+
+/// One cell of the matrix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cell {
+    /// Crash points in this cell.
+    pub points: u64,
+    /// Images checked.
+    pub images: u64,
+    /// Images with a violation.
+    pub violations: u64,
+    /// Images skipped: already judged against the same run elsewhere in the sweep.
+    pub repeated: u64,
+}
+
+/// Key of a matrix cell: (scenario, transition, boundary, mode).
+pub type CellKey = (String, String, String, CrashMode);
+
+/// Progress, for a progress bar.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Crash points done.
+    pub done: u64,
+    /// Crash points in all.
+    pub total: u64,
+    /// Images checked so far.
+    pub images: u64,
+    /// Violations so far.
+    pub violations: u64,
+}
+
+/// The result of a sweep.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// The matrix.
+    pub cells: BTreeMap<CellKey, Cell>,
+    /// Every violation (the first few per cell are kept in full).
+    pub violations: Vec<Violation>,
+    /// Crash points visited.
+    pub crash_points: u64,
+    /// Images checked (first and second crashes).
+    pub images: u64,
+    /// Whether the budget ran out before every point was visited.
+    pub truncated: bool,
+    /// Per scenario, power-loss crashes whose images were every subset of the pending pieces
+    /// (exhaustive) and those that were families plus samples (sampled).
+    pub enumeration: BTreeMap<String, Enumeration>,
+    /// Images not judged again because the same image had already been judged against the
+    /// same run (same content hash, same boot, same acknowledgements): the verdict would be
+    /// the same.
+    pub repeated: u64,
+    /// (image, boot, run) digests already judged.
+    judged: std::collections::HashSet<[u8; 32]>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// How one scenario's power-loss crashes were enumerated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Enumeration {
+    /// Crashes whose every pending subset was an image.
+    pub exhaustive: u64,
+    /// Crashes with too many pending pieces: structured families and seeded samples.
+    pub sampled: u64,
+    /// The most pending pieces seen at one crash.
+    pub pieces_max: usize,
+}
+
+impl Report {
+    pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
+        let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
+        if crash.exhaustive {
+            entry.exhaustive += 1;
+        } else {
+            entry.sampled += 1;
+        }
+        entry.pieces_max = entry.pieces_max.max(crash.pending_pieces);
+    }
+}
+
+/// Violations kept in full per cell; the rest are only counted.
+pub(crate) const VIOLATIONS_KEPT_PER_CELL: u64 = 3;
+
+impl Report {
+    /// Whether `image` has not yet been judged against the run with digest `run`; marks it.
+    pub(crate) fn first_judgement(
+        &mut self,
+        key: &CellKey,
+        image: &faultfs::Image,
+        run: &[u8; 32],
+    ) -> bool {
+        let mut hasher = Sha256::new();
+        hasher.update(image.hash());
+        hasher.update(image.boot().to_le_bytes());
+        hasher.update(run);
+        let fresh = self.judged.insert(hasher.finalize().into());
+        if !fresh {
+            self.repeated += 1;
+            self.cells.entry(key.clone()).or_default().repeated += 1;
+        }
+        fresh
+    }
+}
+
+/// Counts one judged image in its cell, and keeps its violation (the first few per cell).
+pub(crate) fn record(
+    report: &mut Report,
+    key: &CellKey,
+    token: Token,
+    place: &Place<'_>,
+    messages: Vec<String>,
+) {
+    report.images += 1;
+    let cell = report.cells.entry(key.clone()).or_default();
+    cell.images += 1;
+    if messages.is_empty() {
+        return;
+    }
+    cell.violations += 1;
+    if cell.violations <= VIOLATIONS_KEPT_PER_CELL {
+        report.violations.push(Violation {
+            token,
+            transition: key.1.clone(),
+            boundary: place.boundary.clone(),
+            messages,
+        });
+    }
+}
