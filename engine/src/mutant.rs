@@ -60,8 +60,9 @@ pub enum Mutant {
     /// Vouching syncs the newest segment but none of the directories (a renamed record or
     /// queue, a new segment's name stay pending).
     VouchSkipsDirectories,
-    /// Torn-tail repair truncates an unterminated final line but not one damaged by NUL bytes.
-    RepairIgnoresNulDamage,
+    /// Torn-tail repair cuts an unterminated end but keeps damaged complete lines (NUL bytes,
+    /// stale garbage), so the next append lands after them.
+    RepairKeepsDamagedLines,
     /// Close appends its ledger line without syncing it.
     CloseLedgerUnsynced,
     /// Close creates the revocation marker without syncing its directory.
@@ -105,7 +106,7 @@ impl Mutant {
         Mutant::CloseRecoveryFromUnsynced,
         Mutant::NoVouchAfterTakeover,
         Mutant::VouchSkipsDirectories,
-        Mutant::RepairIgnoresNulDamage,
+        Mutant::RepairKeepsDamagedLines,
         Mutant::CloseLedgerUnsynced,
         Mutant::RevokeWithoutDirSync,
         Mutant::EmptyPinAtSegmentStart,

@@ -77,11 +77,21 @@ struct RunScenarioArgs {
     seed: u64,
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum MediaArg {
+    ZeroTails,
+    StaleTails,
+}
+
 #[derive(Debug, clap::Args)]
 struct SweepArgs {
     /// Only these scenarios (repeatable): send, drain, lifecycle, close, rollover.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
+    /// The medium: `zero-tails` (the default: a file that grew without its data shows zeros
+    /// there) or `stale-tails` (it shows stale bytes, as ext4 data=writeback and xfs may).
+    #[arg(long, value_enum, default_value_t = MediaArg::ZeroTails)]
+    media: MediaArg,
     /// Sweep N generated workloads (seeded from --seed) instead of the embedded scenarios.
     #[arg(long, value_name = "N", conflicts_with = "scenarios")]
     random: Option<u64>,
@@ -215,6 +225,10 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             args.faults.iter().copied().filter(|f| *f != faultfs::Fault::Crash).collect()
         },
         deep_power_images: args.deep_power_images,
+        media: match args.media {
+            MediaArg::ZeroTails => faultfs::Media::ZeroTails,
+            MediaArg::StaleTails => faultfs::Media::StaleTails,
+        },
     };
     let bar = progress_bar();
     let report = sweep::sweep(&options, &mut |progress| {

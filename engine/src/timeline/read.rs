@@ -97,6 +97,38 @@ pub(crate) fn segment_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
     }
 }
 
+/// Whether a complete line is damaged: NUL bytes in it (a power loss kept a later chunk of it
+/// but not an earlier one, and the extension reads as zeros) or bytes that do not decode (stale
+/// blocks a grown file showed in place of unsynced data).
+///
+/// Under the medium assumption (a sync that succeeded made every byte before the file's end
+/// durable, and a torn write never damages bytes synced before it), a damaged line in the newest
+/// segment lies past the last successful sync, and so does every line after it: none of them was
+/// acknowledged. The torn tail is therefore the first damaged line whose followers are all
+/// damaged too, up to the end; a damaged line with a sound line after it is corruption.
+fn damaged(body: &[u8], path: &std::path::Path) -> bool {
+    body.contains(&0) || Line::decode_at(body, path, 0).is_err()
+}
+
+/// Whether `rest` (starting at a line) holds only damaged lines and perhaps an unterminated end.
+fn torn_from(path: &std::path::Path, rest: &[u8]) -> bool {
+    let mut start = 0;
+    while let Some(newline) = rest[start..].iter().position(|&b| b == b'\n') {
+        if !damaged(&rest[start..start + newline], path) {
+            return false;
+        }
+        start += newline + 1;
+    }
+    true
+}
+
+/// The length of the newest segment without its torn tail (an unterminated end and the damaged
+/// lines before it, see [`damaged`]), reading backward only as far as that tail reaches.
+pub(crate) fn sound_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
+    let reader = BackwardLines::open(fs, segment, true)?;
+    Ok(reader.pos + reader.buf.len() as u64)
+}
+
 /// Whether a segment may end in a torn line: the newest one, and the legacy one.
 fn tail_tolerant(segments: &[Segment], index: usize) -> bool {
     index + 1 == segments.len() || segments[index].no.is_none()
@@ -127,14 +159,15 @@ fn parse_forward(
         };
         let end = start + newline;
         let body = &bytes[start..end];
-        let is_final = end + 1 == bytes.len();
-        if tolerant && is_final && body.contains(&0) {
-            break;
-        }
-        lines.push((
-            base + start as u64,
-            Line::decode_at(body, &segment.path, base + start as u64)?,
-        ));
+        let line = match Line::decode_at(body, &segment.path, base + start as u64) {
+            Ok(line) if !(tolerant && body.contains(&0)) => line,
+            // A damaged line followed only by damaged lines (and perhaps an unterminated end)
+            // is a torn tail: see `damaged`.
+            _ if tolerant && torn_from(&segment.path, &bytes[start..]) => break,
+            Ok(line) => line,
+            Err(error) => return Err(error),
+        };
+        lines.push((base + start as u64, line));
         start = end + 1;
     }
     Ok((lines, base + start as u64))
@@ -347,9 +380,12 @@ impl<T: File> BackwardLines<T> {
             reader.read_block()?;
         }
         if tolerant {
-            // A damaged final line is a torn tail too: skip it.
-            let (start, body) = reader.last_line()?;
-            if body.contains(&0) {
+            // Damaged final lines are a torn tail too: skip every one of them.
+            while !reader.buf.is_empty() {
+                let (start, body) = reader.last_line()?;
+                if !damaged(&body, &reader.segment.path) {
+                    break;
+                }
                 reader.buf.truncate(start);
             }
         }

@@ -18,10 +18,9 @@
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
 
-use super::line::Line;
-use super::read::{Segment, list_segments, segment_len};
-use crate::error::{CorruptReason, Error, Result};
-use crate::layout::{Layout, READ_BLOCK_BYTES, SegmentNo, SessionId};
+use super::read::{list_segments, segment_len, sound_len};
+use crate::error::Result;
+use crate::layout::{Layout, SegmentNo, SessionId};
 use crate::mutant::{Mutant, active};
 
 /// The boundaries of one transition's log writes.
@@ -171,7 +170,11 @@ pub(crate) fn repair_torn_tail<F: Fs>(
     }
     let file = fs.open(&newest.path, OpenOptions::read_write(), steps.repair)?;
     let len = file.len()?;
-    let mut keep = sound_prefix(&file, newest, len)?;
+    let mut keep = if active(Mutant::RepairKeepsDamagedLines) {
+        unterminated_cut(&file, len)?
+    } else {
+        sound_len(fs, newest)?
+    };
     if keep == len {
         return Ok(0);
     }
@@ -199,50 +202,16 @@ pub(crate) fn repair_torn_tail<F: Fs>(
     Ok(len - keep)
 }
 
-/// The length of the segment without its torn tail, after checking that the last line kept
-/// parses.
-fn sound_prefix<T: File>(file: &T, segment: &Segment, len: u64) -> Result<u64> {
-    // Read backward until the tail holds two line ends (or the start of the file).
+/// Only the unterminated end cut (what a repair that keeps damaged lines does).
+fn unterminated_cut<T: File>(file: &T, len: u64) -> Result<u64> {
     let mut pos = len;
-    let mut buf: Vec<u8> = Vec::new();
-    loop {
-        if buf.iter().filter(|&&b| b == b'\n').count() >= 2 || pos == 0 {
+    let mut byte = [0u8; 1];
+    while pos > 0 {
+        file.read_at(pos - 1, &mut byte)?;
+        if byte[0] == b'\n' {
             break;
         }
-        let take = (READ_BLOCK_BYTES as u64).min(pos);
-        let mut block = vec![0u8; usize::try_from(take).unwrap_or(READ_BLOCK_BYTES)];
-        let mut filled = 0;
-        while filled < block.len() {
-            let read = file.read_at(pos - take + filled as u64, &mut block[filled..])?;
-            if read == 0 {
-                break;
-            }
-            filled += read;
-        }
-        block.truncate(filled);
-        block.extend_from_slice(&buf);
-        buf = block;
-        pos -= take;
-        if buf.len() > crate::layout::LINE_BYTES_MAX * 2 + READ_BLOCK_BYTES {
-            return Err(Error::Corrupt {
-                path: segment.path.clone(),
-                offset: pos,
-                reason: CorruptReason::LineTooLong,
-            });
-        }
+        pos -= 1;
     }
-    // `buf` holds bytes [pos, len).
-    let mut end = match buf.iter().rposition(|&b| b == b'\n') {
-        Some(newline) => newline + 1,
-        None => return Ok(pos), // no complete line at all in what remains: all torn
-    };
-    // The final complete line: drop it if damaged, else it must parse.
-    let start = buf[..end - 1].iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1);
-    let body = &buf[start..end - 1];
-    if body.contains(&0) && !active(Mutant::RepairIgnoresNulDamage) {
-        end = start;
-    } else {
-        Line::decode_at(body, &segment.path, pos + start as u64)?;
-    }
-    Ok(pos + end as u64)
+    Ok(pos)
 }

@@ -87,6 +87,8 @@ pub struct Image {
     hash: [u8; 32],
     /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
     pub(crate) boot: u64,
+    /// The medium of the machine that crashed, which the rebuilt one keeps.
+    pub(crate) media: Media,
 }
 
 impl PartialEq for Image {
@@ -423,6 +425,8 @@ impl<'a> Builder<'a> {
         let state = self.state;
         let mut entries: BTreeMap<Ino, BTreeMap<String, Ino>> = BTreeMap::new();
         let mut contents: BTreeMap<Ino, (Vec<u8>, u64)> = BTreeMap::new();
+        // Byte ranges past the durable end that a surviving write covered (for stale tails).
+        let mut covered: BTreeMap<Ino, Vec<(usize, usize)>> = BTreeMap::new();
         for (piece, choice) in self.pieces.list.iter().zip(choices) {
             if *choice == Choice::Skip {
                 continue;
@@ -456,6 +460,10 @@ impl<'a> Builder<'a> {
                                 buf.resize(snapshot_end, 0);
                             }
                             buf[start_at..snapshot_end].copy_from_slice(snapshot);
+                            covered
+                                .entry(*ino)
+                                .or_default()
+                                .push((start_at, start_at + to_usize(chunk_bytes())));
                             // The chunk past the snapshot was beyond the end of file: zeros.
                             let chunk_end = (start_at + to_usize(chunk_bytes())).min(buf.len());
                             if snapshot_end < chunk_end {
@@ -471,6 +479,7 @@ impl<'a> Builder<'a> {
                                 }
                                 buf[lo..hi]
                                     .copy_from_slice(&snapshot[lo - start_at..hi - start_at]);
+                                covered.entry(*ino).or_default().push((lo, hi));
                             }
                         }
                         Choice::Skip => {}
@@ -494,6 +503,10 @@ impl<'a> Builder<'a> {
                         let (bytes, hash) = match contents.remove(&ino) {
                             Some((mut buf, len)) => {
                                 buf.resize(to_usize(len), 0);
+                                if state.media == Media::StaleTails {
+                                    let durable = file.durable.len();
+                                    stale_fill(&mut buf, durable, covered.get(&ino));
+                                }
                                 let hash: [u8; 32] = Sha256::digest(&buf).into();
                                 (Arc::new(buf), hash)
                             }
@@ -513,6 +526,32 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// What a medium may show where a file grew without its data reaching the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Media {
+    /// Zeros (ext4 `data=ordered` and most filesystems): the default model.
+    #[default]
+    ZeroTails,
+    /// Stale bytes from whatever the blocks held before (ext4 `data=writeback`, xfs after a
+    /// crash, per ALICE): a named, harsher mode. The stale bytes are a fixed non-zero pattern
+    /// with line ends and braces in it, so they can look like several lines.
+    StaleTails,
+}
+
+/// The stale pattern of [`Media::StaleTails`].
+const STALE: &[u8] = b"\xA5stale{\"kind\":\n";
+
+/// Fills the bytes of `buf` past `durable` that no surviving write covered with stale bytes.
+fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize)>>) {
+    for (position, byte) in buf.iter_mut().enumerate().skip(durable) {
+        let written = covered
+            .is_some_and(|ranges| ranges.iter().any(|(lo, hi)| (*lo..*hi).contains(&position)));
+        if !written {
+            *byte = STALE[position % STALE.len()];
+        }
+    }
+}
+
 /// Seals an image: its hash covers every path, its kind, and its content hash.
 fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
     let mut hasher = Sha256::new();
@@ -525,6 +564,7 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         hash: hasher.finalize().into(),
         boot: 0,
+        media: Media::ZeroTails,
     }
 }
 

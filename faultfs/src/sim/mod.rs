@@ -49,7 +49,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 pub use file::SimFile;
-pub use image::{CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode};
+pub use image::{CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media};
 use path::{normalize, split_image_path};
 use process::next_machine;
 
@@ -201,6 +201,8 @@ pub(crate) struct State {
     boot: u64,
     /// Directories whose changes never survive a power loss (see [`SimFs::set_ephemeral`]).
     ephemeral: Vec<Vec<String>>,
+    /// What the medium shows where a file grew without its data (see [`Media`]).
+    media: Media,
 }
 
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
@@ -240,6 +242,7 @@ impl SimFs {
             machine: next_machine(),
             boot: 0,
             ephemeral: Vec::new(),
+            media: Media::ZeroTails,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -263,6 +266,7 @@ impl SimFs {
             let mut state = fs.lock();
             state.clock_ms = REBOOT_CLOCK_MS;
             state.boot = image.boot;
+            state.media = image.media;
             state.processes = BTreeMap::from([(PROCESS_ID_DEFAULT, REBOOT_CLOCK_MS)]);
             for (path, node) in image.nodes() {
                 let components = split_image_path(path);
@@ -323,6 +327,7 @@ impl SimFs {
             machine: next_machine(),
             boot: old.boot + 1,
             ephemeral: old.ephemeral.clone(),
+            media: old.media,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: pid }
     }
@@ -350,6 +355,11 @@ impl SimFs {
                     .collect()
             })
             .collect();
+    }
+
+    /// Sets what the medium shows where a file grew without its data (see [`Media`]).
+    pub fn set_media(&self, media: Media) {
+        self.lock().media = media;
     }
 
     /// Sets how many seeded samples a power-loss crash adds beyond its structured families.
@@ -391,6 +401,7 @@ impl SimFs {
         let mut crash = image::crash_images(&state, mode);
         for image in &mut crash.images {
             image.boot = state.boot + 1;
+            image.media = state.media;
         }
         crash
     }

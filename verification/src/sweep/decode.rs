@@ -8,9 +8,10 @@
 //!
 //! - segments: `timeline.ndjson` (legacy) first, then `timeline/<12 digits>.ndjson` in number
 //!   order; every line a JSON object with a known `kind`;
-//! - a torn tail only at the end of the newest segment: an unterminated final line, or a final
-//!   line holding NUL bytes (a power loss kept a later chunk of it but not an earlier one);
-//!   anything else that does not parse is corruption, reported with the file and byte offset;
+//! - a torn tail only at the end of the newest segment: an unterminated end, and before it the
+//!   damaged lines (NUL bytes, or stale bytes that are no line of the format) that only damaged
+//!   lines follow; a damaged line with a sound one after it, or damage in a sealed segment, is
+//!   corruption, reported with the file and byte offset;
 //! - the queue: `pending.json`, a JSON array of entries, absent when nothing is owed;
 //! - the record: `session.json`, of which the public triple (`launchPending` when present),
 //!   `archived` and `worktree` are read.
@@ -125,17 +126,28 @@ pub(crate) fn lines<F: Fs>(fs: &F, root: &Path, id: &str) -> Result<Vec<Line>, S
                 return Err(format!("{} at byte {offset}: unterminated line", path.display()));
             };
             let body = &bytes[offset..offset + length];
-            let last = offset + length + 1 == bytes.len();
-            if body.contains(&0) && newest && last {
-                break; // a NUL-damaged final line: torn
+            match parse_line(body) {
+                Ok(line) if !body.contains(&0) => lines.push(line),
+                // Damaged lines with only damaged lines after them: the torn tail.
+                _ if newest && only_damaged(&bytes[offset..]) => break,
+                Ok(_) => return Err(format!("{} at byte {offset}: NUL bytes", path.display())),
+                Err(reason) => {
+                    return Err(format!("{} at byte {offset}: {reason}", path.display()));
+                }
             }
-            let line = parse_line(body)
-                .map_err(|reason| format!("{} at byte {offset}: {reason}", path.display()))?;
-            lines.push(line);
             offset += length + 1;
         }
     }
     Ok(lines)
+}
+
+/// Whether `rest` holds only damaged lines (NUL bytes, or not a line of the format) and perhaps
+/// an unterminated end.
+fn only_damaged(rest: &[u8]) -> bool {
+    rest.split_inclusive(|&b| b == b'\n').filter(|line| line.ends_with(b"\n")).all(|line| {
+        let body = &line[..line.len() - 1];
+        body.contains(&0) || parse_line(body).is_err()
+    })
 }
 
 fn text(object: &Map<String, Value>, key: &str) -> Result<String, String> {

@@ -20,6 +20,7 @@ pub(crate) fn fault_point(
 ) {
     let seed = options.seed;
     let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
+    fs.set_media(options.media);
     let (run, store) = run::execute_with(&fs, scenario, seed);
     let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
     let faulted_step = run.step_ops.iter().position(|(start, end)| (*start..*end).contains(&k));
@@ -76,7 +77,7 @@ pub(crate) fn fault_point(
             boundary: boundary.clone(),
             token: Token {
                 fault: Some(fault),
-                ..token_base(scenario, seed, CrashMode::PowerLoss, k, image_index)
+                ..token_base(options, scenario, CrashMode::PowerLoss, k, image_index)
             },
         };
         judge_sequence(options, &run, Source::Reboot(image), &place, false, report);
@@ -91,7 +92,7 @@ pub(crate) fn fault_point(
         boundary,
         token: Token {
             fault: Some(fault),
-            ..token_base(scenario, seed, CrashMode::ProcessKill, k, usize::MAX)
+            ..token_base(options, scenario, CrashMode::ProcessKill, k, usize::MAX)
         },
     };
     let depth2 = Options { depth2: false, ..options.clone() };

@@ -75,6 +75,9 @@ pub struct Options {
     /// and the structured families come first) also get the deep treatment a kill gets: a
     /// power loss after their phase, and a crash at every op of it.
     pub deep_power_images: usize,
+    /// What the medium shows where a file grew without its data (the default keeps zeros; the
+    /// named harsher mode shows stale bytes).
+    pub media: faultfs::Media,
 }
 
 impl Options {
@@ -90,6 +93,7 @@ impl Options {
             budget: None,
             faults: vec![faultfs::Fault::Eio, faultfs::Fault::Enospc, faultfs::Fault::ShortWrite],
             deep_power_images: 1,
+            media: faultfs::Media::ZeroTails,
         }
     }
 }
@@ -107,7 +111,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
             let run = execute(&fs, scenario, seed);
             if !run.violations.is_empty() {
                 report.violations.push(Violation {
-                    token: token_base(scenario, seed, CrashMode::ProcessKill, fs.op_count(), 0),
+                    token: token_base(options, scenario, CrashMode::ProcessKill, fs.op_count(), 0),
                     transition: "none".to_owned(),
                     boundary: "no crash".to_owned(),
                     messages: run.violations.clone(),
@@ -196,6 +200,7 @@ fn sweep_point(
 ) {
     let seed = options.seed;
     let fs = SimFs::new(FaultPlan::crash_at(seed, k));
+    fs.set_media(options.media);
     let run = execute(&fs, scenario, seed);
     report.crash_points += 1;
     let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
@@ -209,7 +214,7 @@ fn sweep_point(
             scenario,
             transition: transition.clone(),
             boundary: boundary.clone(),
-            token: token_base(scenario, seed, mode, k, 0),
+            token: token_base(options, scenario, mode, k, 0),
         };
         report.cells.entry(base.key("", mode)).or_default().points += 1;
         match mode {
@@ -222,7 +227,7 @@ fn sweep_point(
                 let torn = crash.images.iter().position(torn_tail);
                 for (index, image) in crash.images.iter().enumerate() {
                     let place = Place {
-                        token: token_base(scenario, seed, mode, k, index),
+                        token: token_base(options, scenario, mode, k, index),
                         transition: transition.clone(),
                         boundary: boundary.clone(),
                         scenario,
@@ -353,10 +358,17 @@ fn judge_last(fs: SimFs, scenario: &Scenario, run: &run::Execution, seed: u64) -
     }
 }
 
-fn token_base(scenario: &Scenario, seed: u64, mode: CrashMode, k: u64, image: usize) -> Token {
+fn token_base(
+    options: &Options,
+    scenario: &Scenario,
+    mode: CrashMode,
+    k: u64,
+    image: usize,
+) -> Token {
     Token {
+        media: options.media,
         scenario: scenario.name.to_string(),
-        seed,
+        seed: options.seed,
         mode,
         k,
         image,

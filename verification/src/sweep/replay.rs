@@ -29,6 +29,7 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
         None => FaultPlan::crash_at(seed, token.k),
     };
     let fs = SimFs::new(plan);
+    fs.set_media(token.media);
     let (mut run, store) = run::execute_with(&fs, &scenario, seed);
     drop(store);
     if token.fault.is_some() {

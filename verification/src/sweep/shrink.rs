@@ -96,11 +96,13 @@ fn find(scenario: &Scenario, like: &Token, boundary: &str) -> Option<(Token, Vec
         let images = match like.fault {
             None => {
                 let fs = SimFs::new(FaultPlan::crash_at(seed, k));
+                fs.set_media(like.media);
                 execute(&fs, scenario, seed);
                 fs.crash(like.mode).images.len()
             }
             Some(fault) => {
                 let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
+                fs.set_media(like.media);
                 drop(run::execute_with(&fs, scenario, seed));
                 fs.crash(CrashMode::PowerLoss).images.len()
             }
@@ -134,6 +136,7 @@ fn closest_image(token: &Token) -> Result<Option<(Token, Vec<String>, u64)>, Str
     }
     let scenario = scenario::named(&token.scenario).ok_or("unknown scenario")?;
     let fs = SimFs::new(FaultPlan::crash_at(token.seed, token.k));
+    fs.set_media(token.media);
     let run = execute(&fs, &scenario, token.seed);
     let kill = fs.crash(CrashMode::ProcessKill).images.remove(0);
     let mut best: Option<(Token, Vec<String>, u64)> = None;

@@ -25,6 +25,8 @@ pub struct Token {
     /// An injected I/O fault at op `k` instead of a crash (`image` then names the power-loss
     /// image taken after the failure, or is `usize::MAX` for the reopened process).
     pub fault: Option<faultfs::Fault>,
+    /// The medium the machine ran on.
+    pub media: faultfs::Media,
 }
 
 fn mode_name(mode: CrashMode) -> &'static str {
@@ -45,7 +47,8 @@ fn image_text(image: usize) -> String {
 }
 
 impl fmt::Display for Token {
-    /// `v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:<fault>]`.
+    /// `v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>]
+    /// [:stale-tails][:<fault>]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -61,6 +64,9 @@ impl fmt::Display for Token {
         }
         if let Some(image) = self.then_power {
             write!(f, ":then:{image}")?;
+        }
+        if self.media == faultfs::Media::StaleTails {
+            write!(f, ":stale-tails")?;
         }
         if let Some(fault) = self.fault {
             write!(f, ":{fault}")?;
@@ -94,6 +100,7 @@ impl FromStr for Token {
             second: None,
             then_power: None,
             fault: None,
+            media: faultfs::Media::ZeroTails,
         };
         let mut rest = &parts[6..];
         while let Some((&tag, tail)) = rest.split_first() {
@@ -104,6 +111,10 @@ impl FromStr for Token {
                 }
                 ("then", [index, more @ ..]) => {
                     token.then_power = Some(image(index)?);
+                    rest = more;
+                }
+                ("stale-tails", more) => {
+                    token.media = faultfs::Media::StaleTails;
                     rest = more;
                 }
                 (fault, []) => {
