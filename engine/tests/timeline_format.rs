@@ -174,6 +174,35 @@ fn power_loss_damaged_final_line_is_a_torn_tail() {
     assert!(!std::fs::read(&path).unwrap().contains(&0));
 }
 
+// A file that grew without its data may show stale blocks (ext4 data=writeback, xfs): several
+// lines of garbage at the end. They are a torn tail too; damage with a sound line after it is
+// still corruption. (Found by the sweep's stale-tails mode: reads and sends failed for good.)
+#[test]
+fn stale_garbage_lines_at_the_end_are_a_torn_tail() {
+    let (_dir, store) = real_store(config());
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    store.send(&s, &sent("kept")).unwrap();
+    let path = store.layout().segment(&s, SegmentNo(1));
+    let sound = std::fs::read(&path).unwrap();
+    let mut bytes = sound.clone();
+    bytes.extend_from_slice(b"\xA5stale{\"kind\":\n\xA5stale{\"kind\":\n\xA5sta");
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(summary(&store.events(&s).unwrap()), vec!["sent:kept"]);
+    assert_eq!(summary(&store.tail(&s, 5).unwrap()), vec!["sent:kept"]);
+    store.send(&s, &sent("next")).unwrap();
+    assert_eq!(summary(&store.events(&s).unwrap()), vec!["sent:kept", "sent:next"]);
+    assert!(std::fs::read(&path).unwrap().starts_with(&sound));
+    // Garbage with a sound line after it is not a tail: it is reported, naming file and offset.
+    let mut bytes = b"{\"kind\":\n".to_vec();
+    bytes.extend_from_slice(&std::fs::read(&path).unwrap());
+    std::fs::write(&path, &bytes).unwrap();
+    match store.events(&s) {
+        Err(Error::Corrupt { offset: 0, .. }) => {}
+        other => panic!("damage before sound lines is corruption: {other:?}"),
+    }
+}
+
 #[test]
 fn rollover_under_a_tiny_bound_seals_segments() {
     let tiny = Config { segment_bytes_max: 1024, ..config() };

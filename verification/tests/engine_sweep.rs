@@ -226,3 +226,26 @@ fn every_oracle_rule_is_tripped_by_a_mutant() {
         .any(|m| m.starts_with("rule 8 (activity index)"));
     assert!(tripped, "rule 8 is not tripped by an index that trusts its watermark blindly");
 }
+
+/// The named harsher medium (stale bytes where a file grew without its data) breaks nothing:
+/// stale garbage at the end of a log is a torn tail. A repair that keeps damaged lines is
+/// caught there.
+#[test]
+fn stale_tails_break_nothing_and_catch_a_repair_that_keeps_damage() {
+    let options = Options {
+        scenarios: vec![sweep::scenario::named("send").expect("a scenario")],
+        depth2: false,
+        faults: Vec::new(),
+        media: faultfs::Media::StaleTails,
+        ..Options::full(9)
+    };
+    let report = sweep::sweep(&options, &mut |_| {});
+    assert!(report.violations.is_empty(), "{:?}", report.violations.first());
+    let caught = sweep::catch(Mutant::RepairKeepsDamagedLines, &options);
+    let violation = caught.first.expect("the mutant is caught under stale tails");
+    assert!(violation.token.to_string().contains(":stale-tails"), "{}", violation.token);
+    spex_engine::mutant::select(Some(Mutant::RepairKeepsDamagedLines));
+    let replayed = sweep::replay(&violation.token).expect("the token replays");
+    spex_engine::mutant::select(None);
+    assert_eq!(replayed.messages, violation.messages);
+}
