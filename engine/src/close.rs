@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
 use crate::store::Store;
+use crate::timeline::append_or_cut_back;
 
 impl<F: Fs> Store<F> {
     /// Closes session `id` (see the module header).
@@ -99,23 +100,11 @@ impl<F: Fs> Store<F> {
             });
             let mut bytes = line.to_string().into_bytes();
             bytes.push(b'\n');
+            // As for the log: a failed append or sync is cut back, so that nobody rests on it.
             let len = file.len()?;
-            let written = file.append(&bytes, close.ledger_append).and_then(|()| {
-                if active(Mutant::CloseLedgerUnsynced) {
-                    return Ok(());
-                }
-                file.sync_data(close.ledger_sync)
-            });
-            if let Err(error) = written {
-                // As for the log (timeline::write, rule 5): a failed sync may have dropped the
-                // line while reads still show it; cut it back so that nobody rests on it.
-                if !active(Mutant::AppendAfterFailedSync) {
-                    let _ = file
-                        .set_len(len, close.ledger_append)
-                        .and_then(|()| file.sync_data(close.ledger_sync));
-                }
-                return Err(error.into());
-            }
+            let boundaries = (close.ledger_append, close.ledger_sync);
+            let sync = !active(Mutant::CloseLedgerUnsynced);
+            append_or_cut_back(&file, len, &bytes, boundaries, boundaries, sync)?;
             if !existed {
                 self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
             }

@@ -35,4 +35,4 @@ pub use line::{
 };
 pub use read::{Cursor, Stamp};
 pub(crate) use read::{list_segments, read_from, segment_len, stamp, tail_lines};
-pub(crate) use write::{LogBoundaries, append, repair_torn_tail, vouch};
+pub(crate) use write::{LogBoundaries, append, append_or_cut_back, repair_torn_tail, vouch};

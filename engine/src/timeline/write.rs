@@ -69,22 +69,9 @@ pub(crate) fn append<F: Fs>(
         && (len == 0 || len + line.len() as u64 <= segment_bytes_max)
     {
         let file = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
-        let written = file.append(line, steps.append).and_then(|()| {
-            if active(Mutant::NoLogSync) || active(Mutant::AckBeforeSync) {
-                return Ok(());
-            }
-            file.sync_data(steps.sync)
-        });
-        if let Err(error) = written {
-            // A short write may have left part of the line, and a failed sync may have dropped
-            // it while reads still return it: cut back to where this append started (rule 5).
-            if !active(Mutant::AppendAfterFailedSync) {
-                let _ = file
-                    .set_len(len, steps.repair)
-                    .and_then(|()| file.sync_data(steps.repair_sync));
-            }
-            return Err(error.into());
-        }
+        let sync = !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync);
+        let cut = (steps.repair, steps.repair_sync);
+        append_or_cut_back(&file, len, line, (steps.append, steps.sync), cut, sync)?;
         return Ok(Appended { segment: no, offset: len });
     }
     if let Some((no, _)) = newest
@@ -124,6 +111,31 @@ pub(crate) fn append<F: Fs>(
         return Err(error.into());
     }
     Ok(Appended { segment: next, offset: 0 })
+}
+
+/// Appends `bytes` at `len`, the end of `file`, and syncs them (unless `sync` is off, for a
+/// mutant). On a failure, cuts the file back to `len` and syncs that (rule 5 of the module
+/// header): a short write may have left part of the bytes, and a failed sync may have dropped
+/// them while reads still return them, so nobody may append after them. `boundaries` are the
+/// append's and its sync's, `cut` the cut's and its sync's.
+pub(crate) fn append_or_cut_back<T: File>(
+    file: &T,
+    len: u64,
+    bytes: &[u8],
+    boundaries: (Boundary, Boundary),
+    cut: (Boundary, Boundary),
+    sync: bool,
+) -> Result<()> {
+    let written = file
+        .append(bytes, boundaries.0)
+        .and_then(|()| if sync { file.sync_data(boundaries.1) } else { Ok(()) });
+    if let Err(error) = written {
+        if !active(Mutant::AppendAfterFailedSync) {
+            let _ = file.set_len(len, cut.0).and_then(|()| file.sync_data(cut.1));
+        }
+        return Err(error.into());
+    }
+    Ok(())
 }
 
 /// Makes everything this session's log, record and queue show durable (rule 4 of the module
