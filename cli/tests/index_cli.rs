@@ -205,14 +205,14 @@ fn concurrent_refreshers_lose_nothing() {
     populate(&store, 20, 5, 0);
     let refreshers: Vec<_> = (0..4).map(|_| store.spawn(&["index", "refresh"])).collect();
     populate(&store, 20, 5, 1);
-    for mut child in refreshers {
-        assert!(child.wait().unwrap().success());
-    }
+    let finished = |child: std::process::Child| {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    };
+    refreshers.into_iter().for_each(finished);
     let racing: Vec<_> = (0..3).map(|_| store.spawn(&["index", "refresh"])).collect();
     let converged = dump(&store);
-    for mut child in racing {
-        assert!(child.wait().unwrap().success());
-    }
+    racing.into_iter().for_each(finished);
     assert_eq!(converged.matches("round 1 event 4").count(), 20);
     store.run(&["index", "rebuild"]).ok();
     assert_eq!(converged, dump(&store));

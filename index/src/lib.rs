@@ -322,14 +322,35 @@ pub fn fold<F: Fs>(
     Ok(Folded { events, reset, watermark: Watermark { cursor, pin, last_activity } })
 }
 
+/// How long opening the index waits for other processes to let go of it.
+const BUSY_WAIT_MS: u64 = 30_000;
+
 impl Index {
     /// Opens (creating) the index of the store at `root`.
     pub fn open(root: &Path) -> Result<Index> {
         let path = root.join(INDEX_FILE);
         let sqlite = |source| Error::Sqlite { path: path.clone(), source };
         let connection = Connection::open(&path).map_err(sqlite)?;
-        connection.busy_timeout(std::time::Duration::from_secs(30)).map_err(sqlite)?;
-        connection.pragma_update(None, "journal_mode", "WAL").map_err(sqlite)?;
+        connection.busy_timeout(std::time::Duration::from_millis(BUSY_WAIT_MS)).map_err(sqlite)?;
+        // Switching a new database to WAL takes an exclusive lock, and SQLite answers SQLITE_BUSY
+        // at once (without its busy handler) while another process is doing the same: retry,
+        // within the same bound as the busy timeout.
+        let mut delay_ms = 1;
+        let mut waited_ms = 0;
+        loop {
+            match connection.pragma_update(None, "journal_mode", "WAL") {
+                Ok(()) => break,
+                Err(rusqlite::Error::SqliteFailure(failure, _))
+                    if failure.code == rusqlite::ErrorCode::DatabaseBusy
+                        && waited_ms < BUSY_WAIT_MS =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                    waited_ms += delay_ms;
+                    delay_ms = (delay_ms * 2).min(50);
+                }
+                Err(error) => return Err(sqlite(error)),
+            }
+        }
         // Derived data: a lost transaction is refolded from the logs, so NORMAL suffices.
         connection.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite)?;
         let index = Index { path: path.clone(), connection };

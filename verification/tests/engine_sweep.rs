@@ -48,8 +48,12 @@ fn the_real_engine_survives_every_crash_point() {
             "send-keyed/kill+kill",
             "append/kill+work+power",
         ] {
-            let final_mode =
-                if transition.ends_with("+power") { CrashMode::PowerLoss } else { mode };
+            // A sequence's cell is under the mode of its last crash.
+            let final_mode = match transition.rsplit_once('/') {
+                Some((_, sequence)) if sequence.ends_with("+power") => CrashMode::PowerLoss,
+                Some((_, sequence)) if sequence.ends_with("+kill") => CrashMode::ProcessKill,
+                _ => mode,
+            };
             assert!(
                 report.cells.keys().any(|(_, t, _, m)| t == transition && *m == final_mode),
                 "no cell for {transition} under {final_mode}"
