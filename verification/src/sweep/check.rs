@@ -170,13 +170,15 @@ pub(crate) fn check_retry<F: Fs>(
     answer: &Result<Answer, spex_engine::Error>,
     violations: &mut Vec<String>,
 ) {
-    let Step::Send { to, text, key: Some(key), .. } = step else { return };
+    let Step::Send { to, text, from, key: Some(key) } = step else { return };
     let prior = before
         .sessions
         .get(*to)
         .and_then(|session| session.keys.get(&(OPERATION.to_owned(), (*key).to_owned())).cloned());
     match answer {
-        Ok(Answer::Refused(_)) if prior.as_ref().is_some_and(|p| p.text != *text) => {}
+        // The sender is part of the payload: the same key from another sender is a conflict.
+        Ok(Answer::Refused(_))
+            if prior.as_ref().is_some_and(|p| p.text != *text || p.from.as_deref() != *from) => {}
         Ok(Answer::Refused(_)) if !before.sessions.contains_key(*to) => {}
         Ok(Answer::Refused(refusal)) => {
             violations.push(format!("rule 2 (same-key replay): the retry was refused: {refusal}"))
