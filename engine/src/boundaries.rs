@@ -111,6 +111,7 @@ macro_rules! boundaries {
                 vouch: Boundary::new(concat!($t, ".log.vouch")),
                 vouch_dir_sync: Boundary::new(concat!($t, ".log.vouch-dirsync")),
                 vouch_session_dir_sync: Boundary::new(concat!($t, ".log.vouch-session-dirsync")),
+                vouch_sessions_dir_sync: Boundary::new(concat!($t, ".log.vouch-sessions-dirsync")),
             },
             record: replace_boundaries!(concat!($t, ".record"), StateFile::Record),
             queue: replace_boundaries!(concat!($t, ".queue"), StateFile::Queue),

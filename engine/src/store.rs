@@ -168,7 +168,7 @@ impl<F: Fs> Store<F> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
         let vouched = if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) {
-            self.vouch(id, steps)
+            timeline::vouch(&self.fs, &self.layout, id, &steps.log)
         } else {
             Ok(())
         };
@@ -229,7 +229,7 @@ impl<F: Fs> Store<F> {
         }
         if active(Mutant::AckBeforeSync) {
             // The broken variant syncs what the previous write acknowledged only now.
-            self.sync_newest_segment(id, steps)?;
+            timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
         }
         if !active(Mutant::NoTornTailRepair) {
             timeline::repair_torn_tail(&self.fs, &self.layout, id, &steps.log)?;
@@ -250,37 +250,6 @@ impl<F: Fs> Store<F> {
                 record.touch(ms);
             }
             self.write_record(id, &record, &steps.recover_record)?;
-        }
-        Ok(())
-    }
-
-    /// Makes everything of session `id` that a dead lock holder may have left visible but not
-    /// durable durable (see the module header).
-    fn vouch(&self, id: &SessionId, steps: &Boundaries) -> Result<()> {
-        if !self.fs.exists(&self.layout.session_dir(id))? {
-            return Ok(());
-        }
-        timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
-        if !active(Mutant::VouchSkipsDirectories) {
-            self.fs.sync_dir(&self.layout.sessions_dir(), steps.log.vouch_session_dir_sync)?;
-        }
-        Ok(())
-    }
-
-    /// Syncs the newest numbered segment (only the `AckBeforeSync` mutant needs this).
-    fn sync_newest_segment(&self, id: &SessionId, steps: &Boundaries) -> Result<()> {
-        use faultfs::{File, OpenOptions};
-        let dir = self.layout.timeline_dir(id);
-        let Ok(entries) = self.fs.read_dir(&dir) else { return Ok(()) };
-        if let Some(no) =
-            entries.iter().filter_map(|entry| crate::layout::SegmentNo::parse(&entry.name)).max()
-        {
-            let file = self.fs.open(
-                &self.layout.segment(id, no),
-                OpenOptions::read_write(),
-                steps.log.sync,
-            )?;
-            file.sync_data(steps.log.sync)?;
         }
         Ok(())
     }

@@ -34,10 +34,12 @@ pub(crate) struct LogBoundaries {
     pub(crate) sync: Boundary,
     pub(crate) repair: Boundary,
     pub(crate) repair_sync: Boundary,
-    /// The three syncs of [`vouch`]: the newest segment, the timeline and session directories.
+    /// The syncs of [`vouch`]: the newest segment, the timeline, session and sessions
+    /// directories.
     pub(crate) vouch: Boundary,
     pub(crate) vouch_dir_sync: Boundary,
     pub(crate) vouch_session_dir_sync: Boundary,
+    pub(crate) vouch_sessions_dir_sync: Boundary,
 }
 
 /// Where an appended line landed.
@@ -138,16 +140,20 @@ pub(crate) fn append_or_cut_back<T: File>(
     Ok(())
 }
 
-/// Makes everything this session's log, record and queue show durable (rule 4 of the module
-/// header): syncs the newest numbered segment and the timeline and session directories. The
-/// record and the queue are published by renaming a synced staging file, so a durable directory
-/// entry is all they need.
+/// Makes everything this session's log, record and queue show durable (rule 2 of the module
+/// header): syncs the newest numbered segment and the timeline, session and sessions
+/// directories. The record and the queue are published by renaming a synced staging file, so a
+/// durable directory entry is all they need; sealed segments were synced whole when written.
+/// A session without a directory is left alone.
 pub(crate) fn vouch<F: Fs>(
     fs: &F,
     layout: &Layout,
     id: &SessionId,
     steps: &LogBoundaries,
 ) -> Result<()> {
+    if !fs.exists(&layout.session_dir(id))? {
+        return Ok(());
+    }
     let segments = list_segments(fs, layout, id)?;
     if let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) {
         let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
@@ -161,6 +167,7 @@ pub(crate) fn vouch<F: Fs>(
         fs.sync_dir(&dir, steps.vouch_dir_sync)?;
     }
     fs.sync_dir(&layout.session_dir(id), steps.vouch_session_dir_sync)?;
+    fs.sync_dir(&layout.sessions_dir(), steps.vouch_sessions_dir_sync)?;
     Ok(())
 }
 

@@ -176,7 +176,7 @@ pub(crate) enum Pending {
     },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct State {
     inodes: BTreeMap<Ino, Inode>,
     next_ino: Ino,
@@ -304,31 +304,20 @@ impl SimFs {
     /// longer running; the new one gets the next pid and starts now, and no lock survives (a
     /// dead process's advisory locks are released; its lock *files* stay).
     pub fn restart(&self, plan: FaultPlan) -> SimFs {
-        let old = self.lock();
+        // Everything on the machine carries over; what belonged to the killed process does not.
+        let mut state = self.lock().clone();
         let pid = self.process_id + 1;
-        let clock_ms = old.clock_ms + 1;
-        let mut processes = old.processes.clone();
-        processes.remove(&self.process_id);
-        processes.insert(pid, clock_ms);
-        let state = State {
-            inodes: old.inodes.clone(),
-            next_ino: old.next_ino,
-            pending: old.pending.clone(),
-            trace: Trace::default(),
-            plan,
-            op_count: 0,
-            halted: None,
-            locks: BTreeMap::new(),
-            next_handle: 0,
-            clock_ms,
-            processes,
-            sampled_images: old.sampled_images,
-            rules: old.rules,
-            machine: next_machine(),
-            boot: old.boot + 1,
-            ephemeral: old.ephemeral.clone(),
-            media: old.media,
-        };
+        state.clock_ms += 1;
+        state.processes.remove(&self.process_id);
+        state.processes.insert(pid, state.clock_ms);
+        state.trace = Trace::default();
+        state.plan = plan;
+        state.op_count = 0;
+        state.halted = None;
+        state.locks = BTreeMap::new();
+        state.next_handle = 0;
+        state.machine = next_machine();
+        state.boot += 1;
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: pid }
     }
 
