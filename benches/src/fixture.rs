@@ -60,10 +60,10 @@ pub fn line(i: u64) -> Line {
             operation: FIXTURE_OPERATION.to_owned(),
             request_digest: format!("{i:064x}"),
             payload_hash: format!("{:064x}", i + 1),
-            delivery: Delivery { text: text.clone(), from: None, attributes: None },
+            delivery: Some(Delivery { text: text.clone(), from: None, attributes: None }),
         })
     });
-    Line::Sent(SentEvent { ts, mid, text, from: None, reply_via: None }, receipt)
+    Line::Sent(SentEvent { ts, mid: Some(mid), text, from: None, reply_via: None }, receipt)
 }
 
 /// Inserts fixture lines `0..count` into `connection`'s timeline for `id`, then checkpoints, so

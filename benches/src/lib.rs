@@ -44,7 +44,7 @@ pub fn sent_line(ts: &str, mid: &str, text: &str) -> Vec<u8> {
     Line::Sent(
         SentEvent {
             ts: ts.to_owned(),
-            mid: mid.to_owned(),
+            mid: Some(mid.to_owned()),
             text: text.to_owned(),
             from: None,
             reply_via: None,

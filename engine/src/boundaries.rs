@@ -14,6 +14,8 @@ pub(crate) struct Boundaries {
     pub(crate) log: LogBoundaries,
     pub(crate) record: ReplaceBoundaries,
     pub(crate) queue: ReplaceBoundaries,
+    /// The drain adapter spec written at creation.
+    pub(crate) adapter: ReplaceBoundaries,
     pub(crate) index: ReplaceBoundaries,
     pub(crate) lock: LockBoundaries,
     pub(crate) delivery_lock: LockBoundaries,
@@ -115,6 +117,7 @@ macro_rules! boundaries {
             },
             record: replace_boundaries!(concat!($t, ".record"), StateFile::Record),
             queue: replace_boundaries!(concat!($t, ".queue"), StateFile::Queue),
+            adapter: replace_boundaries!(concat!($t, ".adapter"), StateFile::Record),
             index: replace_boundaries!(concat!($t, ".index"), StateFile::Index),
             lock: lock_boundaries!(concat!($t, ".lock")),
             delivery_lock: lock_boundaries!(concat!($t, ".delivery-lock")),

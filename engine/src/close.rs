@@ -6,8 +6,11 @@
 //!
 //! 1. Rename `sessions/<id>` to `.closing/<id>` and sync both directories: the commit point. The
 //!    session is gone from every reader from here on.
-//! 2. Append `{"ts","id"}` to the close ledger and sync it (creating the ledger durably if new).
-//! 3. Revoke the session as a sender: create `.revoked-senders/<id>` and sync the directory.
+//! 2. Append the existing implementation's close line to the close ledger and sync it (creating
+//!    the ledger durably if new): `{"version":1,"action":"close-authorized","at":"<ts>",
+//!    "source":{"kind":"user"},"target":{"id","harness","thread","worktree","branch"}}`.
+//! 3. Revoke the session as a sender: create `.revoked-senders/<id>` holding `<id>\n`, and sync
+//!    the directory.
 //! 4. Remove `.closing/<id>` recursively and sync `.closing`.
 //!
 //! A crash before 1 leaves the session fully open; after 1, [`Store::open`] finishes steps 2-4
@@ -24,11 +27,24 @@ use std::path::Path;
 use faultfs::{File, FileKind, Fs, OpenOptions};
 
 use crate::boundaries::{self, Boundaries, CLOSE};
-use crate::error::Result;
+use crate::error::{CorruptReason, Error, Result};
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
+use crate::record::Record;
 use crate::store::Store;
 use crate::timeline::append_or_cut_back;
+
+/// The `action` of a close line.
+const CLOSE_AUTHORIZED: &str = "close-authorized";
+
+/// A close found in the ledger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Closure {
+    /// The closed session.
+    pub id: String,
+    /// When it was closed (the ledger's timestamp).
+    pub closed_at: String,
+}
 
 impl<F: Fs> Store<F> {
     /// Closes session `id` (see the module header).
@@ -94,11 +110,7 @@ impl<F: Fs> Store<F> {
         if !found {
             let existed = self.fs.exists(&ledger)?;
             let file = self.fs.open(&ledger, OpenOptions::create(), close.ledger_create)?;
-            let line = serde_json::json!({
-                "ts": crate::env::format_ts(self.clock.now_ms()),
-                "id": id.as_str(),
-            });
-            let mut bytes = line.to_string().into_bytes();
+            let mut bytes = self.ledger_line(id)?.into_bytes();
             bytes.push(b'\n');
             // As for the log: a failed append or sync is cut back, so that nobody rests on it.
             let len = file.len()?;
@@ -114,7 +126,7 @@ impl<F: Fs> Store<F> {
         let marker = self.layout.revoked(id);
         if !self.fs.exists(&marker)? {
             let file = self.fs.open(&marker, OpenOptions::create(), close.revoke_create)?;
-            file.append(crate::env::format_ts(self.clock.now_ms()).as_bytes(), close.revoke_write)?;
+            file.append(format!("{id}\n").as_bytes(), close.revoke_write)?;
             file.sync_all(close.revoke_sync)?;
             if !active(Mutant::RevokeWithoutDirSync) {
                 self.fs.sync_dir(&revoked_dir, close.revoke_dir_sync)?;
@@ -131,21 +143,113 @@ impl<F: Fs> Store<F> {
         Ok(())
     }
 
+    /// The ledger line closing `id`, from its record (in `sessions/` before the commit, in
+    /// `.closing/` after it; a record that cannot be read gives what the line can still say).
+    fn ledger_line(&self, id: &SessionId) -> Result<String> {
+        let record = [self.layout.record(id), self.layout.closing(id).join("session.json")]
+            .into_iter()
+            .find_map(|path| {
+                let bytes = crate::atomic::read(&self.fs, &path).ok()??;
+                Record::parse(&bytes, &path).ok()
+            });
+        let line = serde_json::json!({
+            "version": 1,
+            "action": CLOSE_AUTHORIZED,
+            "at": crate::env::format_ts(self.clock.now_ms()),
+            "source": {"kind": "user"},
+            "target": {
+                "id": id.as_str(),
+                "harness": record.as_ref().map_or("claude", Record::harness),
+                "thread": record.as_ref().and_then(Record::harness_session_id),
+                "worktree": record.as_ref().and_then(Record::worktree).unwrap_or(""),
+                "branch": record.as_ref().and_then(Record::branch),
+            },
+        });
+        Ok(line.to_string())
+    }
+
     /// Whether the close ledger has a line for `id`. Reads the whole ledger: only recovery of an
     /// interrupted close asks.
     fn ledger_has(&self, id: &SessionId) -> Result<bool> {
-        let bytes = match self.fs.read(&self.layout.close_ledger()) {
+        Ok(self.closures()?.iter().any(|closure| closure.id == id.as_str()))
+    }
+
+    /// Every close in the ledger, in order (the existing implementation's lines, and this
+    /// engine's earlier `{"ts","id"}` lines). Blank lines are skipped and lines of other actions
+    /// ignored; a line that is not JSON, or a close without a string id and time, is corrupt
+    /// (naming the ledger and the line's offset), as the existing reader refuses it.
+    pub fn closures(&self) -> Result<Vec<Closure>> {
+        let path = self.layout.close_ledger();
+        let bytes = match self.fs.read(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
-                return Ok(false);
+                return Ok(Vec::new());
             }
             Err(error) => return Err(error.into()),
         };
-        Ok(bytes.split(|&b| b == b'\n').any(|line| {
-            serde_json::from_slice::<serde_json::Value>(line)
-                .ok()
-                .is_some_and(|value| value.get("id").and_then(|v| v.as_str()) == Some(id.as_str()))
-        }))
+        let mut closures = Vec::new();
+        let mut offset = 0u64;
+        for line in bytes.split_inclusive(|&b| b == b'\n') {
+            let at = offset;
+            offset += line.len() as u64;
+            let body = line.strip_suffix(b"\n").unwrap_or(line);
+            if body.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let corrupt = |why: &str| Error::Corrupt {
+                path: path.clone(),
+                offset: at,
+                reason: CorruptReason::BadLine(why.to_owned()),
+            };
+            let value: serde_json::Value = serde_json::from_slice(body)
+                .map_err(|_| corrupt("session close history is unreadable"))?;
+            let text = |value: Option<&serde_json::Value>| {
+                value.and_then(serde_json::Value::as_str).map(str::to_owned)
+            };
+            let closure = match value.get("action").and_then(serde_json::Value::as_str) {
+                Some(CLOSE_AUTHORIZED) => Closure {
+                    id: text(value.pointer("/target/id"))
+                        .ok_or_else(|| corrupt("a close without a target id"))?,
+                    closed_at: text(value.get("at"))
+                        .ok_or_else(|| corrupt("a close without a time"))?,
+                },
+                Some(_) => continue,
+                None => match (text(value.get("id")), text(value.get("ts"))) {
+                    (Some(id), Some(closed_at)) => Closure { id, closed_at },
+                    _ => continue,
+                },
+            };
+            closures.push(closure);
+        }
+        Ok(closures)
+    }
+
+    /// The close of the session `selector` names (its id, or a prefix of exactly one closed
+    /// id), as the existing implementation finds it: `None` when no close matches, an error when
+    /// two different ids do.
+    pub fn closure(&self, selector: &str) -> Result<Option<Closure>> {
+        let mut found: Option<Closure> = None;
+        for closure in self.closures()? {
+            if closure.id == selector {
+                return Ok(Some(closure));
+            }
+            if !selector.is_empty() && closure.id.starts_with(selector) {
+                match &found {
+                    Some(other) if other.id != closure.id => {
+                        return Err(Error::InvalidInput {
+                            what: "session",
+                            reason: format!(
+                                "{selector:?} matches more than one closed session ({} and {})",
+                                other.id, closure.id
+                            ),
+                        });
+                    }
+                    Some(_) => {}
+                    None => found = Some(closure),
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// Removes a directory tree (files first, then directories).

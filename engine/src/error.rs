@@ -18,6 +18,8 @@ pub enum CorruptReason {
     DamagedLine,
     /// A record or queue file that does not parse.
     BadFile(String),
+    /// The log's segments are not what a log can be: one is missing, or is not a regular file.
+    BadSegment(String),
     /// The segment shrank while it was read (a writer repaired its torn tail): the read is
     /// retried, and reported only if it keeps happening.
     Shrank,
@@ -32,6 +34,7 @@ impl std::fmt::Display for CorruptReason {
                 f.write_str("damaged line (NUL bytes) before the end of the log")
             }
             CorruptReason::BadFile(why) => write!(f, "malformed file: {why}"),
+            CorruptReason::BadSegment(why) => write!(f, "damaged log: {why}"),
             CorruptReason::Shrank => f.write_str("the segment shrank while being read"),
         }
     }

@@ -18,7 +18,8 @@
 //! `session.json.tmp` and `pending.json.tmp` (the staging files of atomic replaces, removed by
 //! recovery), `<root>/.closing/<id>` (a session being closed, moved out of `sessions/` in one
 //! rename so a close is atomic), and `<lock>.takeover` (the flock that makes stale-lock takeover
-//! race-free), and `receipts.index.json` (a derived index of keyed-send receipts, rebuilt from
+//! race-free), `adapter` (the drain adapter spec of a session this engine created: the existing
+//! implementation rewrites the record without keys it does not know), and `receipts.index.json` (a derived index of keyed-send receipts, rebuilt from
 //! the log whenever it is missing or stale).
 
 use std::fmt;
@@ -57,21 +58,55 @@ const _: () = assert!(TEXT_BYTES_MAX * 2 * 6 + 65_536 <= LINE_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(NOTE_BYTES_MAX * 6 + 4096 <= LINE_BYTES_MAX);
 
-/// Parses the segment-bound override: floored to an integer, at least [`SEGMENT_BYTES_MIN`].
-/// `None` (unset) gives the default; an unparsable value is an error naming it.
-pub fn segment_bytes_from_env(value: Option<&str>) -> Result<u64> {
-    let Some(value) = value else { return Ok(SEGMENT_BYTES_DEFAULT) };
-    let number: f64 = value.trim().parse().map_err(|_| Error::InvalidConfig {
-        what: SEGMENT_BYTES_ENV,
-        reason: format!("{value:?} is not a number"),
-    })?;
-    if !number.is_finite() || number < 0.0 {
-        return Err(Error::InvalidConfig {
-            what: SEGMENT_BYTES_ENV,
-            reason: format!("{value:?} is not a positive number"),
-        });
+/// Parses the segment-bound override exactly as the existing implementation does: the value is
+/// read as a JavaScript number (surrounding blanks ignored, `""` is 0, hexadecimal, octal and
+/// binary literals and exponents are numbers); a finite value is floored and raised to at least
+/// [`SEGMENT_BYTES_MIN`]; anything else (unset, `abc`, `Infinity`) gives the default. Never fails.
+pub fn segment_bytes_from_env(value: Option<&str>) -> u64 {
+    let Some(value) = value else { return SEGMENT_BYTES_DEFAULT };
+    match js_number(value) {
+        Some(number) if number.is_finite() => {
+            let floored = number.floor();
+            if floored <= SEGMENT_BYTES_MIN as f64 {
+                SEGMENT_BYTES_MIN
+            } else if floored >= u64::MAX as f64 {
+                u64::MAX
+            } else {
+                floored as u64
+            }
+        }
+        _ => SEGMENT_BYTES_DEFAULT,
     }
-    Ok((number.floor() as u64).max(SEGMENT_BYTES_MIN))
+}
+
+/// JavaScript's `Number(text)`: `None` for NaN.
+fn js_number(text: &str) -> Option<f64> {
+    let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    if text.is_empty() {
+        return Some(0.0);
+    }
+    for (prefix, radix) in [("0x", 16), ("0X", 16), ("0o", 8), ("0O", 8), ("0b", 2), ("0B", 2)] {
+        if let Some(digits) = text.strip_prefix(prefix) {
+            if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+                return None;
+            }
+            return Some(digits.chars().fold(0.0, |value, c| {
+                value * f64::from(radix) + f64::from(c.to_digit(radix).unwrap_or(0))
+            }));
+        }
+    }
+    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
+    if unsigned == "Infinity" {
+        return Some(if text.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY });
+    }
+    // Rust accepts `inf` and `nan` spellings JavaScript does not: only digits, one point and an
+    // exponent pass on.
+    if !unsigned.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
+        || !unsigned.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+    {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// A validated session id: 1 to 128 bytes of `[A-Za-z0-9._-]`, not starting with `.` or `-`.
@@ -218,6 +253,16 @@ impl Layout {
         self.timeline_dir(id).join(no.file_name())
     }
 
+    /// The drain adapter spec of a session created by this engine (one line).
+    pub fn adapter(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("adapter")
+    }
+
+    /// The adapter spec's staging file.
+    pub fn adapter_tmp(&self, id: &SessionId) -> PathBuf {
+        self.session_dir(id).join("adapter.tmp")
+    }
+
     /// The delivery queue.
     pub fn queue(&self, id: &SessionId) -> PathBuf {
         self.session_dir(id).join("pending.json")
@@ -306,12 +351,28 @@ mod tests {
     }
 
     #[test]
-    fn segment_bound_override_is_floored_with_a_minimum() {
-        assert_eq!(segment_bytes_from_env(None).unwrap(), SEGMENT_BYTES_DEFAULT);
-        assert_eq!(segment_bytes_from_env(Some("2048.9")).unwrap(), 2048);
-        assert_eq!(segment_bytes_from_env(Some("10")).unwrap(), SEGMENT_BYTES_MIN);
-        assert!(segment_bytes_from_env(Some("lots")).is_err());
-        assert!(segment_bytes_from_env(Some("-5")).is_err());
+    fn segment_bound_override_is_parsed_as_the_existing_implementation_parses_it() {
+        // The existing implementation's own bounds for these values (measured, interop corpus).
+        for (value, bound) in [
+            (None, 4_194_304),
+            (Some(""), 1024),
+            (Some("abc"), 4_194_304),
+            (Some("-5"), 1024),
+            (Some("0x800"), 2048),
+            (Some("Infinity"), 4_194_304),
+            (Some("1024"), 1024),
+            (Some("2048"), 2048),
+            (Some("1e4"), 10_000),
+            (Some(" 3000 "), 3000),
+            (Some("2048.9"), 2048),
+            (Some("inf"), 4_194_304),
+            (Some("NaN"), 4_194_304),
+            (Some("-Infinity"), 4_194_304),
+            (Some("-0x10"), 4_194_304),
+            (Some(".5e4"), 5000),
+        ] {
+            assert_eq!(segment_bytes_from_env(value), bound, "{value:?}");
+        }
     }
 
     #[test]

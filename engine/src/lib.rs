@@ -8,7 +8,9 @@
 mod atomic;
 mod boundaries;
 mod close;
+pub mod damage;
 pub mod digest;
+mod doctor;
 mod drain;
 pub mod env;
 mod error;
@@ -19,12 +21,16 @@ pub mod mutant;
 pub mod queue;
 mod receipts;
 pub mod record;
+mod recover;
 pub mod reply;
 mod send;
 mod store;
 pub(crate) mod sync;
 pub mod timeline;
 
+pub use close::Closure;
+pub use damage::{Damage, DamageKind};
+pub use doctor::QueueRepair;
 pub use drain::{Adapter, DrainReport, DrainStop, Message};
 pub use error::{CorruptReason, Error, Result};
 pub use faultfs;

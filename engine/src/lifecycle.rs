@@ -16,8 +16,8 @@
 //!
 //! # Launch readiness
 //!
-//! While a resume validates a launched runtime, the record carries `launchPending`: the frozen
-//! pre-resume public triple. Writes are compared through it: beginning a launch and failing it
+//! While a resume validates a launched runtime, the record carries `launch_readiness_pending`:
+//! the frozen pre-resume public state (see `record`). Writes are compared through it: beginning a launch and failing it
 //! append nothing (failing restores the frozen triple); the write that ends it successfully
 //! clears the pending state and appends the one real move, if the triple moved relative to the
 //! frozen one.
@@ -107,7 +107,7 @@ impl<F: Fs> Store<F> {
                 }
                 (Lifecycle::Set(triple) | Lifecycle::SetFrom { triple, .. }, _) => {
                     record.set_triple(triple);
-                    record.set_launch_pending(None);
+                    record.end_launch(false);
                     (triple.clone(), *triple != before)
                 }
                 (Lifecycle::BeginLaunch(_), Some(_)) => {
@@ -116,7 +116,7 @@ impl<F: Fs> Store<F> {
                     });
                 }
                 (Lifecycle::BeginLaunch(triple), None) => {
-                    record.set_launch_pending(Some(&before));
+                    record.begin_launch(self.clock.now_ms());
                     record.set_triple(triple);
                     (before.clone(), false)
                 }
@@ -124,13 +124,11 @@ impl<F: Fs> Store<F> {
                     return Err(Error::Refused { reason: "no launch is pending".to_owned() });
                 }
                 (Lifecycle::FailLaunch, Some(frozen)) => {
-                    record.set_triple(&frozen);
-                    record.set_launch_pending(None);
+                    record.end_launch(true);
                     (frozen, false)
                 }
             };
             let now_ms = self.clock.now_ms();
-            record.touch(now_ms);
             let tmp = self.layout.record_tmp(id);
             if let Err(error) = atomic::stage(&self.fs, &tmp, &record.encode(), &APPEND.record) {
                 atomic::discard(&self.fs, &tmp, &APPEND.record);
@@ -167,16 +165,16 @@ impl<F: Fs> Store<F> {
         })
     }
 
-    /// Archives session `id`: a record-only write (no event). Every segment is preserved.
+    /// Archives session `id`: a record-only write (no event) that sets `stopped`, `archived`
+    /// and the cold proof the existing implementation's board requires. Every segment is
+    /// preserved.
     pub fn archive(&self, id: &SessionId) -> Result<()> {
         self.transition(id, &ARCHIVE, || {
             let mut record = self.record(id)?;
             if record.archived() {
                 return Ok(());
             }
-            let now_ms = self.clock.now_ms();
-            record.set_archived(now_ms);
-            record.touch(now_ms);
+            record.set_archived();
             self.write_record(id, &record, &ARCHIVE.record)
         })
     }

@@ -7,16 +7,32 @@
 //! queue is empty, so "is anything owed?" is one existence check. The log is never read to
 //! decide what is owed.
 //!
+//! # Reading what the existing implementation reads
+//!
+//! Readers take an empty, unparsable or non-array file as an empty queue, and of an array only
+//! the valid entries (`mid` and `text` strings, `attributes` an object of strings, `dispatch`
+//! with string `operation` and `requestDigest`), as the existing implementation does. Such a
+//! queue is *damaged*: writers refuse it (corrupt, naming the file) instead of overwriting what
+//! they cannot read, and `Store::repair_queue` rebuilds it from what is left and what the log
+//! proves.
+//!
 //! # Durability and concurrency
 //!
 //! Written whole by atomic replace (see `atomic`); removed durably when it empties. Every
-//! mutation (a send's enqueue, a drain's removal) happens under the session's record lock, so
-//! two processes can never lose each other's change (the existing implementation enqueued under
-//! the record lock and removed under the delivery lock, and lost entries that way).
+//! mutation (a send's enqueue, a drain's removal, a replay's restore) goes through
+//! [`Store::write_queue`] under the session's record lock, so two processes can never lose each
+//! other's change (the existing implementation enqueued under the record lock and removed under
+//! the delivery lock, and lost entries that way).
 
 use serde::{Deserialize, Serialize};
 
+use faultfs::Fs;
+
+use crate::atomic;
+use crate::boundaries::Boundaries;
 use crate::error::{CorruptReason, Error, Result};
+use crate::layout::SessionId;
+use crate::store::Store;
 
 /// The receipt a keyed entry must match before any adapter call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,13 +61,64 @@ pub struct Entry {
     pub dispatch: Option<Dispatch>,
 }
 
-/// Parses a queue file.
-pub(crate) fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Vec<Entry>> {
-    serde_json::from_slice(bytes).map_err(|error| Error::Corrupt {
-        path: path.to_path_buf(),
-        offset: 0,
-        reason: CorruptReason::BadFile(error.to_string()),
-    })
+/// A queue file as read: its valid entries, and why it is damaged if it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueFile {
+    /// The valid entries, in order.
+    pub entries: Vec<Entry>,
+    /// Why the file is damaged (not an array, or entries left out), if it is.
+    pub damage: Option<String>,
+}
+
+/// Reads a queue file as the existing implementation reads it (see the module header).
+pub(crate) fn parse(bytes: &[u8]) -> QueueFile {
+    let value: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(value) => value,
+        Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => {
+            return QueueFile { entries: Vec::new(), damage: Some("empty file".to_owned()) };
+        }
+        Err(error) => {
+            return QueueFile { entries: Vec::new(), damage: Some(format!("not JSON: {error}")) };
+        }
+    };
+    let serde_json::Value::Array(items) = value else {
+        return QueueFile { entries: Vec::new(), damage: Some("not a JSON array".to_owned()) };
+    };
+    let mut file = QueueFile::default();
+    let mut invalid = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        match entry_of(item) {
+            Some(entry) => file.entries.push(entry),
+            None => invalid.push(index.to_string()),
+        }
+    }
+    if !invalid.is_empty() {
+        file.damage = Some(format!("invalid entries at index {}", invalid.join(", ")));
+    }
+    file
+}
+
+/// One entry, if it is valid.
+fn entry_of(item: serde_json::Value) -> Option<Entry> {
+    let object = item.as_object()?;
+    object.get("mid")?.as_str()?;
+    object.get("text")?.as_str()?;
+    if let Some(attributes) = object.get("attributes")
+        && !attributes.as_object().is_some_and(|map| map.values().all(serde_json::Value::is_string))
+    {
+        return None;
+    }
+    if let Some(dispatch) = object.get("dispatch")
+        && !(dispatch.get("operation").is_some_and(serde_json::Value::is_string)
+            && dispatch.get("requestDigest").is_some_and(serde_json::Value::is_string))
+    {
+        return None;
+    }
+    let mut object = object.clone();
+    if !object.get("from").is_some_and(serde_json::Value::is_string) {
+        object.insert("from".to_owned(), serde_json::Value::Null);
+    }
+    serde_json::from_value(serde_json::Value::Object(object)).ok()
 }
 
 /// The bytes of a non-empty queue: pretty JSON, trailing newline.
@@ -60,4 +127,92 @@ pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
     let mut bytes = serde_json::to_vec_pretty(entries).expect("queue entries always serialize");
     bytes.push(b'\n');
     bytes
+}
+
+impl<F: Fs> Store<F> {
+    /// The queue file of session `id` as read (no file: empty and sound).
+    pub(crate) fn queue_file(&self, id: &SessionId) -> Result<QueueFile> {
+        Ok(atomic::read(&self.fs, &self.layout.queue(id))?
+            .map_or_else(QueueFile::default, |bytes| parse(&bytes)))
+    }
+
+    /// The messages owed to session `id`, as a reader sees them: the valid entries of the queue
+    /// (empty if nothing is owed; see the module header for a damaged queue).
+    pub fn queue(&self, id: &SessionId) -> Result<Vec<Entry>> {
+        Ok(self.queue_file(id)?.entries)
+    }
+
+    /// Whether session `id` has a queue file at all (the existing implementation's "owes
+    /// delivery": true even when the file is empty or damaged).
+    pub fn owes_delivery(&self, id: &SessionId) -> Result<bool> {
+        Ok(self.fs.exists(&self.layout.queue(id))?)
+    }
+
+    /// The queue for a writer: corrupt (naming the file) when damaged, so that nothing a reader
+    /// could not read is overwritten.
+    pub(crate) fn queue_for_write(&self, id: &SessionId) -> Result<Vec<Entry>> {
+        let file = self.queue_file(id)?;
+        match file.damage {
+            None => Ok(file.entries),
+            Some(reason) => Err(Error::Corrupt {
+                path: self.layout.queue(id),
+                offset: 0,
+                reason: CorruptReason::BadFile(format!(
+                    "damaged delivery queue ({reason}); `spex session repair {id}` rebuilds it"
+                )),
+            }),
+        }
+    }
+
+    /// Replaces the queue durably (removing the file when it empties).
+    pub(crate) fn write_queue(
+        &self,
+        id: &SessionId,
+        entries: &[Entry],
+        steps: &Boundaries,
+    ) -> Result<()> {
+        let dir = self.layout.session_dir(id);
+        if entries.is_empty() {
+            return atomic::remove(
+                &self.fs,
+                &dir,
+                &self.layout.queue(id),
+                steps.queue.remove,
+                steps.queue.dir_sync,
+            );
+        }
+        atomic::replace(
+            &self.fs,
+            &dir,
+            &self.layout.queue(id),
+            &self.layout.queue_tmp(id),
+            &encode(entries),
+            &steps.queue,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damaged_queues_read_as_the_existing_implementation_reads_them() {
+        for (bytes, valid) in [
+            ("", 0),
+            ("{\"mid\":\"m\",\"text\":\"t\",\"from\":null}", 0),
+            (
+                "[{\"mid\":\"a\",\"text\":\"x\",\"from\":null},{\"mid\":\"b\",\"text\":42},{\"mid\":\"c\",\"text\":\"y\",\"from\":\"p\"}]",
+                2,
+            ),
+            ("[{\"mid\":\"a\",\"text\":\"x\",\"attributes\":{\"k\":1}}]", 0),
+            ("[{\"mid\":\"a\",\"text\":\"x\",\"dispatch\":{\"operation\":\"o\"}}]", 0),
+        ] {
+            let file = parse(bytes.as_bytes());
+            assert_eq!(file.entries.len(), valid, "{bytes}");
+            assert!(file.damage.is_some(), "{bytes}");
+        }
+        let sound = parse(b"[{\"mid\":\"a\",\"text\":\"x\",\"from\":null}]\n");
+        assert_eq!((sound.entries.len(), sound.damage), (1, None));
+    }
 }

@@ -28,7 +28,7 @@ use crate::atomic::{self, ReplaceBoundaries};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, STATE_FILE_BYTES_MAX, SegmentNo, SessionId};
 use crate::sync::{Mutex, lock};
-use crate::timeline::{self, Cursor, Line, Receipt};
+use crate::timeline::{self, Cursor, Line, Receipt, SentEvent};
 
 /// Format version of the persisted index.
 const INDEX_VERSION: u32 = 2;
@@ -244,11 +244,11 @@ impl Index {
     fn fold(&mut self, lines: Vec<Line>) {
         for line in lines {
             match line {
-                Line::Sent(event, Some(receipt)) => {
+                Line::Sent(SentEvent { mid: Some(mid), .. }, Some(receipt)) => {
                     let key = (receipt.operation.clone(), receipt.request_digest.clone());
                     // The first receipt for a key is the one a replay must return.
                     self.receipts.entry(key).or_insert(Known {
-                        mid: event.mid,
+                        mid,
                         receipt: *receipt,
                         settled: false,
                     });
@@ -261,7 +261,8 @@ impl Index {
                         known.settled = true;
                     }
                 }
-                Line::Sent(_, None) | Line::Status(_) => {}
+                // A receipt on a line without a mid (no writer made one) answers nothing.
+                Line::Sent(_, _) | Line::Status(_) => {}
             }
         }
     }

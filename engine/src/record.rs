@@ -1,27 +1,89 @@
-//! The record: `session.json`, a session's current authored state.
+//! The record: `session.json`, a session's current authored state, in the existing spex's format.
 //!
 //! # Format
 //!
-//! A JSON object, pretty-printed with a 2-space indent, plus `"\n"`. Fields this engine reads
-//! and writes: `id`, `status`, `proposal`, `note`, `createdAt`, `updatedAt`, `adapter` (the
-//! drain adapter spec), `worktree` (a retired session's worktree is gone), `archived` and
-//! `archivedAt`, and `launchPending` (the frozen pre-resume public triple while a launch is being
-//! validated). Every other field is kept as it was, in its order, so records written by the
-//! existing implementation round-trip.
+//! A JSON object, pretty-printed with a 2-space indent, plus `"\n"`. A governed record (a board
+//! session) holds every key of the existing implementation's projection, in its order, on every
+//! write (see [`GOVERNED_KEYS`]); `''` stands for "none" in its string fields, `createdAt` is
+//! epoch milliseconds, `sortkey` is a number or `''`, and `launch_readiness_pending` is `''` or
+//! the fence of an in-flight resume (`{version: 1, startedAt, original: {status, proposal, note,
+//! stopped, archived, cold_proof, adapter_recovery}}`), whose `original` is what every public
+//! reader shows until the launch ends. The raw status `launch-queued` is `queued` with a launch
+//! owner; an unknown status reads as `active` and an unknown proposal as none, as the existing
+//! reader reads them.
+//!
+//! A runtime-owned record (`governed: false` with a `runtime_owner`) has a key set of its own;
+//! it is rewritten in place, keeping its keys and their order.
+//!
+//! Keys this engine does not know are kept after the projection, in their order. The existing
+//! implementation rebuilds its projection on every write and drops them, so nothing this engine
+//! needs lives only there: the drain adapter spec is a file of its own (see `Store::adapter`).
+//!
+//! Records written by earlier versions of this engine (`id`, `worktree`, ISO `createdAt`,
+//! `launchPending`, `updatedAt`, `archivedAt`) are read, and rewritten in the projection.
 //!
 //! # Durability and recovery
 //!
 //! Written by atomic replace (see `atomic`): a crash leaves the old record or the new one.
 //! Lifecycle writes log their `status` event *before* replacing the record; the log is the
 //! record's write-ahead log for the public triple, and recovery rolls a record that is behind its
-//! last logged move forward (see `store`).
+//! last logged move forward (see `recover`).
 
+use faultfs::Fs;
 use serde_json::{Map, Value};
 
-use crate::env::{UnixMs, format_ts};
+use crate::atomic;
+use crate::env::{UnixMs, format_ts, parse_ts};
 use crate::error::{CorruptReason, Error, Result};
 use crate::layout::SessionId;
+use crate::store::Store;
 use crate::timeline::{Proposal, Status, Triple};
+
+/// The keys of a governed record, in the order the existing implementation writes them.
+/// `zcode_child_session_ids` and `base` are written only when present.
+pub const GOVERNED_KEYS: [&str; 28] = [
+    "session_id",
+    "governed",
+    "worktree_path",
+    "branch",
+    "node",
+    "title",
+    "name",
+    "parent",
+    "status",
+    "proposal",
+    "merges",
+    "note",
+    "sortkey",
+    "createdAt",
+    "harness",
+    "harness_session_id",
+    "stopped",
+    "archived",
+    "cold_proof",
+    "adapter_recovery",
+    "launcher",
+    "launch_cmd",
+    "launch_owner",
+    "create_request_id",
+    "create_payload_hash",
+    "zcode_child_session_ids",
+    "base",
+    "launch_readiness_pending",
+];
+
+/// Keys written only when set.
+const OPTIONAL_KEYS: [&str; 2] = ["zcode_child_session_ids", "base"];
+
+/// Keys of this engine's earlier record format, converted into the projection on a rewrite.
+const EARLIER_KEYS: [&str; 6] =
+    ["id", "worktree", "launchPending", "updatedAt", "archivedAt", "createdAtIso"];
+
+/// The raw status of an owned launch queue: `queued`, with a `launch_owner`.
+pub const LAUNCH_QUEUED: &str = "launch-queued";
+
+/// The fields a launch readiness fence freezes, besides the triple.
+const FROZEN_FLAGS: [&str; 4] = ["stopped", "archived", "cold_proof", "adapter_recovery"];
 
 /// A session's record.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,18 +92,21 @@ pub struct Record {
 }
 
 impl Record {
-    /// A new record for `id` in `triple`.
-    pub fn new(id: &SessionId, triple: &Triple, now_ms: UnixMs) -> Record {
-        let mut record = Record { fields: Map::new() };
-        record.fields.insert("id".to_owned(), Value::String(id.to_string()));
+    /// A new governed record for `id` in `triple`, with every key of the projection.
+    pub fn new(id: &SessionId, triple: &Triple, now_ms: UnixMs, worktree: Option<&str>) -> Record {
+        let mut fields = Map::new();
+        fields.insert("session_id".to_owned(), Value::String(id.to_string()));
+        fields.insert("governed".to_owned(), Value::Bool(true));
+        fields.insert("worktree_path".to_owned(), Value::String(worktree.unwrap_or("").to_owned()));
+        fields.insert("createdAt".to_owned(), Value::from(now_ms));
+        let mut record = Record { fields };
         record.set_triple(triple);
-        let now = Value::String(format_ts(now_ms));
-        record.fields.insert("createdAt".to_owned(), now.clone());
-        record.fields.insert("updatedAt".to_owned(), now);
+        record.fields = record.projection();
         record
     }
 
-    /// Parses a record file.
+    /// Parses a record file. Corrupt (naming the file) when it is not a JSON object, carries no
+    /// session id, or holds a launch fence or owned queue the existing reader refuses.
     pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Record> {
         let corrupt = |why: String| Error::Corrupt {
             path: path.to_path_buf(),
@@ -54,165 +119,456 @@ impl Record {
             return Err(corrupt("not a JSON object".to_owned()));
         };
         let record = Record { fields };
-        record.triple_checked().map_err(corrupt)?;
+        record.check().map_err(corrupt)?;
         Ok(record)
     }
 
-    /// The record's bytes: pretty JSON, 2-space indent, trailing newline.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.session_id().is_none() {
+            return Err("parsed, but carries no session_id: not a session record".to_owned());
+        }
+        if self.text("status") == Some(LAUNCH_QUEUED) && self.launch_owner().is_none() {
+            return Err("an owned launch queue (launch-queued) without launch_owner".to_owned());
+        }
+        if let Some(children) = self.fields.get("zcode_child_session_ids")
+            && !children.as_array().is_some_and(|ids| {
+                ids.iter().all(|id| id.as_str().is_some_and(|id| !id.is_empty()))
+            })
+        {
+            return Err("zcode_child_session_ids is not a list of session ids".to_owned());
+        }
+        self.fence().map(|_| ())
+    }
+
+    /// The record's bytes: pretty JSON, 2-space indent, trailing newline; a governed record in
+    /// the projection's key order.
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes =
-            serde_json::to_vec_pretty(&self.fields).expect("a JSON map always serializes");
+        let fields = if self.runtime_owned() { self.fields.clone() } else { self.projection() };
+        let mut bytes = serde_json::to_vec_pretty(&fields).expect("a JSON map always serializes");
         bytes.push(b'\n');
         bytes
     }
 
-    fn triple_checked(&self) -> std::result::Result<Triple, String> {
+    /// The governed projection: every key of [`GOVERNED_KEYS`] (the optional ones when present)
+    /// with its value or its default, earlier-format keys converted, then unknown keys.
+    fn projection(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        for key in GOVERNED_KEYS {
+            let value = match key {
+                "session_id" => Some(Value::String(self.session_id().unwrap_or("").to_owned())),
+                "worktree_path" => Some(Value::String(self.worktree().unwrap_or("").to_owned())),
+                "createdAt" => Some(self.created_at_ms().map_or(Value::from(0), Value::from)),
+                "launch_readiness_pending" => Some(match self.fields.get(key) {
+                    Some(fence @ Value::Object(_)) => fence.clone(),
+                    _ => match self.fields.get("launchPending") {
+                        Some(Value::Object(frozen)) => self.fence_from_earlier(frozen),
+                        _ => empty(),
+                    },
+                }),
+                _ if OPTIONAL_KEYS.contains(&key) => self.fields.get(key).cloned(),
+                _ => Some(match self.fields.get(key) {
+                    Some(Value::Null) | None => default_of(key),
+                    Some(value) => value.clone(),
+                }),
+            };
+            if let Some(value) = value {
+                out.insert(key.to_owned(), value);
+            }
+        }
+        for (key, value) in &self.fields {
+            if !GOVERNED_KEYS.contains(&key.as_str()) && !EARLIER_KEYS.contains(&key.as_str()) {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+        out
+    }
+
+    /// An earlier-format `launchPending` triple as a fence.
+    fn fence_from_earlier(&self, frozen: &Map<String, Value>) -> Value {
+        let mut original = Map::new();
+        for key in ["status", "proposal", "note"] {
+            original.insert(key.to_owned(), frozen.get(key).cloned().unwrap_or_else(empty));
+        }
+        for key in FROZEN_FLAGS {
+            original.insert(
+                key.to_owned(),
+                self.fields.get(key).cloned().unwrap_or_else(|| default_of(key)),
+            );
+        }
+        serde_json::json!({"version": 1, "startedAt": self.created_at_ms().unwrap_or(0), "original": original})
+    }
+
+    fn runtime_owned(&self) -> bool {
+        self.fields.get("governed") == Some(&Value::Bool(false))
+            && self.fields.contains_key("runtime_owner")
+    }
+
+    /// A string field, `''` read as none.
+    fn text(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.fields.get(key).and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    /// The session id the record names (`session_id`; `id` in this engine's earlier format).
+    pub fn session_id(&self) -> Option<&str> {
+        self.text("session_id").or_else(|| self.text("id"))
+    }
+
+    /// Whether a board session (`governed`).
+    pub fn governed(&self) -> bool {
+        self.flag("governed")
+    }
+
+    /// The launch readiness fence's frozen original, if a resume is in flight. An invalid fence
+    /// is an error (the existing reader refuses such a record).
+    fn fence(&self) -> std::result::Result<Option<&Map<String, Value>>, String> {
+        let pending = match self.fields.get("launch_readiness_pending") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) if text.is_empty() => None,
+            Some(pending) => Some(pending),
+        };
+        let Some(pending) = pending else {
+            return match self.fields.get("launchPending") {
+                Some(Value::Object(frozen)) => Ok(Some(frozen)),
+                _ => Ok(None),
+            };
+        };
+        let invalid = || "an invalid launch_readiness_pending fence".to_owned();
+        let original = pending.get("original").and_then(Value::as_object).ok_or_else(invalid)?;
+        let text_or_null =
+            |key: &str| matches!(original.get(key), Some(Value::String(_) | Value::Null));
+        let valid = pending.get("version").and_then(Value::as_u64) == Some(1)
+            && pending.get("startedAt").and_then(Value::as_f64).is_some_and(f64::is_finite)
+            && original.get("status").and_then(Value::as_str).and_then(Status::parse).is_some()
+            && match original.get("proposal") {
+                Some(Value::Null) => true,
+                Some(Value::String(name)) => name.is_empty() || Proposal::parse(name).is_some(),
+                _ => false,
+            }
+            && text_or_null("note")
+            && original.get("stopped").is_some_and(Value::is_boolean)
+            && original.get("archived").is_some_and(Value::is_boolean)
+            && text_or_null("cold_proof")
+            && text_or_null("adapter_recovery");
+        if valid { Ok(Some(original)) } else { Err(invalid()) }
+    }
+
+    /// The current (candidate) triple.
+    pub fn triple(&self) -> Triple {
         triple_of(&self.fields)
     }
 
-    /// The current public triple.
-    pub fn triple(&self) -> Triple {
-        self.triple_checked().expect("records are validated when parsed or built")
-    }
-
-    /// The triple a reader of the log should see: the frozen pre-resume projection while a
-    /// launch is pending, else the current triple.
+    /// The triple a reader sees: the frozen original while a launch is in flight, else the
+    /// current triple.
     pub fn public_triple(&self) -> Triple {
         self.launch_pending().unwrap_or_else(|| self.triple())
     }
 
-    /// Sets the current triple.
+    /// Sets the current triple. The raw status `launch-queued` stays while the status stays
+    /// `queued`; any other status clears the launch owner.
     pub fn set_triple(&mut self, triple: &Triple) {
-        self.fields.insert("status".to_owned(), Value::String(triple.status.name().to_owned()));
+        let owned_queue = self.text("status") == Some(LAUNCH_QUEUED);
+        if !(owned_queue && triple.status == Status::Queued) {
+            self.fields.insert("status".to_owned(), Value::String(triple.status.name().to_owned()));
+            if self.fields.contains_key("launch_owner") || !self.runtime_owned() {
+                self.fields.insert("launch_owner".to_owned(), empty());
+            }
+        }
         self.fields.insert(
             "proposal".to_owned(),
-            triple
-                .proposal
-                .map_or(Value::Null, |proposal| Value::String(proposal.name().to_owned())),
+            Value::String(triple.proposal.map_or("", Proposal::name).to_owned()),
         );
         self.fields
-            .insert("note".to_owned(), triple.note.clone().map_or(Value::Null, Value::String));
+            .insert("note".to_owned(), Value::String(triple.note.clone().unwrap_or_default()));
     }
 
-    /// The frozen pre-resume triple, while a launch is pending.
+    /// The frozen triple, while a launch is in flight.
     pub fn launch_pending(&self) -> Option<Triple> {
-        match self.fields.get("launchPending") {
-            Some(Value::Object(frozen)) => triple_of(frozen).ok(),
+        self.fence().ok().flatten().map(triple_of)
+    }
+
+    /// Freezes the current public state in a launch fence started at `now_ms`.
+    pub fn begin_launch(&mut self, now_ms: UnixMs) {
+        let mut original = Map::new();
+        let triple = self.public_triple();
+        original.insert("status".to_owned(), Value::String(triple.status.name().to_owned()));
+        original.insert(
+            "proposal".to_owned(),
+            Value::String(triple.proposal.map_or("", Proposal::name).to_owned()),
+        );
+        original.insert("note".to_owned(), Value::String(triple.note.unwrap_or_default()));
+        for key in FROZEN_FLAGS {
+            original.insert(
+                key.to_owned(),
+                self.fields.get(key).cloned().unwrap_or_else(|| default_of(key)),
+            );
+        }
+        self.fields.shift_remove("launchPending");
+        self.fields.insert(
+            "launch_readiness_pending".to_owned(),
+            serde_json::json!({"version": 1, "startedAt": now_ms, "original": original}),
+        );
+    }
+
+    /// Ends a launch: with `restore`, the frozen original comes back (a failed launch); either
+    /// way the fence is cleared.
+    pub fn end_launch(&mut self, restore: bool) {
+        if restore && let Ok(Some(original)) = self.fence() {
+            let original = original.clone();
+            self.set_triple(&triple_of(&original));
+            for key in FROZEN_FLAGS {
+                if let Some(value) = original.get(key) {
+                    let value = if value.is_null() { empty() } else { value.clone() };
+                    self.fields.insert(key.to_owned(), value);
+                }
+            }
+        }
+        self.fields.shift_remove("launchPending");
+        self.fields.insert("launch_readiness_pending".to_owned(), empty());
+    }
+
+    /// The worktree path, if the session has one (`worktree_path`; `worktree` earlier).
+    pub fn worktree(&self) -> Option<&str> {
+        self.text("worktree_path").or_else(|| self.text("worktree"))
+    }
+
+    /// The harness (`''` reads as `claude`, as the existing reader reads it).
+    pub fn harness(&self) -> &str {
+        self.text("harness").unwrap_or("claude")
+    }
+
+    /// The harness's own thread id.
+    pub fn harness_session_id(&self) -> Option<&str> {
+        self.text("harness_session_id")
+    }
+
+    /// The branch.
+    pub fn branch(&self) -> Option<&str> {
+        self.text("branch")
+    }
+
+    /// The owner of a queued launch (`launch-queued` only).
+    pub fn launch_owner(&self) -> Option<&str> {
+        if self.text("status") != Some(LAUNCH_QUEUED) {
+            return None;
+        }
+        self.fields
+            .get("launch_owner")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|owner| !owner.is_empty())
+    }
+
+    /// A flag as a public reader sees it (frozen while a launch is in flight).
+    fn public_flag(&self, key: &str) -> bool {
+        match self.fence() {
+            Ok(Some(original)) if original.contains_key(key) => {
+                original.get(key).and_then(Value::as_bool).unwrap_or(false)
+            }
+            _ => self.flag(key),
+        }
+    }
+
+    /// Whether the session is archived.
+    pub fn archived(&self) -> bool {
+        self.public_flag("archived")
+    }
+
+    /// Whether the session was stopped by a human.
+    pub fn stopped(&self) -> bool {
+        self.public_flag("stopped")
+    }
+
+    /// Marks the session archived, with the cold proof the existing board requires.
+    pub fn set_archived(&mut self) {
+        let thread = self
+            .harness_session_id()
+            .map_or_else(|| "no-resident-ref".to_owned(), |thread| format!("thread:{thread}"));
+        let proof = format!(
+            "cold-v1|{}|{}|{thread}",
+            self.harness(),
+            self.session_id().unwrap_or_default()
+        );
+        self.fields.insert("stopped".to_owned(), Value::Bool(true));
+        self.fields.insert("archived".to_owned(), Value::Bool(true));
+        self.fields.insert("cold_proof".to_owned(), Value::String(proof));
+    }
+
+    /// `createdAt` in epoch milliseconds (a number; an ISO string in the earlier format).
+    pub fn created_at_ms(&self) -> Option<UnixMs> {
+        match self.fields.get("createdAt")? {
+            Value::Number(number) => number
+                .as_u64()
+                .or_else(|| number.as_f64().filter(|ms| *ms >= 0.0).map(|ms| ms as u64)),
+            Value::String(text) => parse_ts(text),
             _ => None,
         }
     }
 
-    /// Sets or clears the frozen pre-resume triple.
-    pub fn set_launch_pending(&mut self, frozen: Option<&Triple>) {
-        match frozen {
-            Some(triple) => {
-                let mut inner = Record { fields: Map::new() };
-                inner.set_triple(triple);
-                self.fields.insert("launchPending".to_owned(), Value::Object(inner.fields));
+    /// `createdAt` as a store timestamp (UTC, ISO-8601, milliseconds).
+    pub fn created_at(&self) -> Option<String> {
+        self.created_at_ms().filter(|ms| *ms > 0).map(format_ts)
+    }
+
+    /// The drain adapter spec of this engine's earlier format (kept in the record).
+    pub(crate) fn earlier_adapter(&self) -> Option<&str> {
+        self.text("adapter")
+    }
+
+    /// The record as a public reader sees it: while a launch is in flight, the frozen original
+    /// in place of status, proposal, note, stopped, archived, cold_proof and adapter_recovery,
+    /// and the fence cleared.
+    pub fn public_fields(&self) -> Map<String, Value> {
+        let mut fields = if self.runtime_owned() { self.fields.clone() } else { self.projection() };
+        if let Ok(Some(original)) = self.fence() {
+            for key in ["status", "proposal", "note"].into_iter().chain(FROZEN_FLAGS) {
+                if let Some(value) = original.get(key) {
+                    let value = match value {
+                        Value::String(text) if text.is_empty() && key != "status" => Value::Null,
+                        other => other.clone(),
+                    };
+                    fields.insert(key.to_owned(), value);
+                }
             }
-            None => {
-                self.fields.shift_remove("launchPending");
-            }
+            fields.insert("launch_readiness_pending".to_owned(), empty());
         }
+        fields
     }
 
-    /// Stamps `updatedAt`.
-    pub fn touch(&mut self, now_ms: UnixMs) {
-        self.fields.insert("updatedAt".to_owned(), Value::String(format_ts(now_ms)));
-    }
-
-    /// The drain adapter spec (`exec:CMD`, `tmux:PANE`, `stdout`), if set.
-    pub fn adapter(&self) -> Option<&str> {
-        self.fields.get("adapter").and_then(Value::as_str)
-    }
-
-    /// Sets the drain adapter spec.
-    pub fn set_adapter(&mut self, adapter: Option<&str>) {
-        match adapter {
-            Some(spec) => {
-                self.fields.insert("adapter".to_owned(), Value::String(spec.to_owned()));
-            }
-            None => {
-                self.fields.shift_remove("adapter");
-            }
-        }
-    }
-
-    /// The session's worktree path, if it has one.
-    pub fn worktree(&self) -> Option<&str> {
-        self.fields.get("worktree").and_then(Value::as_str)
-    }
-
-    /// Sets the worktree path.
-    pub fn set_worktree(&mut self, worktree: Option<&str>) {
-        if let Some(path) = worktree {
-            self.fields.insert("worktree".to_owned(), Value::String(path.to_owned()));
-        }
-    }
-
-    /// Whether the session was archived.
-    pub fn archived(&self) -> bool {
-        self.fields.get("archived").and_then(Value::as_bool).unwrap_or(false)
-    }
-
-    /// Marks the session archived.
-    pub fn set_archived(&mut self, now_ms: UnixMs) {
-        self.fields.insert("archived".to_owned(), Value::Bool(true));
-        self.fields.insert("archivedAt".to_owned(), Value::String(format_ts(now_ms)));
-    }
-
-    /// `createdAt`, if present.
-    pub fn created_at(&self) -> Option<&str> {
-        self.fields.get("createdAt").and_then(Value::as_str)
-    }
-
-    /// Every field, in order.
+    /// Every field, in order, as stored.
     pub fn fields(&self) -> &Map<String, Value> {
         &self.fields
     }
 }
 
-fn triple_of(fields: &Map<String, Value>) -> std::result::Result<Triple, String> {
-    let status = fields
-        .get("status")
-        .and_then(Value::as_str)
-        .ok_or_else(|| "missing \"status\"".to_owned())?;
-    let status = Status::parse(status).ok_or_else(|| format!("unknown status {status:?}"))?;
-    let proposal = match fields.get("proposal") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => {
-            Some(Proposal::parse(name).ok_or_else(|| format!("unknown proposal {name:?}"))?)
+fn empty() -> Value {
+    Value::String(String::new())
+}
+
+/// The value a governed record's key takes when absent.
+fn default_of(key: &str) -> Value {
+    match key {
+        "governed" => Value::Bool(true),
+        "merges" | "createdAt" => Value::from(0),
+        "stopped" | "archived" => Value::Bool(false),
+        "status" => Value::String("active".to_owned()),
+        _ => empty(),
+    }
+}
+
+/// The triple of a record or a fence's original, as the existing reader reads it: `launch-queued`
+/// is `queued`, an unknown status is `active`, an unknown or empty proposal and an empty note
+/// are none.
+fn triple_of(fields: &Map<String, Value>) -> Triple {
+    let status = match fields.get("status").and_then(Value::as_str) {
+        Some(LAUNCH_QUEUED) => Status::Queued,
+        Some(name) => Status::parse(name).unwrap_or(Status::Active),
+        None => Status::Active,
+    };
+    let proposal = fields.get("proposal").and_then(Value::as_str).and_then(Proposal::parse);
+    let note = fields.get("note").and_then(Value::as_str).map(str::to_owned);
+    Triple::new(status, proposal, note)
+}
+
+impl<F: Fs> Store<F> {
+    /// Reads a session's record, or `None` if it has none.
+    pub(crate) fn read_record(&self, id: &SessionId) -> Result<Option<Record>> {
+        let path = self.layout.record(id);
+        match atomic::read(&self.fs, &path)? {
+            Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),
+            None => Ok(None),
         }
-        Some(other) => return Err(format!("proposal is not a string: {other}")),
-    };
-    let note = match fields.get("note") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(note)) => Some(note.clone()),
-        Some(other) => return Err(format!("note is not a string: {other}")),
-    };
-    Ok(Triple::new(status, proposal, note))
+    }
+
+    /// Reads a session's record; a missing record is `NoSuchSession`.
+    pub fn record(&self, id: &SessionId) -> Result<Record> {
+        self.read_record(id)?.ok_or_else(|| Error::NoSuchSession { id: id.to_string() })
+    }
+
+    pub(crate) fn write_record(
+        &self,
+        id: &SessionId,
+        record: &Record,
+        steps: &atomic::ReplaceBoundaries,
+    ) -> Result<()> {
+        atomic::replace(
+            &self.fs,
+            &self.layout.session_dir(id),
+            &self.layout.record(id),
+            &self.layout.record_tmp(id),
+            &record.encode(),
+            steps,
+        )
+    }
+
+    /// The drain adapter spec of session `id` (`exec:CMD`, `tmux:PANE`, `stdout`), if set: the
+    /// file `adapter` in its directory, or the record of this engine's earlier format.
+    pub fn adapter(&self, id: &SessionId, record: &Record) -> Result<Option<String>> {
+        match atomic::read(&self.fs, &self.layout.adapter(id))? {
+            Some(bytes) => {
+                Ok(Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()))
+            }
+            None => Ok(record.earlier_adapter().map(str::to_owned)),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Record {
+        Record::parse(text.as_bytes(), std::path::Path::new("s.json")).unwrap()
+    }
+
     #[test]
-    fn unknown_fields_and_their_order_survive_a_rewrite() {
-        let text = "{\n  \"zeta\": 1,\n  \"status\": \"active\",\n  \"alpha\": {\n    \"x\": [\n      1\n    ]\n  },\n  \"proposal\": null,\n  \"note\": null\n}\n";
-        let mut record = Record::parse(text.as_bytes(), std::path::Path::new("s.json")).unwrap();
-        assert_eq!(String::from_utf8(record.encode()).unwrap(), text);
+    fn a_new_record_is_the_whole_projection_in_order() {
+        let id = SessionId::new("s1").unwrap();
+        let record = Record::new(&id, &Triple::new(Status::Active, None, None), 1_000, Some("/w"));
+        let keys: Vec<&str> = record.fields().keys().map(String::as_str).collect();
+        let expected: Vec<&str> =
+            GOVERNED_KEYS.into_iter().filter(|key| !OPTIONAL_KEYS.contains(key)).collect();
+        assert_eq!(keys, expected);
+        assert_eq!(record.fields()["proposal"], "");
+        assert_eq!(record.fields()["createdAt"], 1_000);
+        assert_eq!(record.fields()["worktree_path"], "/w");
+    }
+
+    #[test]
+    fn unknown_fields_survive_a_rewrite_after_the_projection() {
+        let text = "{\n  \"session_id\": \"s\",\n  \"zeta\": 1,\n  \"status\": \"active\"\n}\n";
+        let mut record = parse(text);
         record.set_triple(&Triple::new(Status::Awaiting, Some(Proposal::Merge), Some("ok".into())));
-        let rewritten = String::from_utf8(record.encode()).unwrap();
-        assert!(
-            rewritten.starts_with("{\n  \"zeta\": 1,\n  \"status\": \"awaiting\""),
-            "{rewritten}"
+        let rewritten: Value = serde_json::from_slice(&record.encode()).unwrap();
+        let keys: Vec<&String> = rewritten.as_object().unwrap().keys().collect();
+        assert_eq!(keys.last().unwrap().as_str(), "zeta");
+        assert_eq!(rewritten["proposal"], "merge");
+    }
+
+    #[test]
+    fn empty_strings_are_none_and_unknown_values_read_as_the_existing_reader_reads_them() {
+        let record = parse(r#"{"session_id":"s","status":"sleeping","proposal":"","note":""}"#);
+        assert_eq!(record.triple(), Triple::new(Status::Active, None, None));
+        let record = parse(
+            r#"{"session_id":"s","status":"launch-queued","launch_owner":"http://x","proposal":"merge"}"#,
         );
+        assert_eq!(record.triple().status, Status::Queued);
+        assert_eq!(record.launch_owner(), Some("http://x"));
     }
 
     #[test]
     fn bad_records_are_corruption_naming_the_file() {
-        for bad in ["[]", "{", "{\"status\":\"sleeping\"}", "{}"] {
+        for bad in [
+            "[]",
+            "{",
+            "{}",
+            r#"{"status":"active"}"#,
+            r#"{"session_id":"s","status":"launch-queued","launch_owner":""}"#,
+            r#"{"session_id":"s","launch_readiness_pending":{"version":2}}"#,
+        ] {
             let error =
                 Record::parse(bad.as_bytes(), std::path::Path::new("/s/session.json")).unwrap_err();
             assert!(error.to_string().contains("/s/session.json"), "{error}");

@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::layout::{QUEUE_ENTRIES_MAX, SessionId, TEXT_BYTES_MAX};
 use crate::mutant::{Mutant, active};
 use crate::queue::{self, Dispatch, Entry};
+use crate::recover::Checks;
 use crate::reply::{self, ReplyChannel};
 use crate::store::Store;
 use crate::timeline::{self, Delivery, Line, Receipt, SentEvent};
@@ -95,7 +96,7 @@ impl<F: Fs> Store<F> {
         }
         let read_early =
             if active(Mutant::QueueReadOutsideLock) { Some(self.queue(to)?) } else { None };
-        self.transition(to, &SEND, || {
+        self.transition_checked(to, &SEND, Checks { queue: true }, || {
             let record = self.record(to)?;
             if let Some(sender) = from
                 && self.is_revoked(sender)?
@@ -134,7 +135,7 @@ impl<F: Fs> Store<F> {
             }
 
             let human = from.is_none();
-            let headless = reply::adapter_is_headless(record.adapter());
+            let headless = reply::adapter_is_headless(self.adapter(to, &record)?.as_deref());
             let previous_note = human && self.previous_human_used_note(to)?;
             let composed =
                 reply::compose(&request.text, headless, request.reply_via, human, previous_note);
@@ -145,17 +146,17 @@ impl<F: Fs> Store<F> {
                     operation: operation.clone(),
                     request_digest: request_digest.clone(),
                     payload_hash: payload_hash.clone(),
-                    delivery: Delivery {
+                    delivery: Some(Delivery {
                         text: composed.text.clone(),
                         from: from.map(str::to_owned),
                         attributes: request.attributes.clone(),
-                    },
+                    }),
                 })
             });
             let line = Line::Sent(
                 SentEvent {
                     ts,
-                    mid: mid.clone(),
+                    mid: Some(mid.clone()),
                     text: request.text.clone(),
                     from: from.map(str::to_owned),
                     reply_via: composed.note.then(|| "note".to_owned()),
@@ -185,7 +186,7 @@ impl<F: Fs> Store<F> {
     ) -> Result<()> {
         let mut entries = match read_early {
             Some(entries) => entries,
-            None => self.queue(to)?,
+            None => self.queue_for_write(to)?,
         };
         if entries.len() >= QUEUE_ENTRIES_MAX {
             return Err(Error::TooLarge {
@@ -218,11 +219,13 @@ impl<F: Fs> Store<F> {
         if known.settled || active(Mutant::ReplayWithoutRestore) {
             return Ok(false);
         }
-        let mut entries = self.queue(to)?;
+        let mut entries = self.queue_for_write(to)?;
         if entries.iter().any(|entry| entry.mid == known.mid) {
             return Ok(false);
         }
-        let delivery = &known.receipt.delivery;
+        // Without frozen delivery bytes (the existing implementation's August 2026 receipts)
+        // there is nothing to restore from.
+        let Some(delivery) = &known.receipt.delivery else { return Ok(false) };
         entries.push(Entry {
             mid: known.mid.clone(),
             text: delivery.text.clone(),

@@ -5,24 +5,8 @@
 //! poisons the session in this handle; the way back is a new `Store` (reopen) whose next writer
 //! recovers.
 //!
-//! # Recovery (idempotent; run by every writer under the record lock, and safe to crash inside)
-//!
-//! 1. Repair the newest segment's torn tail (truncate, sync).
-//! 2. Remove stale staging files (`session.json.tmp`, `pending.json.tmp`) and sync the directory.
-//! 3. Roll the record forward: if the log's final line is a `status` event whose triple differs
-//!    from the record's public triple, a lifecycle write logged its move and crashed before
-//!    replacing the record; replace it now.
-//!
-//! Before all of that, a writer that took the record lock over from a dead holder *vouches*:
-//! a kill is not a sync, so what the dead holder wrote (a `sent` line a keyed retry would
-//! answer from, a `status` line a roll-forward would rest on, a renamed record or queue, a new
-//! segment) may be visible without being durable. Vouching syncs the newest segment and the
-//! timeline, session and sessions directories (record and queue are renamed from synced
-//! staging files, so their names are all they need), so nothing acknowledged afterwards rests
-//! on bytes a power loss could still take back. A lock released normally needs none of it: its
-//! transition synced everything, or failed and cut back what it could not vouch for. (The log is the record's write-ahead log for the
-//!    triple, so the record never shows a move the log lacks, and after recovery the log never
-//!    shows a move the record does not reach.)
+//! Recovery (run by every writer under the record lock, after vouching for a dead holder's
+//! writes) is in `recover`.
 //!
 //! `Store::open` also finishes closes interrupted after their commit point (see `close`).
 
@@ -38,9 +22,9 @@ use crate::error::{Error, Result};
 use crate::layout::{LOCK_WAIT_MS_DEFAULT, Layout, SEGMENT_BYTES_DEFAULT, SessionId};
 use crate::lock::{self, LockGuard};
 use crate::mutant::{Mutant, active};
-use crate::queue::{self, Entry};
 use crate::receipts::ReceiptIndexes;
 use crate::record::Record;
+use crate::recover::Checks;
 use crate::sync::{Mutex, lock as lock_mutex};
 // Shared ownership of the injected clock and id source (not synchronization: std's Arc).
 use crate::timeline::{self, Cursor, Event, Line, Stamp, Triple};
@@ -81,6 +65,9 @@ pub struct SessionSummary {
     pub created_at: Option<String>,
     /// Whether archived.
     pub archived: bool,
+    /// Why the record cannot be read, for a damaged session (its other fields are then
+    /// placeholders).
+    pub corrupt: Option<String>,
 }
 
 /// A handle on the store at one root.
@@ -165,6 +152,17 @@ impl<F: Fs> Store<F> {
         steps: &Boundaries,
         work: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
+        self.transition_checked(id, steps, Checks::default(), work)
+    }
+
+    /// [`Store::transition`], with the recovery checks `checks` run before anything is written.
+    pub(crate) fn transition_checked<T>(
+        &self,
+        id: &SessionId,
+        steps: &Boundaries,
+        checks: Checks,
+        work: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
         let vouched = if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) {
@@ -172,7 +170,7 @@ impl<F: Fs> Store<F> {
         } else {
             Ok(())
         };
-        let result = vouched.and_then(|()| self.recover(id, steps)).and_then(|()| work());
+        let result = vouched.and_then(|()| self.recover(id, steps, checks)).and_then(|()| work());
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
@@ -222,108 +220,10 @@ impl<F: Fs> Store<F> {
         }
     }
 
-    /// Recovery of one session (see the module header). A missing session is left alone.
-    pub(crate) fn recover(&self, id: &SessionId, steps: &Boundaries) -> Result<()> {
-        if !self.fs.exists(&self.layout.session_dir(id))? {
-            return Ok(());
-        }
-        if active(Mutant::AckBeforeSync) {
-            // The broken variant syncs what the previous write acknowledged only now.
-            timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
-        }
-        if !active(Mutant::NoTornTailRepair) {
-            timeline::repair_torn_tail(&self.fs, &self.layout, id, &steps.log)?;
-        }
-        let dir = self.layout.session_dir(id);
-        for tmp in [self.layout.record_tmp(id), self.layout.queue_tmp(id)] {
-            atomic::remove(&self.fs, &dir, &tmp, steps.recover_remove, steps.recover_dir_sync)?;
-        }
-        let Some(mut record) = self.read_record(id)? else { return Ok(()) };
-        let last = timeline::tail_lines(&self.fs, &self.layout, id, 1, |_| true)?;
-        if let Some(Line::Status(event)) = last.first()
-            && event.triple != record.public_triple()
-            && !active(Mutant::NoRollForward)
-        {
-            record.set_triple(&event.triple);
-            record.set_launch_pending(None);
-            if let Some(ms) = crate::env::parse_ts(&event.ts) {
-                record.touch(ms);
-            }
-            self.write_record(id, &record, &steps.recover_record)?;
-        }
-        Ok(())
-    }
-
     /// Runs recovery on session `id` under its record lock (every writer does this first; this
     /// entry point lets a maintainer or a harness recover without writing anything else).
     pub fn recover_session(&self, id: &SessionId) -> Result<()> {
         self.transition(id, &boundaries::RECOVER, || Ok(()))
-    }
-
-    /// Reads a session's record, or `None` if it has none.
-    pub(crate) fn read_record(&self, id: &SessionId) -> Result<Option<Record>> {
-        let path = self.layout.record(id);
-        match atomic::read(&self.fs, &path)? {
-            Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Reads a session's record; a missing record is `NoSuchSession`.
-    pub fn record(&self, id: &SessionId) -> Result<Record> {
-        self.read_record(id)?.ok_or_else(|| Error::NoSuchSession { id: id.to_string() })
-    }
-
-    pub(crate) fn write_record(
-        &self,
-        id: &SessionId,
-        record: &Record,
-        steps: &atomic::ReplaceBoundaries,
-    ) -> Result<()> {
-        atomic::replace(
-            &self.fs,
-            &self.layout.session_dir(id),
-            &self.layout.record(id),
-            &self.layout.record_tmp(id),
-            &record.encode(),
-            steps,
-        )
-    }
-
-    /// The delivery queue of a session (empty if nothing is owed).
-    pub fn queue(&self, id: &SessionId) -> Result<Vec<Entry>> {
-        let path = self.layout.queue(id);
-        match atomic::read(&self.fs, &path)? {
-            Some(bytes) => queue::parse(&bytes, &path),
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// Replaces the queue durably (removing the file when it empties).
-    pub(crate) fn write_queue(
-        &self,
-        id: &SessionId,
-        entries: &[Entry],
-        steps: &Boundaries,
-    ) -> Result<()> {
-        let dir = self.layout.session_dir(id);
-        if entries.is_empty() {
-            return atomic::remove(
-                &self.fs,
-                &dir,
-                &self.layout.queue(id),
-                steps.queue.remove,
-                steps.queue.dir_sync,
-            );
-        }
-        atomic::replace(
-            &self.fs,
-            &dir,
-            &self.layout.queue(id),
-            &self.layout.queue_tmp(id),
-            &queue::encode(entries),
-            &steps.queue,
-        )
     }
 
     /// Appends one line durably to a session's log.
@@ -380,37 +280,62 @@ impl<F: Fs> Store<F> {
                     self.fs.sync_dir(&self.layout.sessions_dir(), steps.mkdir_sync)?;
                 }
             }
-            let mut record = Record::new(id, triple, self.clock.now_ms());
-            record.set_adapter(adapter);
-            record.set_worktree(worktree);
+            if let Some(spec) = adapter {
+                let mut bytes = spec.as_bytes().to_vec();
+                bytes.push(b'\n');
+                atomic::replace(
+                    &self.fs,
+                    &dir,
+                    &self.layout.adapter(id),
+                    &self.layout.adapter_tmp(id),
+                    &bytes,
+                    &steps.adapter,
+                )?;
+            }
+            let record = Record::new(id, triple, self.clock.now_ms(), worktree);
             self.write_record(id, &record, &steps.record)?;
             Ok(record)
         })
     }
 
-    /// Every session with a record, sorted by id.
+    /// Every session with a record, in directory order. A session whose record cannot be read
+    /// is a row of its own with the reason (`corrupt`), so one damaged session never hides the
+    /// others.
     pub fn list(&self) -> Result<Vec<SessionSummary>> {
-        let entries = self.fs.read_dir(&self.layout.sessions_dir())?;
         let mut sessions = Vec::new();
-        for entry in entries {
-            if entry.kind != faultfs::FileKind::Dir {
-                continue;
-            }
-            let Ok(id) = SessionId::new(&entry.name) else { continue };
+        for id in self.session_ids()? {
             match self.read_record(&id) {
                 Ok(Some(record)) => sessions.push(SessionSummary {
                     triple: record.public_triple(),
-                    created_at: record.created_at().map(str::to_owned),
+                    created_at: record.created_at(),
                     archived: record.archived(),
+                    corrupt: None,
                     id,
                 }),
                 Ok(None) => {}
                 // Closed between the listing and the read.
                 Err(Error::Io(error)) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
+                Err(error @ Error::Corrupt { .. }) => sessions.push(SessionSummary {
+                    triple: Triple::new(crate::timeline::Status::Active, None, None),
+                    created_at: None,
+                    archived: false,
+                    corrupt: Some(error.to_string()),
+                    id,
+                }),
                 Err(error) => return Err(error),
             }
         }
         Ok(sessions)
+    }
+
+    /// The ids of every session directory in the store (valid ids only), in directory order.
+    pub fn session_ids(&self) -> Result<Vec<SessionId>> {
+        let entries = self.fs.read_dir(&self.layout.sessions_dir())?;
+        Ok(entries
+            .into_iter()
+            .filter(|entry| entry.kind == faultfs::FileKind::Dir)
+            .filter_map(|entry| SessionId::new(&entry.name).ok())
+            .collect())
     }
 
     /// The last `limit` public events, oldest first. Reads segments backward from the end; the

@@ -122,7 +122,7 @@ fn senders_and_a_drainer_in_separate_processes_lose_nothing() {
         .unwrap()
         .into_iter()
         .filter_map(|event| match event {
-            Event::Sent(sent) => Some((sent.mid, sent.text)),
+            Event::Sent(sent) => Some((sent.mid.unwrap_or_default(), sent.text)),
             Event::Status(_) => None,
         })
         .collect();

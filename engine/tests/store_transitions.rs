@@ -44,7 +44,7 @@ fn create_rejects_duplicates_and_bad_ids() {
     assert!(store.events(&s).unwrap().is_empty(), "creation appends no event");
     let record = store.fs().read(&store.layout().record(&s)).unwrap();
     assert!(
-        record.starts_with(b"{\n  \"id\": \"s1\",\n  \"status\": \"queued\""),
+        record.starts_with(b"{\n  \"session_id\": \"s1\",\n  \"governed\": true,"),
         "pretty, 2-space"
     );
     assert!(record.ends_with(b"}\n"));

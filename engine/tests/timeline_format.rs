@@ -109,11 +109,21 @@ fn writes_to_an_existing_store_touch_only_the_newest_segment() {
         String::from_utf8(store.fs().read(&store.layout().segment(&s, SegmentNo(2))).unwrap())
             .unwrap();
     assert_eq!(newest.lines().count(), 3);
-    // The record keeps its unknown fields, in order.
+    // A record of this engine's earlier format is rewritten in the existing implementation's
+    // projection, keeping what it knew (the adapter spec after the projection).
     let record = String::from_utf8(store.fs().read(&store.layout().record(&s)).unwrap()).unwrap();
-    assert!(record_before.contains("\"harness\": \"claude\",\n  \"status\""));
-    assert!(record.contains("\"harness\": \"claude\",\n  \"status\": \"active\""), "{record}");
+    assert!(record_before.contains("\"id\": \"legacy1\""));
+    assert!(
+        record.starts_with("{\n  \"session_id\": \"legacy1\",\n  \"governed\": true,"),
+        "{record}"
+    );
+    assert!(record.contains("\"status\": \"active\",\n  \"proposal\": \"\""), "{record}");
     assert!(record.contains("\"branch\": \"spex/legacy1\""));
+    assert!(record.contains("\"createdAt\": 1784109600000"), "{record}");
+    assert!(
+        record.ends_with("\"launch_readiness_pending\": \"\",\n  \"adapter\": \"tmux:%3\"\n}\n"),
+        "{record}"
+    );
     assert_eq!(store.queue(&s).unwrap().len(), 2);
 }
 

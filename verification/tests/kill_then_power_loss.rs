@@ -107,7 +107,7 @@ fn logged(store: &Store<SimFs>, mid: &str) -> bool {
         .events(&id("s"))
         .unwrap()
         .iter()
-        .any(|event| matches!(event, Event::Sent(sent) if sent.mid == mid))
+        .any(|event| matches!(event, Event::Sent(sent) if sent.mid.as_deref() == Some(mid)))
 }
 
 /// A keyed send killed between its append and its sync; the retry with the same key is

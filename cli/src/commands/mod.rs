@@ -53,7 +53,7 @@ impl Global {
         let root = self.root()?;
         let segment_bytes = std::env::var(SEGMENT_BYTES_ENV).ok();
         let mut config = Config {
-            segment_bytes_max: layout::segment_bytes_from_env(segment_bytes.as_deref())?,
+            segment_bytes_max: layout::segment_bytes_from_env(segment_bytes.as_deref()),
             ..Config::default()
         };
         if let Ok(text) = std::env::var(LOCK_WAIT_ENV) {

@@ -358,20 +358,25 @@ pub(crate) fn triple_json(triple: &Triple) -> serde_json::Value {
 }
 
 fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
-    let record = store.record(id)?;
+    let record = match store.record(id) {
+        Ok(record) => record,
+        Err(spex_engine::Error::NoSuchSession { .. }) => return show_closed(store, id, global),
+        Err(error) => return Err(error.into()),
+    };
     let owed = store.queue(id)?.len();
     let last = store.tail(id, 1)?;
     let triple = record.public_triple();
+    let adapter = store.adapter(id, &record)?;
     if global.json {
         print_json(json!({
             "session": id.as_str(),
             "state": triple_json(&triple),
-            "adapter": record.adapter(),
+            "adapter": adapter,
             "createdAt": record.created_at(),
             "archived": record.archived(),
             "owed": owed,
             "lastEvent": last.first().map(Event::to_public_json),
-            "record": record.fields(),
+            "record": record.public_fields(),
         }))?;
         return Ok(Code::Ok);
     }
@@ -383,12 +388,32 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     if let Some(note) = &triple.note {
         println!("note      {}", indent(note, 10));
     }
-    println!("adapter   {}", record.adapter().unwrap_or("-"));
-    println!("created   {}", record.created_at().unwrap_or("-"));
+    println!("adapter   {}", adapter.as_deref().unwrap_or("-"));
+    println!("created   {}", record.created_at().as_deref().unwrap_or("-"));
     println!("archived  {}", if record.archived() { "yes" } else { "no" });
     println!("owed      {owed}");
     if let Some(event) = last.first() {
         println!("last      {}", event.ts());
+    }
+    Ok(Code::Ok)
+}
+
+/// `show` of a session without a record: closed (the ledger says when), or no such session.
+fn show_closed(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
+    let Some(closure) = store.closure(id.as_str())?.filter(|closure| closure.id == id.as_str())
+    else {
+        return Err(spex_engine::Error::NoSuchSession { id: id.to_string() }.into());
+    };
+    if global.json {
+        print_json(json!({
+            "session": closure.id,
+            "state": {"status": "closed", "display": "closed"},
+            "closedAt": closure.closed_at,
+        }))?;
+    } else {
+        println!("session   {}", closure.id);
+        println!("status    closed");
+        println!("closed    {}", closure.closed_at);
     }
     Ok(Code::Ok)
 }
@@ -467,7 +492,7 @@ fn print_events(events: &[Event], json: bool) -> anyhow::Result<()> {
 fn drain(store: &Store<RealFs>, args: &DrainArgs, global: &Global) -> anyhow::Result<Code> {
     let spec = match &args.adapter {
         Some(spec) => spec.clone(),
-        None => store.record(&args.id)?.adapter().map(str::to_owned).ok_or_else(|| {
+        None => store.adapter(&args.id, &store.record(&args.id)?)?.ok_or_else(|| {
             BadInput(format!("session {} has no adapter; pass --adapter SPEC", args.id))
         })?,
     };

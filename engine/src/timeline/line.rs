@@ -156,8 +156,10 @@ pub struct Receipt {
     pub request_digest: String,
     /// SHA-256 of (operation, request digest, request payload), lowercase hex.
     pub payload_hash: String,
-    /// The frozen transport bytes.
-    pub delivery: Delivery,
+    /// The frozen transport bytes (`None` on receipts of the existing implementation's August
+    /// 2026 writer, which did not store them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
 }
 
 /// A public `status` event.
@@ -174,8 +176,8 @@ pub struct StatusEvent {
 pub struct SentEvent {
     /// When.
     pub ts: String,
-    /// The message id.
-    pub mid: String,
+    /// The message id (`None` on lines of the existing implementation's July 2026 writer).
+    pub mid: Option<String>,
     /// The raw text (without transport hints).
     pub text: String,
     /// The sender (`None`: a human).
@@ -215,17 +217,18 @@ impl Event {
                 "display": event.triple.display_word(),
             }),
             Event::Sent(event) => {
-                let mut value = serde_json::json!({
-                    "ts": event.ts,
-                    "kind": "sent",
-                    "mid": event.mid,
-                    "text": event.text,
-                    "from": event.from,
-                });
-                if let (Some(via), Some(map)) = (&event.reply_via, value.as_object_mut()) {
-                    map.insert("replyVia".to_owned(), serde_json::Value::String(via.clone()));
+                let mut map = serde_json::Map::new();
+                map.insert("ts".to_owned(), event.ts.clone().into());
+                map.insert("kind".to_owned(), "sent".into());
+                if let Some(mid) = &event.mid {
+                    map.insert("mid".to_owned(), mid.clone().into());
                 }
-                value
+                map.insert("text".to_owned(), event.text.clone().into());
+                map.insert("from".to_owned(), event.from.clone().into());
+                if let Some(via) = &event.reply_via {
+                    map.insert("replyVia".to_owned(), via.clone().into());
+                }
+                serde_json::Value::Object(map)
             }
         }
     }
@@ -269,7 +272,8 @@ struct StatusOut<'a> {
 struct SentOut<'a> {
     ts: &'a str,
     kind: &'static str,
-    mid: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mid: Option<&'a str>,
     text: &'a str,
     from: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -304,7 +308,8 @@ enum LineIn {
     #[serde(rename = "sent")]
     Sent {
         ts: String,
-        mid: String,
+        #[serde(default)]
+        mid: Option<String>,
         text: String,
         #[serde(default)]
         from: Option<String>,
@@ -352,7 +357,7 @@ impl Line {
             Line::Sent(event, receipt) => serde_json::to_vec(&SentOut {
                 ts: &event.ts,
                 kind: "sent",
-                mid: &event.mid,
+                mid: event.mid.as_deref(),
                 text: &event.text,
                 from: event.from.as_deref(),
                 reply_via: event.reply_via.as_deref(),
@@ -394,7 +399,13 @@ impl Line {
         })
     }
 
-    /// Parses one line of `path` at `offset`, as a corruption error if it does not parse.
+    /// Parses one line, or the complete line glued onto a torn fragment (see [`glued`]).
+    pub(crate) fn decode_lenient(bytes: &[u8]) -> Option<Line> {
+        Line::decode(bytes).ok().or_else(|| glued(bytes).map(|(_, line)| line))
+    }
+
+    /// Parses one line of `path` at `offset`, as a corruption error if it does not parse. A
+    /// complete line glued onto a torn fragment is returned, and the fragment noted as damage.
     pub(crate) fn decode_at(bytes: &[u8], path: &std::path::Path, offset: u64) -> Result<Line> {
         if bytes.len() > LINE_BYTES_MAX {
             return Err(Error::Corrupt {
@@ -410,12 +421,39 @@ impl Line {
                 reason: CorruptReason::DamagedLine,
             });
         }
-        Line::decode(bytes).map_err(|why| Error::Corrupt {
-            path: path.to_path_buf(),
-            offset,
-            reason: CorruptReason::BadLine(why),
-        })
+        match Line::decode(bytes) {
+            Ok(line) => Ok(line),
+            Err(why) => match glued(bytes) {
+                Some((start, line)) => {
+                    crate::damage::note(crate::damage::Damage {
+                        path: path.to_path_buf(),
+                        offset,
+                        kind: crate::damage::DamageKind::GluedFragment {
+                            fragment_bytes: start as u64,
+                        },
+                    });
+                    Ok(line)
+                }
+                None => Err(Error::Corrupt {
+                    path: path.to_path_buf(),
+                    offset,
+                    reason: CorruptReason::BadLine(why),
+                }),
+            },
+        }
     }
+}
+
+/// A torn line of the existing implementation (it appends without fsync, and a crash can leave
+/// an unterminated fragment that the next append glues a complete line onto): the complete line
+/// that starts inside `bytes`, and where it starts. A line starts with `{"ts":`, which JSON text
+/// can never hold inside a string (its quotes are escaped), so the first such start after the
+/// beginning whose rest parses is the glued line.
+fn glued(bytes: &[u8]) -> Option<(usize, Line)> {
+    const START: &[u8] = b"{\"ts\":";
+    (1..bytes.len().saturating_sub(START.len()))
+        .filter(|&at| bytes[at..].starts_with(START))
+        .find_map(|at| Line::decode(&bytes[at..]).ok().map(|line| (at, line)))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::str::FromStr;
 use faultfs::{File, FileKind, Fs, OpenOptions};
 
 use super::line::Line;
+use crate::damage::{Damage, DamageKind};
 use crate::error::{CorruptReason, Error, Result};
 use crate::layout::{LINE_BYTES_MAX, Layout, READ_BLOCK_BYTES, SegmentNo, SessionId};
 
@@ -61,12 +62,34 @@ pub(crate) fn list_segments<F: Fs>(
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
         Err(error) => return Err(error.into()),
     };
-    let mut numbered: Vec<SegmentNo> = entries
-        .iter()
-        .filter(|entry| entry.kind == FileKind::File)
-        .filter_map(|entry| SegmentNo::parse(&entry.name))
-        .collect();
+    let mut numbered = Vec::new();
+    for entry in &entries {
+        let Some(no) = SegmentNo::parse(&entry.name) else { continue };
+        if entry.kind != FileKind::File {
+            return Err(Error::Corrupt {
+                path: dir.join(&entry.name),
+                offset: 0,
+                reason: CorruptReason::BadSegment(
+                    "a segment that is not a regular file".to_owned(),
+                ),
+            });
+        }
+        numbered.push(no);
+    }
     numbered.sort();
+    // Segments are numbered from 1 without gaps: a missing number is a lost part of the log.
+    for (expected, no) in (1..).zip(&numbered) {
+        if no.0 != expected {
+            return Err(Error::Corrupt {
+                path: layout.segment(id, SegmentNo(expected)),
+                offset: 0,
+                reason: CorruptReason::BadSegment(format!(
+                    "segment {expected} is missing (the log continues at segment {})",
+                    no.0
+                )),
+            });
+        }
+    }
     let newest = numbered.last().copied();
     for no in numbered {
         let path = layout.segment(id, no);
@@ -106,15 +129,15 @@ pub(crate) fn segment_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
 /// segment lies past the last successful sync, and so does every line after it: none of them was
 /// acknowledged. The torn tail is therefore the first damaged line whose followers are all
 /// damaged too, up to the end; a damaged line with a sound line after it is corruption.
-fn damaged(body: &[u8], path: &std::path::Path) -> bool {
-    body.contains(&0) || Line::decode_at(body, path, 0).is_err()
+fn damaged(body: &[u8]) -> bool {
+    body.contains(&0) || body.len() > LINE_BYTES_MAX || Line::decode_lenient(body).is_none()
 }
 
 /// Whether `rest` (starting at a line) holds only damaged lines and perhaps an unterminated end.
-fn torn_from(path: &std::path::Path, rest: &[u8]) -> bool {
+fn torn_from(rest: &[u8]) -> bool {
     let mut start = 0;
     while let Some(newline) = rest[start..].iter().position(|&b| b == b'\n') {
-        if !damaged(&rest[start..start + newline], path) {
+        if !damaged(&rest[start..start + newline]) {
             return false;
         }
         start += newline + 1;
@@ -163,7 +186,7 @@ fn parse_forward(
             Ok(line) if !(tolerant && body.contains(&0)) => line,
             // A damaged line followed only by damaged lines (and perhaps an unterminated end)
             // is a torn tail: see `damaged`.
-            _ if tolerant && torn_from(&segment.path, &bytes[start..]) => break,
+            _ if tolerant && torn_from(&bytes[start..]) => break,
             Ok(line) => line,
             Err(error) => return Err(error),
         };
@@ -383,7 +406,7 @@ impl<T: File> BackwardLines<T> {
             // Damaged final lines are a torn tail too: skip every one of them.
             while !reader.buf.is_empty() {
                 let (start, body) = reader.last_line()?;
-                if !damaged(&body, &reader.segment.path) {
+                if !damaged(&body) {
                     break;
                 }
                 reader.buf.truncate(start);
@@ -477,4 +500,71 @@ pub(crate) fn stamp<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<St
         newest_len: newest.len.unwrap_or(0),
         newest_modified_ns: newest.modified_ns.unwrap_or(0),
     }))
+}
+
+/// A read-only scan of a session's whole log for doctor: every glued fragment, the torn tail of
+/// the newest segment (and of the legacy one), and the first line of each segment that no read
+/// can take (reads stop there). A segment listing that fails is one corrupt entry.
+pub(crate) fn scan<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Vec<Damage>> {
+    let segments = match list_segments(fs, layout, id) {
+        Ok(segments) => segments,
+        Err(Error::Corrupt { path, offset, reason }) => {
+            let kind = DamageKind::Corrupt { reason: reason.to_string() };
+            return Ok(vec![Damage { path, offset, kind }]);
+        }
+        Err(error) => return Err(error),
+    };
+    let mut found = Vec::new();
+    for (index, segment) in segments.iter().enumerate() {
+        let bytes = read_rest(fs, segment, 0)?;
+        let tolerant = tail_tolerant(&segments, index);
+        let mut start = 0usize;
+        while start < bytes.len() {
+            let at = start as u64;
+            let newline = bytes[start..].iter().position(|&b| b == b'\n');
+            let rest_torn = tolerant && torn_from(&bytes[start..]);
+            let Some(newline) = newline.filter(|_| !rest_torn) else {
+                let kind = if tolerant {
+                    DamageKind::TornTail { bytes: (bytes.len() - start) as u64 }
+                } else {
+                    let reason = if newline.is_none() {
+                        "unterminated line in a sealed segment".to_owned()
+                    } else {
+                        "damaged lines at the end of a sealed segment".to_owned()
+                    };
+                    DamageKind::Corrupt { reason }
+                };
+                found.push(Damage { path: segment.path.clone(), offset: at, kind });
+                break;
+            };
+            let body = &bytes[start..start + newline];
+            if Line::decode(body).is_err() {
+                let kind = match Line::decode_lenient(body).filter(|_| !body.contains(&0)) {
+                    Some(_) => {
+                        let fragment = body
+                            .windows(6)
+                            .skip(1)
+                            .position(|window| window == b"{\"ts\":")
+                            .map_or(0, |at| at + 1);
+                        DamageKind::GluedFragment { fragment_bytes: fragment as u64 }
+                    }
+                    None => {
+                        let reason = match Line::decode_at(body, &segment.path, at) {
+                            Err(Error::Corrupt { reason, .. }) => reason.to_string(),
+                            _ => "damaged line".to_owned(),
+                        };
+                        found.push(Damage {
+                            path: segment.path.clone(),
+                            offset: at,
+                            kind: DamageKind::Corrupt { reason },
+                        });
+                        break;
+                    }
+                };
+                found.push(Damage { path: segment.path.clone(), offset: at, kind });
+            }
+            start += newline + 1;
+        }
+    }
+    Ok(found)
 }

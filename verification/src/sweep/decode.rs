@@ -13,8 +13,9 @@
 //!   lines follow; a damaged line with a sound one after it, or damage in a sealed segment, is
 //!   corruption, reported with the file and byte offset;
 //! - the queue: `pending.json`, a JSON array of entries, absent when nothing is owed;
-//! - the record: `session.json`, of which the public triple (`launchPending` when present),
-//!   `archived` and `worktree` are read.
+//! - the record: `session.json`, of which the public triple and `archived` (the original of
+//!   `launch_readiness_pending` while a launch is in flight) and `worktree_path` are read, `''`
+//!   being none.
 
 use std::path::{Path, PathBuf};
 
@@ -232,8 +233,12 @@ pub(crate) fn record<F: Fs>(fs: &F, root: &Path, id: &str) -> Result<Option<Reco
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|error| format!("{}: not JSON: {error}", path.display()))?;
     let object = value.as_object().ok_or_else(|| format!("{}: not an object", path.display()))?;
-    let public = match object.get("launchPending") {
-        Some(Value::Object(frozen)) => frozen,
+    // While a resume is in flight, readers see the fence's frozen original.
+    let public = match object.get("launch_readiness_pending") {
+        Some(Value::Object(fence)) => fence
+            .get("original")
+            .and_then(Value::as_object)
+            .ok_or_else(|| format!("{}: a launch fence without an original", path.display()))?,
         _ => object,
     };
     let none_if_empty = |value: Option<String>| value.filter(|value| !value.is_empty());
@@ -242,8 +247,8 @@ pub(crate) fn record<F: Fs>(fs: &F, root: &Path, id: &str) -> Result<Option<Reco
             status: text(public, "status")?,
             proposal: none_if_empty(optional_text(public, "proposal")?),
             note: none_if_empty(optional_text(public, "note")?),
-            archived: object.get("archived").and_then(Value::as_bool).unwrap_or(false),
-            worktree: optional_text(object, "worktree")?,
+            archived: public.get("archived").and_then(Value::as_bool).unwrap_or(false),
+            worktree: none_if_empty(optional_text(object, "worktree_path")?),
         })
     };
     read().map(Some).map_err(|reason| format!("{}: {reason}", path.display()))

@@ -1,0 +1,117 @@
+//! Damage: what a read tolerated and what a scan of the store finds.
+//!
+//! Reads recover what the existing implementation's readers recover, and never stay silent about
+//! it: a complete line glued onto a torn fragment is read, and the fragment is *noted* here (file
+//! and offset). A command takes the notes ([`take_noted`]) and shows them as warnings. Noting
+//! writes nothing to the store; sealed bytes are never rewritten.
+//!
+//! [`Store::doctor`](crate::Store::doctor) scans a store read-only and lists every damage it
+//! finds with what a repair would do.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One damaged place in the store.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Damage {
+    /// The damaged file.
+    pub path: PathBuf,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// What it is.
+    pub kind: DamageKind,
+}
+
+/// What a damage is, and so what a repair does about it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DamageKind {
+    /// A torn fragment with a complete line glued onto it, in the middle of a segment: the line
+    /// is read, the fragment's bytes are lost, the sealed bytes are kept.
+    GluedFragment {
+        /// Bytes of the fragment.
+        fragment_bytes: u64,
+    },
+    /// The unsynced end of the newest segment: the next writer truncates it.
+    TornTail {
+        /// Bytes past the last sound line.
+        bytes: u64,
+    },
+    /// A delivery queue that readers read only in part and writers refuse.
+    DamagedQueue {
+        /// Why.
+        reason: String,
+    },
+    /// A stale staging file of an interrupted replace: the next writer removes it.
+    StaleStaging,
+    /// Damage no repair can undo (a damaged record, a mid-log line, a lost segment): the
+    /// command that meets it refuses, naming it.
+    Corrupt {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Damage {
+    /// What a repair does about this damage.
+    pub fn repair(&self) -> &'static str {
+        match self.kind {
+            DamageKind::GluedFragment { .. } => {
+                "none needed: the glued line is read; the fragment was lost when it was written"
+            }
+            DamageKind::TornTail { .. } => {
+                "the next write truncates the torn tail (unacknowledged bytes)"
+            }
+            DamageKind::DamagedQueue { .. } => {
+                "`spex session repair` keeps the file beside, rebuilds the queue from its valid entries and the log's unsettled keyed receipts"
+            }
+            DamageKind::StaleStaging => "the next write removes it",
+            DamageKind::Corrupt { .. } => {
+                "none: restore the file from a backup, or close the session"
+            }
+        }
+    }
+
+    /// Whether this damage is a warning (the store reads whole) rather than damage that loses or
+    /// refuses something.
+    pub fn is_warning(&self) -> bool {
+        matches!(self.kind, DamageKind::GluedFragment { .. } | DamageKind::StaleStaging)
+    }
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = self.path.display();
+        match &self.kind {
+            DamageKind::GluedFragment { fragment_bytes } => write!(
+                f,
+                "{path} at byte {}: a torn fragment of {fragment_bytes} bytes with a complete line glued onto it",
+                self.offset
+            ),
+            DamageKind::TornTail { bytes } => {
+                write!(f, "{path} at byte {}: a torn tail of {bytes} bytes", self.offset)
+            }
+            DamageKind::DamagedQueue { reason } => {
+                write!(f, "{path}: damaged delivery queue: {reason}")
+            }
+            DamageKind::StaleStaging => write!(f, "{path}: a stale staging file"),
+            DamageKind::Corrupt { reason } => write!(f, "{path} at byte {}: {reason}", self.offset),
+        }
+    }
+}
+
+// What reads noted, by place: process-wide bookkeeping (std's mutex, not the loom switch: no
+// model explores it), drained by the command that runs.
+static NOTED: std::sync::Mutex<BTreeMap<(PathBuf, u64), Damage>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Notes damage a read tolerated (once per place).
+pub(crate) fn note(damage: Damage) {
+    let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    noted.entry((damage.path.clone(), damage.offset)).or_insert(damage);
+}
+
+/// The damage reads noted since the last call, in place order.
+pub fn take_noted() -> Vec<Damage> {
+    let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    std::mem::take(&mut *noted).into_values().collect()
+}
