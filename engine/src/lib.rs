@@ -36,6 +36,7 @@ pub use error::{CorruptReason, Error, Result};
 pub use faultfs;
 pub use layout::{SegmentNo, SessionId};
 pub use lifecycle::{Applied, Lifecycle};
+pub use receipts::Known;
 pub use record::Record;
 pub use send::{Accepted, Key, SendRequest};
 pub use store::{Config, SessionSummary, Store};

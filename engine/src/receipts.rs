@@ -55,10 +55,13 @@ struct PersistedReceipt {
 
 /// What the log says about one receipt.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Known {
-    pub(crate) mid: String,
-    pub(crate) receipt: Receipt,
-    pub(crate) settled: bool,
+pub struct Known {
+    /// The keyed message's id.
+    pub mid: String,
+    /// The receipt, from the first `sent` line carrying its operation and request digest.
+    pub receipt: Receipt,
+    /// Whether a `dispatch-settled` line names it (the adapter accepted it).
+    pub settled: bool,
 }
 
 #[derive(Debug, Default)]
@@ -320,5 +323,27 @@ impl ReceiptIndexes {
     /// Drops a session's index (it is closed, or its handle was poisoned).
     pub(crate) fn forget(&self, id: &SessionId) {
         lock(&self.by_session).remove(id);
+    }
+}
+
+impl<F: Fs> crate::store::Store<F> {
+    /// The receipt of the keyed send `(operation, request_digest)` to session `id`, if the log
+    /// has one (the existing implementation's `sentDispatchReceipt`). Lock-free; it may persist
+    /// the derived receipt index.
+    pub fn receipt(
+        &self,
+        id: &SessionId,
+        operation: &str,
+        request_digest: &str,
+    ) -> Result<Option<Known>> {
+        self.require_session(id)?;
+        self.receipts.lookup(
+            &self.fs,
+            &self.layout,
+            id,
+            operation,
+            request_digest,
+            &crate::boundaries::RECOVER.index,
+        )
     }
 }

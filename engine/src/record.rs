@@ -408,6 +408,14 @@ impl Record {
         }
     }
 
+    /// The board position: a finite numeric `sortkey` (floored), else `createdAt`.
+    pub fn board_key(&self) -> i64 {
+        match self.fields.get("sortkey").and_then(Value::as_f64).filter(|key| key.is_finite()) {
+            Some(key) => key.floor() as i64,
+            None => self.created_at_ms().map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+        }
+    }
+
     /// `createdAt` as a store timestamp (UTC, ISO-8601, milliseconds).
     pub fn created_at(&self) -> Option<String> {
         self.created_at_ms().filter(|ms| *ms > 0).map(format_ts)
@@ -425,12 +433,19 @@ impl Record {
         let mut fields = if self.runtime_owned() { self.fields.clone() } else { self.projection() };
         if let Ok(Some(original)) = self.fence() {
             for key in ["status", "proposal", "note"].into_iter().chain(FROZEN_FLAGS) {
-                if let Some(value) = original.get(key) {
-                    let value = match value {
-                        Value::String(text) if text.is_empty() && key != "status" => Value::Null,
-                        other => other.clone(),
-                    };
-                    fields.insert(key.to_owned(), value);
+                // As the existing reader projects it: an empty proposal or note is null; a
+                // null proof or recovery is left out.
+                match (key, original.get(key)) {
+                    ("proposal" | "note", Some(Value::String(text))) if text.is_empty() => {
+                        fields.insert(key.to_owned(), Value::Null);
+                    }
+                    ("cold_proof" | "adapter_recovery", Some(Value::Null) | None) => {
+                        fields.shift_remove(key);
+                    }
+                    (_, Some(value)) => {
+                        fields.insert(key.to_owned(), value.clone());
+                    }
+                    (_, None) => {}
                 }
             }
             fields.insert("launch_readiness_pending".to_owned(), empty());

@@ -68,6 +68,11 @@ pub struct SessionSummary {
     /// Why the record cannot be read, for a damaged session (its other fields are then
     /// placeholders).
     pub corrupt: Option<String>,
+    /// Whether a board session (`governed`; a damaged record counts as one, as the existing
+    /// board shows it).
+    pub governed: bool,
+    /// The board position: `sortkey` when set, else `createdAt` (epoch milliseconds).
+    pub board_key: i64,
 }
 
 /// A handle on the store at one root.
@@ -310,6 +315,8 @@ impl<F: Fs> Store<F> {
                     created_at: record.created_at(),
                     archived: record.archived(),
                     corrupt: None,
+                    governed: record.governed(),
+                    board_key: record.board_key(),
                     id,
                 }),
                 Ok(None) => {}
@@ -320,12 +327,26 @@ impl<F: Fs> Store<F> {
                     created_at: None,
                     archived: false,
                     corrupt: Some(error.to_string()),
+                    governed: true,
+                    board_key: 0,
                     id,
                 }),
                 Err(error) => return Err(error),
             }
         }
         Ok(sessions)
+    }
+
+    /// The board: governed sessions (archived ones only with `archived`) in the existing
+    /// implementation's order: `sortkey`, else `createdAt`, then id.
+    pub fn board(&self, archived: bool) -> Result<Vec<SessionSummary>> {
+        let mut rows: Vec<SessionSummary> = self
+            .list()?
+            .into_iter()
+            .filter(|row| row.governed && (archived || !row.archived))
+            .collect();
+        rows.sort_by(|a, b| a.board_key.cmp(&b.board_key).then_with(|| a.id.cmp(&b.id)));
+        Ok(rows)
     }
 
     /// The ids of every session directory in the store (valid ids only), in directory order.
