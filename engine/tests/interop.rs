@@ -263,16 +263,11 @@ fn every_case_reads_as_the_existing_implementation_reads_it() {
         }
 
         // The last human send and its reply channel.
-        let last_human = store
-            .events(&id)
-            .ok()
-            .into_iter()
-            .flatten()
-            .filter_map(|event| match event {
+        let last_human =
+            store.events(&id).unwrap_or_default().into_iter().rev().find_map(|event| match event {
                 Event::Sent(sent) if sent.from.is_none() => Some(sent),
                 _ => None,
-            })
-            .last();
+            });
         let via = last_human.as_ref().and_then(|sent| sent.reply_via.clone());
         assert_eq!(json!(via), case["lastHumanSendVia"], "{name}: lastHumanSendVia");
         let turn =
