@@ -48,6 +48,10 @@ pub(crate) fn code_for(error: &anyhow::Error) -> Code {
         if cause.is::<BadInput>() {
             return Code::Usage;
         }
+        if cause.downcast_ref::<spex_index::Error>().is_some_and(spex_index::Error::is_busy) {
+            // Another process holds the index past the wait.
+            return Code::Busy;
+        }
         if let Some(error) = cause.downcast_ref::<Error>() {
             return match error {
                 Error::Locked { .. } => Code::Busy,

@@ -27,6 +27,8 @@ enum Command {
     Search(commands::search::Args),
     /// Stream the session list: a reset snapshot, then versioned increments.
     Watch(commands::watch::Args),
+    /// Scan the store (or one session) read-only and list every damage with what a repair does.
+    Doctor(commands::doctor::Args),
     /// Refresh or rebuild the derived session index.
     Index(commands::index::Args),
     /// Serve the sessions over HTTP on loopback.
@@ -47,11 +49,17 @@ fn main() -> std::process::ExitCode {
         Command::Search(args) => commands::search::run(&args, global),
         Command::Watch(args) => commands::watch::run(&args, global),
         Command::Index(args) => commands::index::run(&args, global),
+        Command::Doctor(args) => commands::doctor::run(&args, global),
         Command::Serve(args) => commands::serve::run(&args, global),
         Command::Internal(args) => commands::internal::run(&args, global),
         Command::Demo(args) => commands::demo::run(&args),
         Command::Verify(args) => commands::verify::run(&args, global),
     };
+    // Damage reads tolerated (a torn fragment with a complete line glued onto it) is reported,
+    // whatever the command's outcome.
+    for damage in spex_engine::damage::take_noted() {
+        eprintln!("spex: warning: {damage} (repair: {})", damage.repair());
+    }
     match result {
         Ok(code) => code.into(),
         Err(error) => {

@@ -39,5 +39,5 @@ pub use lifecycle::{Applied, Lifecycle};
 pub use receipts::Known;
 pub use record::Record;
 pub use send::{Accepted, Key, SendRequest};
-pub use store::{Config, SessionSummary, Store};
+pub use store::{Config, SessionSummary, Signature, Store};
 pub use timeline::{Cursor, Event, Proposal, Stamp, Status, Triple};

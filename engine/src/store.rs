@@ -75,6 +75,18 @@ pub struct SessionSummary {
     pub board_key: i64,
 }
 
+/// What a reader saw of a session, to ask later whether anything changed
+/// ([`Store::unchanged_since`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// The record's size and mtime (see [`Store::record_signature`]).
+    pub record: Option<(u64, u64)>,
+    /// Where the reader's fold of the log stopped.
+    pub cursor: Cursor,
+    /// The mtime of the cursor's segment then.
+    pub log_modified_ns: u64,
+}
+
 /// A handle on the store at one root.
 #[derive(Debug)]
 pub struct Store<F: Fs> {
@@ -385,6 +397,47 @@ impl<F: Fs> Store<F> {
     pub fn stamp(&self, id: &SessionId) -> Result<Stamp> {
         self.require_session(id)?;
         timeline::stamp(&self.fs, &self.layout, id)
+    }
+
+    /// The record's signature: its size and modification time (nanoseconds); `None` without a
+    /// record.
+    pub fn record_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
+        match self.fs.metadata(&self.layout.record(id)) {
+            Ok(metadata) => Ok(Some((metadata.len, metadata.modified_ns()))),
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Whether session `id` is exactly as `seen` recorded it, by three stats and no listing:
+    /// the record (size, mtime), the segment the cursor is in (its length is the cursor's
+    /// offset and its mtime unchanged), and the next segment number (absent: segments are only
+    /// created in order). Any doubt (an empty log, a legacy segment, a torn tail) answers false;
+    /// the caller then reads.
+    pub fn unchanged_since(&self, id: &SessionId, seen: &Signature) -> Result<bool> {
+        if seen.cursor.segment == 0 || self.record_signature(id)? != seen.record {
+            return Ok(false);
+        }
+        let current = self.layout.segment(id, crate::layout::SegmentNo(seen.cursor.segment));
+        match self.fs.metadata(&current) {
+            Ok(metadata) => {
+                if metadata.len != seen.cursor.offset
+                    || metadata.modified_ns() != seen.log_modified_ns
+                {
+                    return Ok(false);
+                }
+            }
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
+                return Ok(false);
+            }
+            Err(error) => return Err(error.into()),
+        }
+        let next = self.layout.segment(id, crate::layout::SegmentNo(seen.cursor.segment + 1));
+        match self.fs.metadata(&next) {
+            Ok(_) => Ok(false),
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(true),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// A hash of the (up to 256) log bytes just before `cursor`: a reader that saved it with

@@ -30,10 +30,10 @@
 
 use std::path::{Path, PathBuf};
 
-use faultfs::{FileKind, Fs};
+use faultfs::Fs;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use spex_engine::timeline::activity::last_activity;
-use spex_engine::{Cursor, Event, SessionId, Store};
+use spex_engine::{Cursor, Event, SessionId, Signature, Store};
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
 pub const SCHEMA_VERSION: i64 = 1;
@@ -55,12 +55,22 @@ pub enum Error {
         /// The SQLite error.
         source: rusqlite::Error,
     },
-    /// The store failed while the index read it.
-    #[error(transparent)]
+    /// The store failed while the index read it (the engine's error is the source).
+    #[error("the session index could not read the store")]
     Store(#[from] spex_engine::Error),
     /// A search query with nothing to search for.
     #[error("the search query is empty")]
     EmptyQuery,
+}
+
+impl Error {
+    /// Whether another process held the index database past the wait.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Sqlite { source, .. } if matches!(
+            source.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        ))
+    }
 }
 
 /// A result of this crate.
@@ -192,47 +202,12 @@ pub struct Index {
     connection: Connection,
 }
 
-/// The record's signature: size and mtime in nanoseconds.
-fn record_signature<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<(i64, i64)>> {
-    match store.fs().metadata(&store.layout().record(id)) {
-        Ok(metadata) => Ok(Some((
-            i64::try_from(metadata.len).unwrap_or(i64::MAX),
-            i64::try_from(metadata.modified_ns()).unwrap_or(i64::MAX),
-        ))),
-        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
-        Err(error) => Err(spex_engine::Error::from(error).into()),
-    }
-}
-
-/// Whether a session is exactly as its row recorded, by three stats and no listing: the record
-/// (size, mtime), the segment the watermark is in (its length is the watermark and its mtime
-/// unchanged), and the next segment number (absent: segments are only created in order). Any
-/// doubt (an empty log, a legacy segment, a torn tail) answers false and takes the full path.
+/// Whether a session is exactly as its row recorded (see `Store::unchanged_since`).
 fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &Seen) -> Result<bool> {
-    if seen.content_version != CONTENT_VERSION || seen.cursor.segment == 0 {
+    if seen.content_version != CONTENT_VERSION {
         return Ok(false);
     }
-    if record_signature(store, id)? != Some(seen.record) {
-        return Ok(false);
-    }
-    let layout = store.layout();
-    let current = layout.segment(id, spex_engine::SegmentNo(seen.cursor.segment));
-    match store.fs().metadata(&current) {
-        Ok(metadata) => {
-            let mtime = i64::try_from(metadata.modified_ns()).unwrap_or(i64::MAX);
-            if metadata.len != seen.cursor.offset || mtime != seen.log_mtime_ns {
-                return Ok(false);
-            }
-        }
-        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(false),
-        Err(error) => return Err(spex_engine::Error::from(error).into()),
-    }
-    let next = layout.segment(id, spex_engine::SegmentNo(seen.cursor.segment + 1));
-    match store.fs().metadata(&next) {
-        Ok(_) => Ok(false),
-        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(true),
-        Err(error) => Err(spex_engine::Error::from(error).into()),
-    }
+    Ok(store.unchanged_since(id, &seen.signature())?)
 }
 
 /// What a row recorded about the store when it was last updated.
@@ -241,6 +216,16 @@ struct Seen {
     log_mtime_ns: i64,
     record: (i64, i64),
     content_version: i64,
+}
+
+impl Seen {
+    fn signature(&self) -> Signature {
+        Signature {
+            record: Some((self.record.0 as u64, self.record.1 as u64)),
+            cursor: self.cursor,
+            log_modified_ns: self.log_mtime_ns as u64,
+        }
+    }
 }
 
 /// How far a reader folded a session's log: the cursor, a pin of the bytes before it (see
@@ -409,27 +394,29 @@ impl Index {
     pub fn refresh<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
         let mut refreshed = Refreshed::default();
         let mut present = std::collections::BTreeSet::new();
-        let entries = match store.fs().read_dir(&store.layout().sessions_dir()) {
-            Ok(entries) => entries,
-            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
-            Err(error) => return Err(spex_engine::Error::from(error).into()),
-        };
+        let ids = store.session_ids()?;
         let rows = self.all_seen()?;
-        for entry in entries {
-            if entry.kind != FileKind::Dir {
-                continue;
-            }
-            let Ok(id) = SessionId::new(&entry.name) else { continue };
+        for id in ids {
             refreshed.sessions += 1;
             present.insert(id.to_string());
-            if let Some(seen) = rows.get(id.as_str())
-                && unchanged(store, &id, seen)?
-            {
-                continue;
-            }
-            if let Some(events) = self.refresh_session(store, &id, rows.get(id.as_str()))? {
-                refreshed.updated += 1;
-                refreshed.events += events;
+            let seen = rows.get(id.as_str());
+            let result = match seen {
+                Some(seen) if unchanged(store, &id, seen)? => continue,
+                _ => self.refresh_session(store, &id, seen),
+            };
+            match result {
+                Ok(Some(events)) => {
+                    refreshed.updated += 1;
+                    refreshed.events += events;
+                }
+                Ok(None) => {}
+                // One damaged session is a row of its own; the others are still listed.
+                Err(Error::Store(error @ spex_engine::Error::Corrupt { .. })) => {
+                    if self.mark_corrupt(store, &id, &error)? {
+                        refreshed.updated += 1;
+                    }
+                }
+                Err(error) => return Err(error),
             }
         }
         let indexed: Vec<String> = {
@@ -487,10 +474,14 @@ impl Index {
         id: &SessionId,
         seen: Option<&Seen>,
     ) -> Result<Option<u64>> {
-        let Some(record) = record_signature(store, id)? else {
+        let Some(record) = store.record_signature(id)? else {
             // Being created (no record yet) or closed: nothing to list.
             return Ok(None);
         };
+        let record = (
+            i64::try_from(record.0).unwrap_or(i64::MAX),
+            i64::try_from(record.1).unwrap_or(i64::MAX),
+        );
         let stamp = match store.stamp(id) {
             Ok(stamp) => stamp,
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
@@ -641,6 +632,73 @@ impl Index {
             .map_err(sqlite)?;
         transaction.commit().map_err(sqlite)?;
         Ok(Some(folded.events.len() as u64))
+    }
+
+    /// Lists a damaged session as a row with status `corrupt` and the reason as its note (as
+    /// the existing board shows it), dropping its content; returns whether the row changed.
+    /// The row keeps no watermark, so every refresh reads the session again until it is
+    /// repaired.
+    fn mark_corrupt<F: Fs>(
+        &mut self,
+        store: &Store<F>,
+        id: &SessionId,
+        error: &spex_engine::Error,
+    ) -> Result<bool> {
+        let reason = error.to_string();
+        let record = store.record_signature(id)?.unwrap_or_default();
+        let path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        let note: Option<Option<String>> = transaction
+            .query_row(
+                "SELECT note FROM sessions WHERE id = ?1 AND removed = 0 AND status = 'corrupt'",
+                params![id.as_str()],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(sqlite)?;
+        if note.flatten().as_deref() == Some(reason.as_str()) {
+            return Ok(false);
+        }
+        transaction
+            .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
+            .map_err(sqlite)?;
+        let version: i64 = transaction
+            .query_row(
+                "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(sqlite)?;
+        transaction
+            .execute(
+                "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
+                     last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
+                     log_mtime_ns, record_len, record_mtime_ns, content_version, version)
+                 VALUES (?1, 'corrupt', NULL, ?2, 'corrupt', NULL, 0, NULL, 0, 0, 0, '', 0, ?3,
+                     ?4, ?5, ?6)
+                 ON CONFLICT(id) DO UPDATE SET status = 'corrupt', proposal = NULL,
+                     note = excluded.note, display = 'corrupt', created_at = NULL, archived = 0,
+                     last_activity = NULL, cursor_segment = 0, cursor_offset = 0,
+                     cursor_index = 0, cursor_pin = '', log_mtime_ns = 0,
+                     record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
+                     content_version = excluded.content_version, version = excluded.version,
+                     removed = 0",
+                params![
+                    id.as_str(),
+                    reason,
+                    i64::try_from(record.0).unwrap_or(i64::MAX),
+                    i64::try_from(record.1).unwrap_or(i64::MAX),
+                    CONTENT_VERSION,
+                    version
+                ],
+            )
+            .map_err(sqlite)?;
+        transaction.commit().map_err(sqlite)?;
+        Ok(true)
     }
 
     fn remove(&mut self, id: &str) -> Result<()> {

@@ -1,5 +1,6 @@
 pub(crate) mod adapter;
 pub(crate) mod demo;
+pub(crate) mod doctor;
 pub(crate) mod index;
 pub(crate) mod internal;
 pub(crate) mod search;

@@ -56,6 +56,10 @@ enum Command {
     Close(IdArgs),
     /// List sessions, most recently worked in first (through the session index).
     Ls(LsArgs),
+    /// Repair a damaged delivery queue: keep the damaged file beside, rebuild the queue from its
+    /// valid entries and the keyed messages the log proves owed, and say what cannot be
+    /// recovered.
+    Repair(IdArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -229,6 +233,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             done(global, "closed", &args.id)
         }
         Command::Ls(args) => ls(&store, args, global),
+        Command::Repair(args) => repair(&store, &args.id, global),
     }
 }
 
@@ -395,6 +400,33 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     if let Some(event) = last.first() {
         println!("last      {}", event.ts());
     }
+    Ok(Code::Ok)
+}
+
+fn repair(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
+    let repair = store.repair_queue(id)?;
+    if global.json {
+        print_json(json!({
+            "session": id.as_str(),
+            "repaired": repair.kept.is_some(),
+            "damage": repair.damage,
+            "kept": repair.kept,
+            "carried": repair.carried,
+            "restored": repair.restored,
+        }))?;
+        return Ok(Code::Ok);
+    }
+    let Some(kept) = &repair.kept else {
+        println!("{id}: the delivery queue is sound; nothing to repair");
+        return Ok(Code::Ok);
+    };
+    println!("{id}: the delivery queue was damaged ({})", repair.damage.as_deref().unwrap_or("?"));
+    println!("  kept the damaged file as {}", kept.display());
+    println!("  carried over {} valid entries", repair.carried);
+    println!("  restored {} keyed messages the log proves owed", repair.restored.len());
+    println!(
+        "  not recoverable: unkeyed messages the damaged file held beyond its valid entries (read the kept file to resend them)"
+    );
     Ok(Code::Ok)
 }
 
