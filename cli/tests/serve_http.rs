@@ -182,3 +182,24 @@ fn search_and_watch_over_http() {
     assert_eq!(update["type"], "update");
     assert!(update["version"].as_i64().unwrap() > reset["version"].as_i64().unwrap());
 }
+
+#[test]
+fn one_damaged_session_does_not_hide_the_others_over_http() {
+    let store = Store::new();
+    for id in ["good", "bad"] {
+        store.run(&["session", "new", "--id", id]).ok();
+        store.run(&["session", "send", id, &format!("hello {id}")]).ok();
+    }
+    std::fs::write(store.root().join("sessions/bad/session.json"), b"{ not json").unwrap();
+    let server = Server::start(&store);
+    let (status, body) = server.get("/api/sessions");
+    assert_eq!(status, 200, "{body}");
+    let sessions = body["sessions"].as_array().unwrap();
+    let bad = sessions.iter().find(|row| row["id"] == "bad").unwrap();
+    assert_eq!(bad["state"]["status"], "corrupt");
+    assert!(bad["state"]["note"].as_str().unwrap().contains("session.json"), "{bad}");
+    assert!(sessions.iter().any(|row| row["id"] == "good"));
+    let (status, hits) = server.get("/api/search?q=hello");
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits["hits"][0]["session"], "good", "{hits}");
+}

@@ -600,3 +600,57 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files.sort();
     files
 }
+
+#[test]
+fn a_lost_or_replaced_segment_is_corruption_naming_it() {
+    let copy = copy();
+    let store = open(&copy.root);
+    let roll = SessionId::new("b-roll").unwrap();
+    let fifth = store.layout().segment(&roll, spex_engine::SegmentNo(5));
+    std::fs::remove_file(&fifth).unwrap();
+    let error = store.events(&roll).unwrap_err();
+    assert!(matches!(&error, Error::Corrupt { path, .. } if *path == fifth), "{error}");
+    assert!(store.tail(&roll, 1).is_err(), "a tail read refuses too");
+    let third = store.layout().segment(&roll, spex_engine::SegmentNo(3));
+    std::fs::remove_file(&third).unwrap();
+    std::fs::create_dir(&third).unwrap();
+    let error = store.events(&roll).unwrap_err();
+    assert!(matches!(&error, Error::Corrupt { path, .. } if *path == third), "{error}");
+    let found = store.doctor(Some(&roll)).unwrap();
+    assert!(found.iter().any(|damage| damage.path == third && !damage.is_warning()), "{found:?}");
+    // The listing still holds every session.
+    assert_eq!(store.list().unwrap().len(), 22);
+}
+
+#[test]
+fn a_command_that_refuses_has_written_nothing() {
+    let copy = copy();
+    let store = open(&copy.root);
+    // A torn tail that a write would repair, in a session whose record is damaged: the send is
+    // refused before the repair.
+    let torn = SessionId::new("b-torntail").unwrap();
+    std::fs::write(store.layout().record(&torn), b"{\"session_id\": ").unwrap();
+    let dir = store.layout().session_dir(&torn);
+    let before = snapshot(&dir);
+    let error = store
+        .send(&torn, &SendRequest { text: "refused".to_owned(), ..SendRequest::default() })
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Corrupt { path, .. } if path.ends_with("session.json")),
+        "{error}"
+    );
+    assert_eq!(snapshot(&dir), before, "the torn tail is still there");
+    // A damaged queue refuses a drain the same way.
+    let empty = SessionId::new("b-q-empty").unwrap();
+    let dir = store.layout().session_dir(&empty);
+    let before = snapshot(&dir);
+    assert!(matches!(
+        store.drain(&empty, &mut common::Recorder::default()),
+        Err(Error::Corrupt { .. })
+    ));
+    assert_eq!(snapshot(&dir), before);
+    // The listing shows the damaged record as a row of its own.
+    let rows = store.list().unwrap();
+    let row = rows.iter().find(|row| row.id == torn).unwrap();
+    assert!(row.corrupt.as_deref().is_some_and(|why| why.contains("session.json")), "{row:?}");
+}
