@@ -65,7 +65,12 @@ pub(crate) struct CloseBoundaries {
     /// before it acts on a commit it did not make.
     pub(crate) commit_sync_closing: Boundary,
     pub(crate) commit_sync_sessions: Boundary,
+    /// The ledger lock: closers of different sessions append to one ledger.
+    pub(crate) ledger_lock: LockBoundaries,
     pub(crate) ledger_create: Boundary,
+    /// Cutting off a torn tail before appending.
+    pub(crate) ledger_repair: Boundary,
+    pub(crate) ledger_repair_sync: Boundary,
     pub(crate) ledger_append: Boundary,
     pub(crate) ledger_sync: Boundary,
     pub(crate) ledger_dir_sync: Boundary,
@@ -84,7 +89,10 @@ macro_rules! close_boundaries {
             commit: Boundary::new(concat!($prefix, ".commit.rename")),
             commit_sync_closing: Boundary::new(concat!($prefix, ".commit.dirsync-closing")),
             commit_sync_sessions: Boundary::new(concat!($prefix, ".commit.dirsync-sessions")),
+            ledger_lock: lock_boundaries!(concat!($prefix, ".ledger-lock")),
             ledger_create: Boundary::new(concat!($prefix, ".ledger.create")),
+            ledger_repair: Boundary::new(concat!($prefix, ".ledger.repair")),
+            ledger_repair_sync: Boundary::new(concat!($prefix, ".ledger.repair-sync")),
             ledger_append: Boundary::new(concat!($prefix, ".ledger.append")),
             ledger_sync: Boundary::new(concat!($prefix, ".ledger.sync")),
             ledger_dir_sync: Boundary::new(concat!($prefix, ".ledger.dirsync")),

@@ -6,8 +6,10 @@
 //!
 //! 1. Rename `sessions/<id>` to `.closing/<id>` and sync both directories: the commit point. The
 //!    session is gone from every reader from here on.
-//! 2. Append the existing implementation's close line to the close ledger and sync it (creating
-//!    the ledger durably if new): `{"version":1,"action":"close-authorized","at":"<ts>",
+//! 2. Under the ledger lock (`.session-locks/.close-ledger.lock`: closers of different sessions
+//!    share the ledger), cut off a torn tail (an unsynced line a power loss cut), then append the
+//!    existing implementation's close line to the close ledger and sync it (creating the ledger
+//!    durably if new): `{"version":1,"action":"close-authorized","at":"<ts>",
 //!    "source":{"kind":"user"},"target":{"id","harness","thread","worktree","branch"}}`.
 //! 3. Revoke the session as a sender: create `.revoked-senders/<id>` holding `<id>\n`, and sync
 //!    the directory.
@@ -26,13 +28,22 @@ use std::path::Path;
 
 use faultfs::{File, FileKind, Fs, OpenOptions};
 
-use crate::boundaries::{self, Boundaries, CLOSE};
+use crate::boundaries::{self, Boundaries, CLOSE, CloseBoundaries};
 use crate::error::{CorruptReason, Error, Result};
 use crate::layout::SessionId;
+use crate::lock;
 use crate::mutant::{Mutant, active};
 use crate::record::Record;
 use crate::store::Store;
 use crate::timeline::append_or_cut_back;
+
+/// The close ledger as read.
+#[derive(Debug, Default)]
+struct Ledger {
+    closures: Vec<Closure>,
+    /// The length of its sound part: past it, a torn tail.
+    sound_len: u64,
+}
 
 /// The `action` of a close line.
 const CLOSE_AUTHORIZED: &str = "close-authorized";
@@ -108,18 +119,7 @@ impl<F: Fs> Store<F> {
             self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
         }
         if !found {
-            let existed = self.fs.exists(&ledger)?;
-            let file = self.fs.open(&ledger, OpenOptions::create(), close.ledger_create)?;
-            let mut bytes = self.ledger_line(id)?.into_bytes();
-            bytes.push(b'\n');
-            // As for the log: a failed append or sync is cut back, so that nobody rests on it.
-            let len = file.len()?;
-            let boundaries = (close.ledger_append, close.ledger_sync);
-            let sync = !active(Mutant::CloseLedgerUnsynced);
-            append_or_cut_back(&file, len, &bytes, boundaries, boundaries, sync)?;
-            if !existed {
-                self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
-            }
+            self.append_ledger_line(id, close)?;
         }
         let revoked_dir = self.layout.revoked_dir();
         self.ensure_dir_all(&revoked_dir, steps)?;
@@ -168,6 +168,41 @@ impl<F: Fs> Store<F> {
         Ok(line.to_string())
     }
 
+    /// Appends the close line of `id` to the ledger, durably, under the ledger lock (closers of
+    /// different sessions share the ledger). A torn tail (an unsynced line a power loss cut) is
+    /// cut off first, so the new line never glues onto it; a failed append or sync is cut back,
+    /// so that nobody rests on it (as for the log).
+    fn append_ledger_line(&self, id: &SessionId, close: &CloseBoundaries) -> Result<()> {
+        let guard = lock::acquire(
+            &self.fs,
+            self.clock.as_ref(),
+            &self.layout.close_ledger_lock(),
+            self.config.lock_wait_ms,
+            &close.ledger_lock,
+        )?;
+        let ledger = self.layout.close_ledger();
+        let existed = self.fs.exists(&ledger)?;
+        let file = self.fs.open(&ledger, OpenOptions::create(), close.ledger_create)?;
+        let sound = if active(Mutant::LedgerAppendAfterTornTail) {
+            file.len()?
+        } else {
+            self.read_ledger()?.sound_len
+        };
+        if file.len()? > sound {
+            file.set_len(sound, close.ledger_repair)?;
+            file.sync_data(close.ledger_repair_sync)?;
+        }
+        let mut bytes = self.ledger_line(id)?.into_bytes();
+        bytes.push(b'\n');
+        let boundaries = (close.ledger_append, close.ledger_sync);
+        let sync = !active(Mutant::CloseLedgerUnsynced);
+        append_or_cut_back(&file, sound, &bytes, boundaries, boundaries, sync)?;
+        if !existed {
+            self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
+        }
+        guard.release()
+    }
+
     /// Whether the close ledger has a line for `id`. Reads the whole ledger: only recovery of an
     /// interrupted close asks.
     fn ledger_has(&self, id: &SessionId) -> Result<bool> {
@@ -176,42 +211,61 @@ impl<F: Fs> Store<F> {
 
     /// Every close in the ledger, in order (the existing implementation's lines, and this
     /// engine's earlier `{"ts","id"}` lines). Blank lines are skipped and lines of other actions
-    /// ignored; a line that is not JSON, or a close without a string id and time, is corrupt
-    /// (naming the ledger and the line's offset), as the existing reader refuses it.
+    /// ignored; a close without a string id and time, or a line that is not JSON with a sound
+    /// line after it, is corrupt (naming the ledger and the line's offset), as the existing
+    /// reader refuses it. Damaged final lines (not JSON, or holding NUL bytes) with only damaged
+    /// lines after them are a torn tail: an unsynced close line a power loss cut, never
+    /// acknowledged; they are left out, and the next closer cuts them off.
     pub fn closures(&self) -> Result<Vec<Closure>> {
+        Ok(self.read_ledger()?.closures)
+    }
+
+    fn read_ledger(&self) -> Result<Ledger> {
         let path = self.layout.close_ledger();
         let bytes = match self.fs.read(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
-                return Ok(Vec::new());
+                return Ok(Ledger::default());
             }
             Err(error) => return Err(error.into()),
         };
-        let mut closures = Vec::new();
+        let corrupt = |offset: u64, why: &str| Error::Corrupt {
+            path: path.clone(),
+            offset,
+            reason: CorruptReason::BadLine(why.to_owned()),
+        };
+        let mut ledger = Ledger::default();
+        let mut damaged: Option<u64> = None;
         let mut offset = 0u64;
         for line in bytes.split_inclusive(|&b| b == b'\n') {
             let at = offset;
             offset += line.len() as u64;
-            let body = line.strip_suffix(b"\n").unwrap_or(line);
-            if body.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let corrupt = |why: &str| Error::Corrupt {
-                path: path.clone(),
-                offset: at,
-                reason: CorruptReason::BadLine(why.to_owned()),
+            let Some(body) = line.strip_suffix(b"\n") else { break };
+            let value = if body.contains(&0) {
+                None
+            } else {
+                serde_json::from_slice::<serde_json::Value>(body).ok()
             };
-            let value: serde_json::Value = serde_json::from_slice(body)
-                .map_err(|_| corrupt("session close history is unreadable"))?;
+            let blank = body.iter().all(u8::is_ascii_whitespace);
+            let Some(value) = value.filter(|_| !blank) else {
+                if !blank {
+                    damaged.get_or_insert(at);
+                }
+                continue;
+            };
+            if let Some(first) = damaged {
+                return Err(corrupt(first, "session close history is unreadable"));
+            }
+            ledger.sound_len = offset;
             let text = |value: Option<&serde_json::Value>| {
                 value.and_then(serde_json::Value::as_str).map(str::to_owned)
             };
             let closure = match value.get("action").and_then(serde_json::Value::as_str) {
                 Some(CLOSE_AUTHORIZED) => Closure {
                     id: text(value.pointer("/target/id"))
-                        .ok_or_else(|| corrupt("a close without a target id"))?,
+                        .ok_or_else(|| corrupt(at, "a close without a target id"))?,
                     closed_at: text(value.get("at"))
-                        .ok_or_else(|| corrupt("a close without a time"))?,
+                        .ok_or_else(|| corrupt(at, "a close without a time"))?,
                 },
                 Some(_) => continue,
                 None => match (text(value.get("id")), text(value.get("ts"))) {
@@ -219,9 +273,14 @@ impl<F: Fs> Store<F> {
                     _ => continue,
                 },
             };
-            closures.push(closure);
+            ledger.closures.push(closure);
         }
-        Ok(closures)
+        if damaged.is_none() {
+            // Blank lines after the last close are sound too.
+            let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |at| at as u64 + 1);
+            ledger.sound_len = ledger.sound_len.max(complete);
+        }
+        Ok(ledger)
     }
 
     /// The close of the session `selector` names (its id, or a prefix of exactly one closed

@@ -20,12 +20,11 @@
 use faultfs::Fs;
 use serde_json::{Map, Value};
 
-use crate::atomic;
 use crate::boundaries::DRAIN;
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
-use crate::queue::{self, Entry};
+use crate::queue::Entry;
 use crate::receipts::Known;
 use crate::recover::Checks;
 use crate::store::Store;
@@ -248,8 +247,6 @@ impl<F: Fs> Store<F> {
             return Ok(());
         };
         entries.remove(position);
-        let dir = self.layout.session_dir(id);
-        let tmp = self.layout.queue_tmp(id);
         if active(Mutant::SettleAfterRemoval) {
             self.write_queue(id, &entries, &DRAIN)?;
             if let Some(line) = self.settlement(delivered) {
@@ -257,25 +254,9 @@ impl<F: Fs> Store<F> {
             }
             return Ok(());
         }
-        if !entries.is_empty() {
-            atomic::stage(&self.fs, &tmp, &queue::encode(&entries), &DRAIN.queue)?;
-        }
-        if let Some(line) = self.settlement(delivered)
-            && let Err(error) = self.append_line(id, &line, &DRAIN)
-        {
-            atomic::discard(&self.fs, &tmp, &DRAIN.queue);
-            return Err(error);
-        }
-        if entries.is_empty() {
-            atomic::remove(
-                &self.fs,
-                &dir,
-                &self.layout.queue(id),
-                DRAIN.queue.remove,
-                DRAIN.queue.dir_sync,
-            )
-        } else {
-            atomic::publish(&self.fs, &dir, &tmp, &self.layout.queue(id), &DRAIN.queue)
+        match self.settlement(delivered) {
+            Some(line) => self.write_queue_around(id, &entries, &line, &DRAIN),
+            None => self.write_queue(id, &entries, &DRAIN),
         }
     }
 }

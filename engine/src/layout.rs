@@ -308,6 +308,11 @@ impl Layout {
         self.root.join("session-close-ledger.ndjson")
     }
 
+    /// The close ledger's lock (in the record-lock directory; no session id starts with `.`).
+    pub fn close_ledger_lock(&self) -> PathBuf {
+        self.session_locks_dir().join(".close-ledger.lock")
+    }
+
     /// Directory of sessions being closed.
     pub fn closing_dir(&self) -> PathBuf {
         self.root.join(".closing")

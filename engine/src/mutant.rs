@@ -65,6 +65,9 @@ pub enum Mutant {
     RepairKeepsDamagedLines,
     /// Close appends its ledger line without syncing it.
     CloseLedgerUnsynced,
+    /// Close appends its ledger line after a torn tail instead of cutting it off first, so the
+    /// line glues onto the fragment.
+    LedgerAppendAfterTornTail,
     /// Close creates the revocation marker without syncing its directory.
     RevokeWithoutDirSync,
     /// A cursor at the start of a segment is pinned to nothing (so a reader trusts it even
@@ -82,7 +85,7 @@ impl Mutant {
     pub const CONCURRENCY: [Mutant; 1] = [Mutant::QueueReadOutsideLock];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 29] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -108,6 +111,7 @@ impl Mutant {
         Mutant::VouchSkipsDirectories,
         Mutant::RepairKeepsDamagedLines,
         Mutant::CloseLedgerUnsynced,
+        Mutant::LedgerAppendAfterTornTail,
         Mutant::RevokeWithoutDirSync,
         Mutant::EmptyPinAtSegmentStart,
         Mutant::IndexWithoutChecksum,

@@ -164,6 +164,53 @@ impl<F: Fs> Store<F> {
         }
     }
 
+    /// Replaces the queue with `entries` around the commit point `line`: the new queue is
+    /// staged first (the space-consuming step, so a full disk changes nothing), then `line` is
+    /// appended to the log and synced (the commit), then the queue is published (or removed when
+    /// it empties). A failure before the commit discards the staged queue. The one path by which
+    /// a send enqueues and a drain settles.
+    pub(crate) fn write_queue_around(
+        &self,
+        id: &SessionId,
+        entries: &[Entry],
+        line: &crate::timeline::Line,
+        steps: &Boundaries,
+    ) -> Result<()> {
+        let tmp = self.layout.queue_tmp(id);
+        if !entries.is_empty()
+            && let Err(error) = atomic::stage(&self.fs, &tmp, &encode(entries), &steps.queue)
+        {
+            atomic::discard(&self.fs, &tmp, &steps.queue);
+            return Err(error);
+        }
+        if let Err(error) = self.append_line(id, line, steps) {
+            atomic::discard(&self.fs, &tmp, &steps.queue);
+            return Err(error);
+        }
+        self.publish_queue(id, entries.is_empty(), steps)
+    }
+
+    /// Publishes the staged queue, or removes the queue when it is empty.
+    fn publish_queue(&self, id: &SessionId, empty: bool, steps: &Boundaries) -> Result<()> {
+        let dir = self.layout.session_dir(id);
+        if empty {
+            return atomic::remove(
+                &self.fs,
+                &dir,
+                &self.layout.queue(id),
+                steps.queue.remove,
+                steps.queue.dir_sync,
+            );
+        }
+        atomic::publish(
+            &self.fs,
+            &dir,
+            &self.layout.queue_tmp(id),
+            &self.layout.queue(id),
+            &steps.queue,
+        )
+    }
+
     /// Replaces the queue durably (removing the file when it empties).
     pub(crate) fn write_queue(
         &self,

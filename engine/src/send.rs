@@ -196,21 +196,11 @@ impl<F: Fs> Store<F> {
             });
         }
         entries.push(entry);
-        let tmp = self.layout.queue_tmp(to);
-        if let Err(error) = atomic::stage(&self.fs, &tmp, &queue::encode(&entries), &SEND.queue) {
-            atomic::discard(&self.fs, &tmp, &SEND.queue);
-            return Err(error);
-        }
-        let dir = self.layout.session_dir(to);
         if active(Mutant::EnqueueBeforeAppend) {
-            atomic::publish(&self.fs, &dir, &tmp, &self.layout.queue(to), &SEND.queue)?;
+            self.write_queue(to, &entries, &SEND)?;
             return self.append_line(to, line, &SEND);
         }
-        if let Err(error) = self.append_line(to, line, &SEND) {
-            atomic::discard(&self.fs, &tmp, &SEND.queue);
-            return Err(error);
-        }
-        atomic::publish(&self.fs, &dir, &tmp, &self.layout.queue(to), &SEND.queue)
+        self.write_queue_around(to, &entries, line, &SEND)
     }
 
     /// A replayed keyed send whose message is neither owed nor settled gets its queue entry

@@ -156,6 +156,9 @@ struct MutantsArgs {
     /// Seed of the sweeps.
     #[arg(long)]
     seed: Option<u64>,
+    /// Only these mutants (repeatable; kebab-case names, as listed by a full run).
+    #[arg(long = "mutant", value_parser = parse_mutant)]
+    only: Vec<Mutant>,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -402,8 +405,12 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let options = Options::full(seed);
     // Mutants are selected per thread and each sweep runs on machines of its own, so the
     // catalogue is shared out over the cores.
-    let workers =
-        std::thread::available_parallelism().map_or(1, usize::from).min(Mutant::ALL.len());
+    let catalogue: Vec<Mutant> = if args.only.is_empty() {
+        Mutant::ALL.to_vec()
+    } else {
+        Mutant::ALL.into_iter().filter(|mutant| args.only.contains(mutant)).collect()
+    };
+    let workers = std::thread::available_parallelism().map_or(1, usize::from).min(catalogue.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -411,7 +418,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
             scope.spawn(|| {
                 loop {
                     let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&mutant) = Mutant::ALL.get(index) else { break };
+                    let Some(&mutant) = catalogue.get(index) else { break };
                     let caught = sweep::catch(mutant, &options);
                     if !json {
                         eprintln!(

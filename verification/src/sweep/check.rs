@@ -415,8 +415,13 @@ fn check_lifecycle(run: &Execution, observed: &Model, violations: &mut Vec<Strin
 
 /// Rule 6.
 fn check_close<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
-    let ledger = store.fs().read(&store.layout().close_ledger()).unwrap_or_default();
-    let ledger = String::from_utf8_lossy(&ledger);
+    let ledger = match decode::ledger_ids(store.fs(), store.layout().root()) {
+        Ok(ids) => ids,
+        Err(reason) => {
+            violations.push(format!("rule 6 (close atomicity): the close ledger: {reason}"));
+            return;
+        }
+    };
     for id in run.created.keys() {
         let session = sid(id);
         let exists = |path: &std::path::Path| store.fs().exists(path).unwrap_or(false);
@@ -424,7 +429,7 @@ fn check_close<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<St
         let record = exists(&store.layout().record(&session));
         let revoked = exists(&store.layout().revoked(&session));
         let closing = exists(&store.layout().closing(&session));
-        let in_ledger = ledger.lines().any(|line| line.contains(&format!("\"id\":\"{id}\"")));
+        let in_ledger = ledger.iter().any(|closed| closed == id);
         let open = dir && record && !revoked && !closing && !in_ledger;
         let closed = !dir && revoked && !closing && in_ledger;
         // A create that never completed leaves nothing (or an empty directory) behind.

@@ -12,6 +12,7 @@
 //!   damaged lines (NUL bytes, or stale bytes that are no line of the format) that only damaged
 //!   lines follow; a damaged line with a sound one after it, or damage in a sealed segment, is
 //!   corruption, reported with the file and byte offset;
+//! - the close ledger: its sound lines' `target.id`, a torn tail left out;
 //! - the queue: `pending.json`, a JSON array of entries, absent when nothing is owed;
 //! - the record: `session.json`, of which the public triple and `archived` (the original of
 //!   `launch_readiness_pending` while a launch is in flight) and `worktree_path` are read, `''`
@@ -252,6 +253,43 @@ pub(crate) fn record<F: Fs>(fs: &F, root: &Path, id: &str) -> Result<Option<Reco
         })
     };
     read().map(Some).map_err(|reason| format!("{}: {reason}", path.display()))
+}
+
+/// The ids the close ledger (`session-close-ledger.ndjson`) records as closed: of each line
+/// that parses as a JSON object, `target.id` (or `id`, the earlier format). Damaged final lines
+/// (not JSON, NUL bytes, an unterminated end) with only damaged lines after them are a torn tail
+/// and left out; a damaged line before a sound one is corruption.
+pub(crate) fn ledger_ids<F: Fs>(fs: &F, root: &Path) -> Result<Vec<String>, String> {
+    let path = root.join("session-close-ledger.ndjson");
+    let Some(bytes) = read_optional(fs, &path)? else { return Ok(Vec::new()) };
+    let mut ids = Vec::new();
+    let mut damaged: Option<usize> = None;
+    let mut offset = 0;
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        let at = offset;
+        offset += line.len();
+        let parsed = line
+            .strip_suffix(b"\n")
+            .filter(|body| !body.contains(&0))
+            .and_then(|body| serde_json::from_slice::<Value>(body).ok())
+            .filter(Value::is_object);
+        let Some(value) = parsed else {
+            damaged.get_or_insert(at);
+            continue;
+        };
+        if let Some(first) = damaged {
+            return Err(format!(
+                "{}: damaged line at byte {first} before a sound one",
+                path.display()
+            ));
+        }
+        if let Some(id) =
+            value.pointer("/target/id").or_else(|| value.get("id")).and_then(Value::as_str)
+        {
+            ids.push(id.to_owned());
+        }
+    }
+    Ok(ids)
 }
 
 /// `requestDigest` of (operation, key), from the documented encoding: SHA-256 over the domain
