@@ -3,41 +3,12 @@
 //! lists exactly the damaged cases and exits 4, repair rebuilds a damaged queue.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-#![allow(clippy::panic, reason = "a missing corpus should stop the test naming it")]
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::corpus::{copy_tree, corpus};
 
 use common::Store;
-
-/// The corpus directory: `SPEX_INTEROP_DIR`, else `shared/interop` beside an ancestor of this
-/// crate (the project's checkout sits beside `shared/`).
-fn corpus() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SPEX_INTEROP_DIR") {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|dir| dir.join("shared/interop"))
-        .find(|dir| dir.join("stores/upstream").is_dir())
-        .unwrap_or_else(|| {
-            panic!("the interop corpus (shared/interop) is not beside this checkout; set SPEX_INTEROP_DIR")
-        })
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::write(&target, std::fs::read(entry.path()).unwrap()).unwrap();
-        }
-    }
-}
 
 fn corpus_store() -> Store {
     let store = Store::new();

@@ -218,19 +218,12 @@ impl<F: Fs> Store<F> {
         entries: &[Entry],
         steps: &Boundaries,
     ) -> Result<()> {
-        let dir = self.layout.session_dir(id);
         if entries.is_empty() {
-            return atomic::remove(
-                &self.fs,
-                &dir,
-                &self.layout.queue(id),
-                steps.queue.remove,
-                steps.queue.dir_sync,
-            );
+            return self.publish_queue(id, true, steps);
         }
         atomic::replace(
             &self.fs,
-            &dir,
+            &self.layout.session_dir(id),
             &self.layout.queue(id),
             &self.layout.queue_tmp(id),
             &encode(entries),

@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::corpus::{copy_tree, corpus};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,38 +32,6 @@ use spex_engine::{
 
 /// The placeholder of every session's worktree in the corpus.
 const WORKTREE: &str = "/spex-corpus/worktree";
-
-/// The corpus directory: `SPEX_INTEROP_DIR`, else `shared/interop` beside an ancestor of this
-/// crate (the project's checkout sits beside `shared/`).
-fn corpus() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SPEX_INTEROP_DIR") {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|dir| dir.join("shared/interop"))
-        .find(|dir| dir.join("stores/upstream").is_dir())
-        .unwrap_or_else(|| {
-            panic!("the interop corpus (shared/interop) is not beside this checkout; set SPEX_INTEROP_DIR")
-        })
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-            let mut permissions = std::fs::metadata(&target).unwrap().permissions();
-            #[allow(clippy::permissions_set_readonly_false, reason = "the copy is ours to write")]
-            permissions.set_readonly(false);
-            std::fs::set_permissions(&target, permissions).unwrap();
-        }
-    }
-}
 
 /// A writable copy of the corpus store, with the worktree placeholder replaced by a real
 /// directory in every record (`worktree` is that directory's path).

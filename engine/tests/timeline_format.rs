@@ -13,24 +13,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::corpus::copy_tree;
 use common::{config, id, queued, real_store};
 use spex_engine::faultfs::Fs;
 use spex_engine::{
     Config, Cursor, Error, Event, Lifecycle, SegmentNo, SendRequest, Status, Triple,
 };
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
 
 /// A store opened on a copy of the fixture `name`.
 fn fixture(

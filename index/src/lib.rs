@@ -307,6 +307,67 @@ pub fn fold<F: Fs>(
     Ok(Folded { events, reset, watermark: Watermark { cursor, pin, last_activity } })
 }
 
+/// The values of one session row.
+struct Upsert<'a> {
+    id: &'a str,
+    status: &'a str,
+    proposal: Option<&'a str>,
+    note: Option<&'a str>,
+    display: &'a str,
+    created_at: Option<String>,
+    archived: bool,
+    last_activity: Option<String>,
+    cursor: Cursor,
+    pin: &'a str,
+    log_mtime_ns: i64,
+    record: (i64, i64),
+}
+
+/// Writes one session row under the next change version (inside the caller's transaction).
+fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite::Result<()> {
+    let version: i64 = transaction.query_row(
+        "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
+        [],
+        |row| row.get(0),
+    )?;
+    transaction.execute(
+        "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
+             last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
+             log_mtime_ns, record_len, record_mtime_ns, content_version, version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+         ON CONFLICT(id) DO UPDATE SET status = excluded.status,
+             proposal = excluded.proposal, note = excluded.note,
+             display = excluded.display, created_at = excluded.created_at,
+             archived = excluded.archived, last_activity = excluded.last_activity,
+             cursor_segment = excluded.cursor_segment,
+             cursor_offset = excluded.cursor_offset, cursor_index = excluded.cursor_index,
+             cursor_pin = excluded.cursor_pin, log_mtime_ns = excluded.log_mtime_ns,
+             record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
+             content_version = excluded.content_version, version = excluded.version,
+             removed = 0",
+        params![
+            row.id,
+            row.status,
+            row.proposal,
+            row.note,
+            row.display,
+            row.created_at,
+            row.archived,
+            row.last_activity,
+            row.cursor.segment as i64,
+            row.cursor.offset as i64,
+            row.cursor.index as i64,
+            row.pin,
+            row.log_mtime_ns,
+            row.record.0,
+            row.record.1,
+            CONTENT_VERSION,
+            version,
+        ],
+    )?;
+    Ok(())
+}
+
 /// How long opening the index waits for other processes to let go of it.
 const BUSY_WAIT_MS: u64 = 30_000;
 
@@ -585,51 +646,24 @@ impl Index {
             Err(error) => return Err(error.into()),
         };
         let triple = record_now.public_triple();
-        let version: i64 = transaction
-            .query_row(
-                "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(sqlite)?;
-        transaction
-            .execute(
-                "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
-                     last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
-                     log_mtime_ns, record_len, record_mtime_ns, content_version, version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17)
-                 ON CONFLICT(id) DO UPDATE SET status = excluded.status,
-                     proposal = excluded.proposal, note = excluded.note,
-                     display = excluded.display, created_at = excluded.created_at,
-                     archived = excluded.archived, last_activity = excluded.last_activity,
-                     cursor_segment = excluded.cursor_segment,
-                     cursor_offset = excluded.cursor_offset, cursor_index = excluded.cursor_index,
-                     cursor_pin = excluded.cursor_pin, log_mtime_ns = excluded.log_mtime_ns,
-                     record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
-                     content_version = excluded.content_version, version = excluded.version,
-                     removed = 0",
-                params![
-                    id.as_str(),
-                    triple.status.name(),
-                    triple.proposal.map(|p| p.name()),
-                    triple.note,
-                    triple.display_word(),
-                    record_now.created_at(),
-                    record_now.archived(),
-                    last_activity,
-                    cursor.segment as i64,
-                    cursor.offset as i64,
-                    cursor.index as i64,
-                    pin,
-                    stamp.newest_modified_ns as i64,
-                    record.0,
-                    record.1,
-                    CONTENT_VERSION,
-                    version,
-                ],
-            )
-            .map_err(sqlite)?;
+        upsert(
+            &transaction,
+            &Upsert {
+                id: id.as_str(),
+                status: triple.status.name(),
+                proposal: triple.proposal.map(|p| p.name()),
+                note: triple.note.as_deref(),
+                display: triple.display_word(),
+                created_at: record_now.created_at(),
+                archived: record_now.archived(),
+                last_activity,
+                cursor,
+                pin: &pin,
+                log_mtime_ns: stamp.newest_modified_ns as i64,
+                record,
+            },
+        )
+        .map_err(sqlite)?;
         transaction.commit().map_err(sqlite)?;
         Ok(Some(folded.events.len() as u64))
     }
@@ -666,37 +700,28 @@ impl Index {
         transaction
             .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
             .map_err(sqlite)?;
-        let version: i64 = transaction
-            .query_row(
-                "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(sqlite)?;
-        transaction
-            .execute(
-                "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
-                     last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
-                     log_mtime_ns, record_len, record_mtime_ns, content_version, version)
-                 VALUES (?1, 'corrupt', NULL, ?2, 'corrupt', NULL, 0, NULL, 0, 0, 0, '', 0, ?3,
-                     ?4, ?5, ?6)
-                 ON CONFLICT(id) DO UPDATE SET status = 'corrupt', proposal = NULL,
-                     note = excluded.note, display = 'corrupt', created_at = NULL, archived = 0,
-                     last_activity = NULL, cursor_segment = 0, cursor_offset = 0,
-                     cursor_index = 0, cursor_pin = '', log_mtime_ns = 0,
-                     record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
-                     content_version = excluded.content_version, version = excluded.version,
-                     removed = 0",
-                params![
-                    id.as_str(),
-                    reason,
-                    i64::try_from(record.0).unwrap_or(i64::MAX),
-                    i64::try_from(record.1).unwrap_or(i64::MAX),
-                    CONTENT_VERSION,
-                    version
-                ],
-            )
-            .map_err(sqlite)?;
+        let record = (
+            i64::try_from(record.0).unwrap_or(i64::MAX),
+            i64::try_from(record.1).unwrap_or(i64::MAX),
+        );
+        upsert(
+            &transaction,
+            &Upsert {
+                id: id.as_str(),
+                status: "corrupt",
+                proposal: None,
+                note: Some(&reason),
+                display: "corrupt",
+                created_at: None,
+                archived: false,
+                last_activity: None,
+                cursor: Cursor::START,
+                pin: "",
+                log_mtime_ns: 0,
+                record,
+            },
+        )
+        .map_err(sqlite)?;
         transaction.commit().map_err(sqlite)?;
         Ok(true)
     }

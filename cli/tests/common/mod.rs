@@ -2,6 +2,9 @@
 
 #![allow(dead_code, reason = "each test binary uses a different part of the helpers")]
 
+#[path = "../../../engine/tests/common/corpus.rs"]
+pub(crate) mod corpus;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -3,6 +3,8 @@
 #![allow(dead_code, reason = "each test file uses a different part of the helpers")]
 #![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
+pub(crate) mod corpus;
+
 use std::sync::Arc;
 
 use spex_engine::env::{ManualClock, SeededIds};
