@@ -617,6 +617,12 @@ fn ls(store: &Store<RealFs>, args: &LsArgs, global: &Global) -> anyhow::Result<C
     for row in &rows {
         let archived = if row.archived { "  (archived)" } else { "" };
         let when = row.last_activity.as_deref().or(row.created_at.as_deref()).unwrap_or("-");
+        if row.status == "corrupt" {
+            // The reason names the damaged file (`spex doctor` says what a repair does).
+            let reason = row.note.as_deref().unwrap_or("damaged");
+            println!("{:<38} {:<14} {reason}", row.id, row.display);
+            continue;
+        }
         println!("{:<38} {:<14} {when}{archived}", row.id, row.display);
     }
     Ok(Code::Ok)
