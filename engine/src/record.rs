@@ -156,6 +156,7 @@ impl Record {
         for key in GOVERNED_KEYS {
             let value = match key {
                 "session_id" => Some(Value::String(self.session_id().unwrap_or("").to_owned())),
+                "governed" => Some(Value::Bool(self.governed())),
                 "worktree_path" => Some(Value::String(self.worktree().unwrap_or("").to_owned())),
                 "createdAt" => Some(self.created_at_ms().map_or(Value::from(0), Value::from)),
                 "launch_readiness_pending" => Some(match self.fields.get(key) {
@@ -217,9 +218,13 @@ impl Record {
         self.text("session_id").or_else(|| self.text("id"))
     }
 
-    /// Whether a board session (`governed`).
+    /// Whether a board session (`governed`; a record of this engine's earlier format, which
+    /// had no such key, is one).
     pub fn governed(&self) -> bool {
-        self.flag("governed")
+        match self.fields.get("governed") {
+            Some(value) => value.as_bool().unwrap_or(false),
+            None => !self.fields.contains_key("session_id"),
+        }
     }
 
     /// The launch readiness fence's frozen original, if a resume is in flight. An invalid fence
@@ -466,7 +471,6 @@ fn empty() -> Value {
 /// The value a governed record's key takes when absent.
 fn default_of(key: &str) -> Value {
     match key {
-        "governed" => Value::Bool(true),
         "merges" | "createdAt" => Value::from(0),
         "stopped" | "archived" => Value::Bool(false),
         "status" => Value::String("active".to_owned()),
