@@ -128,7 +128,13 @@ fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
     let stat_path = PathBuf::from(format!("/proc/{pid}/stat"));
     let stat = match fs::read_to_string(&stat_path) {
         Ok(stat) => stat,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // A process that exits while its stat is read answers ESRCH: it is gone, like ENOENT.
+        Err(error)
+            if error.kind() == io::ErrorKind::NotFound
+                || error.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) =>
+        {
+            return Ok(None);
+        }
         Err(error) => return Err(Error::io(OpKind::Read, &stat_path, None, error)),
     };
     let malformed = |what: &str| {

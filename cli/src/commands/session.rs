@@ -278,8 +278,21 @@ pub(crate) fn message_text(arg: &str) -> anyhow::Result<String> {
     if arg != "-" {
         return Ok(arg.to_owned());
     }
+    // Bounded: a message longer than the limit (plus its one trailing newline) is refused
+    // without reading the rest.
+    let bound = spex_engine::layout::TEXT_BYTES_MAX + 1;
     let mut bytes = Vec::new();
-    std::io::stdin().read_to_end(&mut bytes).context("cannot read the message from stdin")?;
+    std::io::stdin()
+        .take(bound as u64 + 1)
+        .read_to_end(&mut bytes)
+        .context("cannot read the message from stdin")?;
+    if bytes.len() > bound || (bytes.len() == bound && !bytes.ends_with(b"\n")) {
+        return Err(BadInput(format!(
+            "the message on stdin is too long (the limit is {} bytes); the rest was not read and nothing was sent",
+            spex_engine::layout::TEXT_BYTES_MAX
+        ))
+        .into());
+    }
     let mut text = String::from_utf8(bytes).map_err(|error| {
         BadInput(format!(
             "the message on stdin is not valid UTF-8 (first invalid byte at offset {})",
