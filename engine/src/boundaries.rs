@@ -49,6 +49,8 @@ macro_rules! lock_boundaries {
         LockBoundaries {
             create: Boundary::new(concat!($prefix, ".create")),
             write: Boundary::new(concat!($prefix, ".write")),
+            link: Boundary::new(concat!($prefix, ".link")),
+            unlink_tmp: Boundary::new(concat!($prefix, ".unlink-tmp")),
             takeover: Boundary::new(concat!($prefix, ".takeover")),
             remove: Boundary::new(concat!($prefix, ".release")),
         }

@@ -2,17 +2,21 @@
 //!
 //! # Format
 //!
-//! `<root>/.session-locks/<id>.lock` and `<root>/.delivery-locks/<id>.lock`, created with
-//! `O_CREAT | O_EXCL` and holding the owner's pid in decimal: the protocol of the existing
-//! TypeScript spex, so the two exclude each other.
+//! `<root>/.session-locks/<id>.lock` and `<root>/.delivery-locks/<id>.lock`, holding the owner's
+//! pid in decimal (no newline): the protocol of the existing TypeScript spex, so the two exclude
+//! each other. A lock appears with its pid already in it: the pid is written to a private file
+//! (`<lock>.<pid>.tmp`) that is then hard-linked to the lock's name, which fails if the lock
+//! exists. (Created with `O_CREAT | O_EXCL` and written after, a lock would be empty for a
+//! moment, and a waiter could judge a live but descheduled creator's empty lock abandoned.)
 //!
 //! # Recovery
 //!
 //! A lock whose holder was killed (SIGKILL, power loss) stays on disk. It is stale when its pid
 //! is not running, or when the process running under that pid started after the lock file was
 //! last modified (the pid was reused: its process cannot have written the lock). A lock file
-//! that stays empty for [`EMPTY_GRACE_MS`] is stale too (its creator died between create and
-//! write).
+//! that stays empty for [`EMPTY_GRACE_MS`] is stale too: only the existing implementation
+//! creates a lock empty, and writes its pid at once, so its creator died between create and
+//! write. A holder that exits while it is checked is dead.
 //!
 //! Takeover is race-free: a taker first takes an `flock` on `<lock>.takeover`, then re-reads the
 //! lock file and removes it only if it is still the exact stale file it judged (same contents,
@@ -68,8 +72,12 @@ fn holding() -> crate::sync::MutexGuard<'static, BTreeSet<(u64, u32, PathBuf)>> 
 /// The boundaries of one transition's lock operations.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LockBoundaries {
+    /// Creating and writing the private file that holds the pid.
     pub(crate) create: Boundary,
     pub(crate) write: Boundary,
+    /// Linking it to the lock's name (the acquisition), and removing the private name after.
+    pub(crate) link: Boundary,
+    pub(crate) unlink_tmp: Boundary,
     pub(crate) takeover: Boundary,
     pub(crate) remove: Boundary,
 }
@@ -145,17 +153,13 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut empty_since: Option<(Seen, u64)> = None;
     let mut last_holder = None;
     let mut took_over = false;
+    let mut vanished = 0u32;
     let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
     loop {
         {
             let mut holding = holding();
-            match fs.open(path, OpenOptions::create_new(), steps.create) {
-                Ok(file) => {
-                    if let Err(error) = file.append(key.1.to_string().as_bytes(), steps.write) {
-                        drop(file);
-                        let _ = fs.remove_file(path, steps.remove);
-                        return Err(error.into());
-                    }
+            match create_holding_pid(fs, path, key.1, steps) {
+                Ok(true) => {
                     holding.insert(key);
                     return Ok(LockGuard {
                         fs,
@@ -165,12 +169,24 @@ pub(crate) fn acquire<'a, F: Fs>(
                         took_over,
                     });
                 }
-                Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => {}
-                Err(error) => return Err(error.into()),
+                Ok(false) => {}
+                Err(error) => return Err(error),
             }
         }
-        match inspect(fs, path)? {
-            Holder::Gone => continue,
+        // A lock that vanishes between a failed create and the inspection was released: try
+        // again at once, but only once in a row, so that a lock name nothing can be read through
+        // (a dangling symlink, say) is waited on within the bound instead of spun on.
+        let inspected = inspect(fs, path)?;
+        if matches!(inspected, Holder::Gone) {
+            vanished += 1;
+            if vanished == 1 {
+                continue;
+            }
+        } else {
+            vanished = 0;
+        }
+        match inspected {
+            Holder::Gone => {}
             Holder::Stale(seen) => {
                 took_over |= take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
                 continue;
@@ -201,6 +217,40 @@ pub(crate) fn acquire<'a, F: Fs>(
         clock.sleep_ms(delay_ms);
         delay_ms = (delay_ms * 2).min(RETRY_DELAY_MS_MAX);
     }
+}
+
+/// Creates the lock at `path` holding `pid`, in one step (see the module header): `Ok(false)`
+/// when the lock exists. Called with the process-wide registry held, so the private file's
+/// name is this process's alone.
+fn create_holding_pid<F: Fs>(
+    fs: &F,
+    path: &Path,
+    pid: u32,
+    steps: &LockBoundaries,
+) -> Result<bool> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{pid}.tmp"));
+    let tmp = PathBuf::from(tmp);
+    let file = fs.open(&tmp, OpenOptions::create_truncate(), steps.create)?;
+    let written = file.append(pid.to_string().as_bytes(), steps.write);
+    drop(file);
+    let linked =
+        written.map_err(Error::from).and_then(|()| match fs.hard_link(&tmp, path, steps.link) {
+            Ok(()) => Ok(true),
+            Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => Ok(false),
+            Err(error) => Err(error.into()),
+        });
+    // The private name is not needed either way (one a crash left behind is harmless, and
+    // reused by this pid's next lock). A failure to remove it fails the acquisition, as every
+    // failed op does: the lock just linked is let go again (if that fails too, it names this
+    // process while no thread holds it, which the next taker recognizes as leaked).
+    if let Err(error) = fs.remove_file(&tmp, steps.unlink_tmp) {
+        if matches!(linked, Ok(true)) {
+            let _ = fs.remove_file(path, steps.remove);
+        }
+        return Err(error.into());
+    }
+    linked
 }
 
 /// Reads the lock file and judges its holder.

@@ -194,6 +194,11 @@ impl<F: Fs> Fs for KillFs<F> {
         self.inner.rename(from, to, boundary)
     }
 
+    fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        self.state.before(boundary, OpKind::HardLink, to);
+        self.inner.hard_link(from, to, boundary)
+    }
+
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::RemoveFile, path);
         self.inner.remove_file(path, boundary)

@@ -188,6 +188,11 @@ pub trait Fs: Send + Sync + 'static {
     /// until the parent directories are synced (rule 3 of the crate contract).
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()>;
 
+    /// Binds the new name `to` to the file at `from` (a hard link); fails with `AlreadyExists`
+    /// if `to` exists, so it creates a file with its contents in one step. Not durable until the
+    /// parent directory is synced.
+    fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()>;
+
     /// Removes the name `path` (a file). Not durable until the parent directory is synced.
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()>;
 

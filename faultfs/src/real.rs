@@ -58,6 +58,10 @@ impl Fs for RealFs {
         fs::rename(from, to).map_err(context(OpKind::Rename, to, Some(boundary)))
     }
 
+    fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        fs::hard_link(from, to).map_err(context(OpKind::HardLink, to, Some(boundary)))
+    }
+
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
         fs::remove_file(path).map_err(context(OpKind::RemoveFile, path, Some(boundary)))
     }

@@ -27,6 +27,8 @@ pub enum OpKind {
     SyncAll,
     /// Renaming a name.
     Rename,
+    /// Binding a second name to a file.
+    HardLink,
     /// Removing a file's name.
     RemoveFile,
     /// Creating a directory.
@@ -55,6 +57,7 @@ impl OpKind {
             OpKind::SyncData => "sync_data",
             OpKind::SyncAll => "sync_all",
             OpKind::Rename => "rename",
+            OpKind::HardLink => "hard_link",
             OpKind::RemoveFile => "remove_file",
             OpKind::CreateDir => "create_dir",
             OpKind::RemoveDir => "remove_dir",

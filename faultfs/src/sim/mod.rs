@@ -704,6 +704,42 @@ impl Fs for SimFs {
         Ok(())
     }
 
+    fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        let op = OpKind::HardLink;
+        let mut state = self.lock();
+        let from_components = normalize(from, op)?;
+        let to_components = normalize(to, op)?;
+        let target = format!("{} -> {}", from.display(), to.display());
+        if let Verdict::Fail(fault) = state.begin(boundary, op, target, String::new())? {
+            return Err(fault_error(fault, op, to, boundary));
+        }
+        let (from_name, from_parents) = from_components
+            .split_last()
+            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::InvalidInput))?;
+        let (to_name, to_parents) = to_components
+            .split_last()
+            .ok_or_else(|| io_error(op, to, boundary, io::ErrorKind::InvalidInput))?;
+        let from_dir = state.lookup_dir(from_parents, op, from, boundary)?;
+        let to_dir = state.lookup_dir(to_parents, op, to, boundary)?;
+        let ino = *state
+            .dir(from_dir)
+            .volatile
+            .get(*from_name)
+            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        if matches!(state.inodes[&ino].node, Node::Dir(_)) {
+            return Err(io_error(op, from, boundary, io::ErrorKind::PermissionDenied));
+        }
+        if state.dir(to_dir).volatile.contains_key(*to_name) {
+            return Err(io_error(op, to, boundary, io::ErrorKind::AlreadyExists));
+        }
+        state.bind(vec![NameChange {
+            dir: to_dir,
+            name: (*to_name).to_owned(),
+            target: Some(ino),
+        }]);
+        Ok(())
+    }
+
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
         self.unlink(path, boundary, OpKind::RemoveFile)
     }
