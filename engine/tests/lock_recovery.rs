@@ -128,3 +128,25 @@ fn concurrent_writers_in_one_process_lose_no_queue_update() {
     assert_eq!(store.queue(&s).unwrap().len(), 60, "no enqueue was lost");
     assert!(!store.fs().exists(&store.layout().session_lock(&s)).unwrap());
 }
+
+#[test]
+fn a_dangling_symlink_as_a_lock_is_waited_on_within_the_bound() {
+    let config = Config { lock_wait_ms: 300, ..config() };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        RealFs::new(),
+        dir.path().join("root"),
+        Arc::new(SystemClock),
+        Arc::new(RandomIds),
+        config,
+    )
+    .unwrap();
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    let lock = store.layout().session_lock(&s);
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &lock).unwrap();
+    let started = std::time::Instant::now();
+    let error = store.send(&s, &text("blocked")).unwrap_err();
+    assert!(matches!(error, Error::Locked { .. }), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
+}
