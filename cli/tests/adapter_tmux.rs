@@ -92,3 +92,50 @@ fn drain_types_each_message_into_the_pane() {
     assert!(missing.stderr().contains("left owed"), "{}", missing.stderr());
     assert_eq!(store.json(&["session", "show", "pane"])["owed"], 1);
 }
+
+#[test]
+fn a_message_cannot_end_the_paste_or_press_keys() {
+    let store = Store::new();
+    let socket_dir = store.path("tmux");
+    std::fs::create_dir(&socket_dir).unwrap();
+    let tmux = Tmux { socket_dir: socket_dir.clone() };
+    let received = store.path("raw.bin");
+    // The pane's program asks for bracketed paste (as agent TUIs do) and records every byte the
+    // terminal sends it, raw.
+    let program = format!(
+        "sh -c 'printf \"\\033[?2004h\"; stty raw -echo; exec cat > {}'",
+        received.display()
+    );
+    tmux.run(&["new-session", "-d", "-s", "agent", "-x", "200", "-y", "50", &program]);
+    std::thread::sleep(Duration::from_millis(300));
+
+    store.run(&["session", "new", "--id", "pane", "--adapter", "tmux:agent:0.0"]).ok();
+    // An attacker's message: end the paste, then type a command and press Enter and Ctrl-C.
+    let attack = "hello\u{1b}[201~touch pwned\r\u{3}";
+    store.run(&["session", "send", "pane", attack]).ok();
+    let drain = store
+        .command(&["session", "drain", "pane"])
+        .env("TMUX_TMPDIR", &socket_dir)
+        .env_remove("TMUX")
+        .output()
+        .unwrap();
+    common::Run(drain).ok();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        seen = std::fs::read(&received).unwrap_or_default();
+        if seen.ends_with(b"\r") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    // One paste, opened and closed by tmux alone, holding the message's characters as literal
+    // text, then the one Enter the adapter presses.
+    assert!(text.starts_with("\u{1b}[200~hello"), "{text:?}");
+    assert_eq!(text.matches("\u{1b}[201~").count(), 1, "{text:?}");
+    assert_eq!(text.matches('\u{1b}').count(), 2, "only tmux's own brackets: {text:?}");
+    assert!(!text.contains('\u{3}'), "no key is pressed: {text:?}");
+    assert!(text.ends_with("\u{1b}[201~\r"), "{text:?}");
+}
