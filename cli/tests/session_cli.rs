@@ -271,3 +271,30 @@ fn drain_watch_delivers_later_sends() {
     child.wait().unwrap();
     assert_eq!(store.json(&["session", "show", "s"])["owed"], 0);
 }
+
+#[test]
+fn terminal_escapes_in_messages_and_notes_are_printed_as_literal_characters() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "esc"]).ok();
+    let hostile = "title\u{1b}]0;pwned\u{7} red\u{1b}[31m\u{9b}2J\r";
+    store.run(&["session", "send", "esc", hostile]).ok();
+    store
+        .command(&["session", "ask", "--note", hostile])
+        .env("SPEX_SESSION_ID", "esc")
+        .output()
+        .unwrap();
+    for args in [
+        vec!["session", "timeline", "esc"],
+        vec!["session", "show", "esc"],
+        vec!["search", "title"],
+    ] {
+        let out = store.run(&args).ok();
+        assert!(out.contains("title"), "{args:?}: {out:?}");
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{args:?} printed a control character: {out:?}"
+        );
+    }
+    // The machine-readable output keeps the exact text.
+    assert_eq!(store.events("esc")[0]["text"], hostile);
+}

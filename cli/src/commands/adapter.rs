@@ -6,7 +6,7 @@
 //!   only its result. A command that runs past the timeout is killed and counts as a refusal.
 //! - `tmux:PANE` (pane-backed): pastes the message into a real tmux pane (as one bracketed paste,
 //!   so a multi-line message arrives whole) and presses Enter. Accepted when tmux accepted both.
-//!   Only literal characters reach the pane (see [`literal`]): nothing in a message can end the
+//!   Only literal characters reach the pane (see [`super::literal`]): nothing in a message can end the
 //!   paste, press a key or reach the terminal as a control sequence.
 //! - `stdout` (headless): prints one JSON line per message (`mid`, `from`, `text`) on stdout.
 //!
@@ -161,7 +161,7 @@ impl Adapter for Tmux {
         // One named buffer per message, deleted by the paste, so concurrent drains into
         // different panes never paste each other's text.
         let buffer = format!("spex-{}", message.mid);
-        let text = literal(message.text);
+        let text = super::literal(message.text);
         self.tmux(&["load-buffer", "-b", &buffer, "-"], Some(text.as_bytes()))?;
         if let Err(error) =
             self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &self.pane], None)
@@ -171,24 +171,6 @@ impl Adapter for Tmux {
         }
         self.tmux(&["send-keys", "-t", &self.pane, "Enter"], None)
     }
-}
-
-/// The text a pane may receive: only literal characters. Every control character but newline
-/// and tab (C0, DEL, C1; ESC above all, which could end the bracketed paste and type the rest as
-/// keys) is shown as its Unicode control picture (ESC as `␛`, DEL as `␡`) or, for C1, as
-/// `\u{..}`; a carriage return is a newline.
-pub(crate) fn literal(text: &str) -> String {
-    let text = text.replace("\r\n", "\n");
-    text.chars()
-        .map(|c| match c {
-            '\n' | '\t' => c.to_string(),
-            '\r' => "\n".to_owned(),
-            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).map_or_else(String::new, String::from),
-            '\u{7f}' => "\u{2421}".to_owned(),
-            '\u{80}'..='\u{9f}' => format!("\\u{{{:x}}}", c as u32),
-            _ => c.to_string(),
-        })
-        .collect()
 }
 
 /// `stdout`.
@@ -211,14 +193,6 @@ impl Adapter for Stdout {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_literal_characters_reach_a_pane() {
-        assert_eq!(literal("a\u{1b}[201~rm -rf ~\r\n"), "a\u{241b}[201~rm -rf ~\n");
-        assert_eq!(literal("tab\tnew\nline"), "tab\tnew\nline");
-        assert_eq!(literal("\u{3}\u{7f}\u{9b}x"), "\u{2403}\u{2421}\\u{9b}x");
-        assert!(literal("\u{1b}\u{9b}\u{7}").chars().all(|c| !c.is_control()));
-    }
 
     #[test]
     fn specs_parse_and_bad_specs_say_why() {

@@ -126,3 +126,37 @@ pub(crate) fn print_json(mut document: serde_json::Value) -> anyhow::Result<()> 
     println!("{}", serde_json::to_string(&document)?);
     Ok(())
 }
+
+/// `text` with only literal characters: what a tmux pane receives and what human-readable output
+/// prints. Every control character but newline
+/// and tab (C0, DEL, C1; ESC above all, which could end the bracketed paste and type the rest as
+/// keys) is shown as its Unicode control picture (ESC as `␛`, DEL as `␡`) or, for C1, as
+/// `\u{..}`; a carriage return is a newline.
+pub(crate) fn literal(text: &str) -> String {
+    let text = text.replace("\r\n", "\n");
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            '\r' => "\n".to_owned(),
+            '\u{0}'..='\u{1f}' => {
+                char::from_u32(0x2400 + c as u32).map_or_else(String::new, String::from)
+            }
+            '\u{7f}' => "\u{2421}".to_owned(),
+            '\u{80}'..='\u{9f}' => format!("\\u{{{:x}}}", c as u32),
+            _ => c.to_string(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_literal_characters_reach_a_pane() {
+        assert_eq!(literal("a\u{1b}[201~rm -rf ~\r\n"), "a\u{241b}[201~rm -rf ~\n");
+        assert_eq!(literal("tab\tnew\nline"), "tab\tnew\nline");
+        assert_eq!(literal("\u{3}\u{7f}\u{9b}x"), "\u{2403}\u{2421}\\u{9b}x");
+        assert!(literal("\u{1b}\u{9b}\u{7}").chars().all(|c| !c.is_control()));
+    }
+}

@@ -64,10 +64,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         for hit in &hits {
             println!(
                 "{}  {}  {:<4}  {}",
-                hit.ts,
+                super::literal(&hit.ts),
                 hit.session,
                 hit.kind,
-                hit.snippet.replace('\n', " ")
+                super::literal(&hit.snippet).replace('\n', " ")
             );
         }
         if hits.is_empty() {

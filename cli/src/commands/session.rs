@@ -465,7 +465,7 @@ fn show_closed(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow
 
 /// `text` with every line after the first indented by `width` spaces.
 fn indent(text: &str, width: usize) -> String {
-    text.replace('\n', &format!("\n{}", " ".repeat(width)))
+    super::literal(text).replace('\n', &format!("\n{}", " ".repeat(width)))
 }
 
 /// One event as a human-readable line (continuation lines indented).
@@ -473,7 +473,8 @@ pub(crate) fn render_event(event: &Event) -> String {
     match event {
         Event::Status(status) => {
             let triple = &status.triple;
-            let mut line = format!("{}  {:<13}", status.ts, triple.display_word());
+            let ts = super::literal(&status.ts);
+            let mut line = format!("{ts}  {:<13}", triple.display_word());
             if let Some(note) = &triple.note {
                 line.push_str(&indent(note, 40));
             }
@@ -482,7 +483,8 @@ pub(crate) fn render_event(event: &Event) -> String {
         Event::Sent(sent) => {
             let from = sent.from.as_deref().unwrap_or("human");
             let via = if sent.reply_via.is_some() { " (reply via note)" } else { "" };
-            format!("{}  sent by {from}{via}: {}", sent.ts, indent(&sent.text, 26))
+            let ts = super::literal(&sent.ts);
+            format!("{ts}  sent by {from}{via}: {}", indent(&sent.text, 26))
         }
     }
 }
@@ -632,7 +634,7 @@ fn ls(store: &Store<RealFs>, args: &LsArgs, global: &Global) -> anyhow::Result<C
         let when = row.last_activity.as_deref().or(row.created_at.as_deref()).unwrap_or("-");
         if row.status == "corrupt" {
             // The reason names the damaged file (`spex doctor` says what a repair does).
-            let reason = row.note.as_deref().unwrap_or("damaged");
+            let reason = super::literal(row.note.as_deref().unwrap_or("damaged"));
             println!("{:<38} {:<14} {reason}", row.id, row.display);
             continue;
         }
