@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use faultfs::{Boundary, File, Fs, OpenOptions};
+use faultfs::{Boundary, File, FileKind, Fs, OpenOptions};
 
 use crate::error::{Error, Result};
 use crate::layout::STATE_FILE_BYTES_MAX;
@@ -109,7 +109,12 @@ pub(crate) fn read<F: Fs>(fs: &F, path: &Path) -> Result<Option<Vec<u8>>> {
     let file = match fs.open(path, OpenOptions::read(), Boundary::new("read")) {
         Ok(file) => file,
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),
-        Err(error) => return Err(error.into()),
+        // The open refuses a symbolic link (O_NOFOLLOW): name what is there instead.
+        Err(error) => {
+            return Err(crate::layout::expect_kind(fs, path, FileKind::File)
+                .err()
+                .unwrap_or(error.into()));
+        }
     };
     let len = file.len()?;
     if len > STATE_FILE_BYTES_MAX {

@@ -322,7 +322,11 @@ impl<F: Fs> Store<F> {
             let child = path.join(&entry.name);
             match entry.kind {
                 FileKind::Dir => self.remove_tree(&child, steps)?,
-                FileKind::File => self.fs.remove_file(&child, steps.close.remove)?,
+                // A link is removed itself, never what it points to: nothing outside the
+                // session's directory is touched.
+                FileKind::File | FileKind::Symlink | FileKind::Other => {
+                    self.fs.remove_file(&child, steps.close.remove)?;
+                }
             }
         }
         self.fs.remove_dir(path, steps.close.remove)?;

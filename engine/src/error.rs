@@ -18,6 +18,8 @@ pub enum CorruptReason {
     DamagedLine,
     /// A record or queue file that does not parse.
     BadFile(String),
+    /// Something other than the store's own kind of entry where one belongs (a symbolic link).
+    Unexpected(String),
     /// The log's segments are not what a log can be: one is missing, or is not a regular file.
     BadSegment(String),
     /// The segment shrank while it was read (a writer repaired its torn tail): the read is
@@ -35,6 +37,7 @@ impl std::fmt::Display for CorruptReason {
             }
             CorruptReason::BadFile(why) => write!(f, "malformed file: {why}"),
             CorruptReason::BadSegment(why) => write!(f, "damaged log: {why}"),
+            CorruptReason::Unexpected(why) => f.write_str(why),
             CorruptReason::Shrank => f.write_str("the segment shrank while being read"),
         }
     }

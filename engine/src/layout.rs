@@ -109,6 +109,40 @@ fn js_number(text: &str) -> Option<f64> {
     text.parse().ok()
 }
 
+/// Whether `path` exists as a `kind` (a directory or a regular file) without following a
+/// symbolic link: `Ok(false)` when absent; corrupt, naming the path, when something else is
+/// there (a symbolic link above all: the store never follows one, so that nothing it reads,
+/// writes or removes can be outside its root).
+pub(crate) fn expect_kind<F: faultfs::Fs>(
+    fs: &F,
+    path: &Path,
+    kind: faultfs::FileKind,
+) -> Result<bool> {
+    let found = match fs.metadata(path) {
+        Ok(metadata) => metadata.kind,
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(false),
+        Err(error) => return Err(error.into()),
+    };
+    if found == kind {
+        return Ok(true);
+    }
+    let what = |kind| match kind {
+        faultfs::FileKind::File => "a regular file",
+        faultfs::FileKind::Dir => "a directory",
+        faultfs::FileKind::Symlink => "a symbolic link",
+        faultfs::FileKind::Other => "a special file",
+    };
+    Err(Error::Corrupt {
+        path: path.to_path_buf(),
+        offset: 0,
+        reason: crate::error::CorruptReason::Unexpected(format!(
+            "{} where {} belongs (refused: the store never follows links)",
+            what(found),
+            what(kind)
+        )),
+    })
+}
+
 /// A validated session id: 1 to 128 bytes of `[A-Za-z0-9._-]`, not starting with `.` or `-`.
 /// Validated before any path is built from it, so it can never escape the store.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -284,7 +284,12 @@ fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Seen>> {
     let file = match fs.open(path, OpenOptions::read(), Boundary::new("read")) {
         Ok(file) => file,
         Err(error) if not_found(&error) => return Ok(None),
-        Err(error) => return Err(error.into()),
+        // The open refuses a symbolic link: name what is in the lock's place.
+        Err(error) => {
+            return Err(crate::layout::expect_kind(fs, path, faultfs::FileKind::File)
+                .err()
+                .unwrap_or(error.into()));
+        }
     };
     let contents = file.read_to_end()?;
     let modified = match fs.metadata(path) {

@@ -153,6 +153,10 @@ pub(crate) fn active(mutant: Mutant) -> bool {
     SELECTED.with(|selected| selected.get() == Some(mutant))
 }
 
+/// Without the `mutants` feature there is nothing to select: the engine has no broken variant.
+#[cfg(not(feature = "mutants"))]
+pub fn select(_mutant: Option<Mutant>) {}
+
 /// Whether `mutant` is selected: never, without the `mutants` feature.
 #[cfg(not(feature = "mutants"))]
 #[inline(always)]

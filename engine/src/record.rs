@@ -495,6 +495,9 @@ fn triple_of(fields: &Map<String, Value>) -> Triple {
 impl<F: Fs> Store<F> {
     /// Reads a session's record, or `None` if it has none.
     pub(crate) fn read_record(&self, id: &SessionId) -> Result<Option<Record>> {
+        if !self.session_dir_exists(id)? {
+            return Ok(None);
+        }
         let path = self.layout.record(id);
         match atomic::read(&self.fs, &path)? {
             Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),

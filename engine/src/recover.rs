@@ -39,7 +39,7 @@ pub(crate) struct Checks {
 impl<F: Fs> Store<F> {
     /// Recovery of one session (see the module header). A missing session is left alone.
     pub(crate) fn recover(&self, id: &SessionId, steps: &Boundaries, checks: Checks) -> Result<()> {
-        if !self.fs.exists(&self.layout.session_dir(id))? {
+        if !self.session_dir_exists(id)? {
             return Ok(());
         }
         let record = self.read_record(id)?;

@@ -267,9 +267,15 @@ impl<F: Fs> Store<F> {
         Ok(self.fs.exists(&self.layout.revoked(&sender))?)
     }
 
-    /// Fails with `NoSuchSession` unless the session has a record.
+    /// Whether session `id` has a directory: a real one, never a symbolic link (corrupt,
+    /// naming it), so that nothing read, written or removed through it is outside the root.
+    pub(crate) fn session_dir_exists(&self, id: &SessionId) -> Result<bool> {
+        crate::layout::expect_kind(&self.fs, &self.layout.session_dir(id), faultfs::FileKind::Dir)
+    }
+
+    /// Fails with `NoSuchSession` unless the session has a record (in a real directory).
     pub(crate) fn require_session(&self, id: &SessionId) -> Result<()> {
-        if self.fs.exists(&self.layout.record(id))? {
+        if self.session_dir_exists(id)? && self.fs.exists(&self.layout.record(id))? {
             Ok(())
         } else {
             Err(Error::NoSuchSession { id: id.to_string() })
@@ -366,7 +372,10 @@ impl<F: Fs> Store<F> {
         let entries = self.fs.read_dir(&self.layout.sessions_dir())?;
         Ok(entries
             .into_iter()
-            .filter(|entry| entry.kind == faultfs::FileKind::Dir)
+            // A link in a session's place is listed, so that reading it reports it.
+            .filter(|entry| {
+                matches!(entry.kind, faultfs::FileKind::Dir | faultfs::FileKind::Symlink)
+            })
             .filter_map(|entry| SessionId::new(&entry.name).ok())
             .collect())
     }

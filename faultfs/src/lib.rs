@@ -142,6 +142,11 @@ pub enum FileKind {
     File,
     /// A directory.
     Dir,
+    /// A symbolic link (never followed: [`Fs::metadata`] and [`Fs::read_dir`] report the link
+    /// itself, and [`Fs::open`] refuses one).
+    Symlink,
+    /// Anything else (a FIFO, a socket, a device).
+    Other,
 }
 
 /// One entry of [`Fs::read_dir`].

@@ -12,6 +12,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use crate::{Boundary, DirEntry, Error, File, FileKind, Fs, Metadata, OpKind, OpenOptions, Result};
@@ -43,7 +44,9 @@ impl Fs for RealFs {
     type File = RealFile;
 
     fn open(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<RealFile> {
+        // O_NOFOLLOW: a symbolic link in a file's place is refused (ELOOP), never followed.
         let file = fs::OpenOptions::new()
+            .custom_flags(libc_nofollow())
             .read(options.read)
             .write(options.write || options.create || options.create_new || options.truncate)
             .create(options.create)
@@ -96,11 +99,7 @@ impl Fs for RealFs {
                     ),
                 )
             })?;
-            let kind = if entry.file_type().map_err(on_error())?.is_dir() {
-                FileKind::Dir
-            } else {
-                FileKind::File
-            };
+            let kind = kind_of(&entry.file_type().map_err(on_error())?);
             entries.push(DirEntry { name, kind });
         }
         entries.sort();
@@ -109,10 +108,11 @@ impl Fs for RealFs {
 
     fn metadata(&self, path: &Path) -> Result<Metadata> {
         let on_error = || context(OpKind::Metadata, path, None);
-        let metadata = fs::metadata(path).map_err(on_error())?;
+        // The link itself, never its target: the store never follows a symbolic link.
+        let metadata = fs::symlink_metadata(path).map_err(on_error())?;
         Ok(Metadata {
             len: metadata.len(),
-            kind: if metadata.is_dir() { FileKind::Dir } else { FileKind::File },
+            kind: kind_of(&metadata.file_type()),
             modified: metadata.modified().map_err(on_error())?,
         })
     }
@@ -123,6 +123,24 @@ impl Fs for RealFs {
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
         proc_start_ms(pid)
+    }
+}
+
+/// `O_NOFOLLOW`.
+fn libc_nofollow() -> i32 {
+    i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0)
+}
+
+/// The kind of an entry, its links not followed.
+fn kind_of(file_type: &fs::FileType) -> FileKind {
+    if file_type.is_symlink() {
+        FileKind::Symlink
+    } else if file_type.is_dir() {
+        FileKind::Dir
+    } else if file_type.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde_json::json;
 use spex_engine::mutant::Mutant;
 use spex_verification::realproc::{self, Kill};
@@ -368,9 +368,10 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
 
 fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
     let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
-    spex_engine::mutant::select(args.mutant);
-    let replay = sweep::replay(&token).map_err(anyhow::Error::msg)?;
-    spex_engine::mutant::select(None);
+    select_mutant(args.mutant)?;
+    let replay = sweep::replay(&token).map_err(anyhow::Error::msg);
+    select_mutant(None)?;
+    let replay = replay?;
     if json {
         let document = json!({
             "schema": SCHEMA_VERSION,
@@ -397,6 +398,34 @@ fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
     Ok(if replay.messages.is_empty() { Code::Ok } else { Code::Violation })
 }
 
+/// Selects a deliberately broken engine for this thread (`None`: the real one). Only a build
+/// with the `mutants` feature has them; the shipped binary refuses.
+fn select_mutant(mutant: Option<Mutant>) -> anyhow::Result<()> {
+    #[cfg(feature = "mutants")]
+    spex_engine::mutant::select(mutant);
+    #[cfg(not(feature = "mutants"))]
+    if let Some(mutant) = mutant {
+        return Err(crate::exit::BadInput(format!(
+            "this spex was built without the deliberately broken engines, so it cannot run {}; \
+             build it with `cargo run -p spex --features mutants -- verify ...`",
+            mutant.name()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mutants"))]
+fn run_mutants(_args: &MutantsArgs, _json: bool) -> anyhow::Result<Code> {
+    Err(crate::exit::BadInput(
+        "this spex was built without the deliberately broken engines (they are not shipped); \
+         run `cargo run -p spex --features mutants -- verify mutants`"
+            .to_owned(),
+    )
+    .into())
+}
+
+#[cfg(feature = "mutants")]
 fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
     eprintln!("spex verify mutants: seed {seed}");
@@ -482,7 +511,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
         println!("{}", serde_json::to_string_pretty(&document)?);
     }
     if !missed.is_empty() {
-        bail!("mutants not caught by the sweep: {}", missed.join(", "));
+        anyhow::bail!("mutants not caught by the sweep: {}", missed.join(", "));
     }
     Ok(Code::Ok)
 }
@@ -556,9 +585,9 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
 
 fn run_shrink(args: &ShrinkArgs) -> anyhow::Result<Code> {
     let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
-    spex_engine::mutant::select(args.mutant);
+    select_mutant(args.mutant)?;
     let shrunk = sweep::shrink::shrink(&token).map_err(anyhow::Error::msg);
-    spex_engine::mutant::select(None);
+    select_mutant(None)?;
     let shrunk = shrunk?;
     let scenario = sweep::scenario::named(&shrunk.token.scenario).context("the shrunk scenario")?;
     println!("minimal reproducer: {} step(s) of {}", scenario.steps.len(), token.scenario);

@@ -45,18 +45,30 @@ pub(crate) fn list_segments<F: Fs>(
     id: &SessionId,
 ) -> Result<Vec<Segment>> {
     let mut segments = Vec::new();
+    // Never through a symbolic link: the session directory, the legacy segment and the
+    // timeline directory must be what they are (corrupt, naming the path, otherwise).
+    if !crate::layout::expect_kind(fs, &layout.session_dir(id), FileKind::Dir)? {
+        return Ok(segments);
+    }
     let legacy = layout.legacy_segment(id);
     match fs.metadata(&legacy) {
-        Ok(metadata) => segments.push(Segment {
+        Ok(metadata) if metadata.kind == FileKind::File => segments.push(Segment {
             no: None,
             path: legacy,
             len: Some(metadata.len),
             modified_ns: Some(metadata.modified_ns()),
         }),
+        // Something else in its place: name it.
+        Ok(_) => {
+            crate::layout::expect_kind(fs, &legacy, FileKind::File)?;
+        }
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
         Err(error) => return Err(error.into()),
     }
     let dir = layout.timeline_dir(id);
+    if !crate::layout::expect_kind(fs, &dir, FileKind::Dir)? {
+        return Ok(segments);
+    }
     let entries = match fs.read_dir(&dir) {
         Ok(entries) => entries,
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),

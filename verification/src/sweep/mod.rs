@@ -391,7 +391,8 @@ pub struct Caught {
     pub images: u64,
 }
 
-/// Sweeps with `mutant` selected until the first violation.
+/// Sweeps with `mutant` selected until the first violation (in a build without the engine's
+/// `mutants` feature nothing is selected, and nothing is caught).
 pub fn catch(mutant: spex_engine::mutant::Mutant, options: &Options) -> Caught {
     let options = Options { stop_at_first: true, ..options.clone() };
     spex_engine::mutant::select(Some(mutant));
