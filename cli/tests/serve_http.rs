@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 
 struct Server {
     child: std::process::Child,
+    /// `http://127.0.0.1:PORT`, without the token.
     url: String,
+    token: String,
     agent: ureq::Agent,
 }
 
@@ -22,15 +24,25 @@ impl Server {
         let mut child = store.spawn(&["serve", "--addr", "127.0.0.1:0"]);
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        let url = line.trim().to_owned();
-        assert!(url.starts_with("http://127.0.0.1:"), "the first stdout line is the URL: {url}");
+        let printed = line.trim().to_owned();
+        assert!(
+            printed.starts_with("http://127.0.0.1:"),
+            "the first stdout line is the URL: {printed}"
+        );
+        let (url, token) = printed.split_once("/?token=").expect("the URL carries the token");
+        assert_eq!(token.len(), 64, "{printed}");
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Server { child, url, agent }
+        Server { child, url: url.to_owned(), token: token.to_owned(), agent }
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
-        let mut response = self.agent.get(format!("{}{path}", self.url)).call().unwrap();
+        let mut response = self
+            .agent
+            .get(format!("{}{path}", self.url))
+            .header("Authorization", self.bearer())
+            .call()
+            .unwrap();
         let status = response.status().as_u16();
         (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap())
     }
@@ -39,6 +51,7 @@ impl Server {
         let mut request = self
             .agent
             .post(format!("{}{path}", self.url))
+            .header("Authorization", self.bearer())
             .header("Content-Type", "application/json");
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);
@@ -46,6 +59,23 @@ impl Server {
         let mut response = request.send(body).unwrap();
         let status = response.status().as_u16();
         (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap())
+    }
+}
+
+impl Server {
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    /// Sends `request` (a raw HTTP/1.1 head and body) and returns the answer's status line and
+    /// the rest.
+    fn raw(&self, request: &str) -> String {
+        let address = self.url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ignored = stream.read_to_string(&mut answer);
+        answer
     }
 }
 
@@ -137,7 +167,9 @@ fn bad_requests_get_precise_statuses_and_write_nothing() {
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "POST /api/sessions/web/input HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 999999999\r\n\r\n",
+        server.bearer()
     )
     .unwrap();
     let mut head = [0u8; 12];
@@ -162,7 +194,12 @@ fn search_and_watch_over_http() {
     assert_eq!(server.get("/api/search?q=x&bogus=1").0, 400);
 
     // The event stream: a reset, then an update after a send.
-    let response = server.agent.get(format!("{}/api/watch", server.url)).call().unwrap();
+    let response = server
+        .agent
+        .get(format!("{}/api/watch", server.url))
+        .header("Authorization", server.bearer())
+        .call()
+        .unwrap();
     assert_eq!(response.headers().get("content-type").unwrap(), "text/event-stream");
     let mut reader = BufReader::new(response.into_body().into_reader());
     let mut next_data = || -> Value {
@@ -202,4 +239,68 @@ fn one_damaged_session_does_not_hide_the_others_over_http() {
     let (status, hits) = server.get("/api/search?q=hello");
     assert_eq!(status, 200, "{hits}");
     assert_eq!(hits["hits"][0]["session"], "good", "{hits}");
+}
+
+#[test]
+fn nobody_without_the_token_or_from_another_origin_gets_in() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    let server = Server::start(&store);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let token = server.token.clone();
+
+    // No token, a wrong one: 401.
+    let (status, _) = {
+        let mut response = server.agent.get(format!("{}/api/sessions", server.url)).call().unwrap();
+        (response.status().as_u16(), response.body_mut().read_to_string().unwrap())
+    };
+    assert_eq!(status, 401);
+    let answer = server.raw(&format!(
+        "GET /api/sessions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        "0".repeat(64)
+    ));
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+
+    // A page that rebinds its own name to 127.0.0.1 sends its own Host: 403, even with the token.
+    let answer = server.raw(&format!(
+        "GET /api/sessions HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+
+    // A foreign page's form or text/plain POST (it cannot set a JSON type without asking, and
+    // its browser sends the cookie and its Origin): refused, nothing recorded.
+    let cookie = format!("spex_token={token}");
+    let answer = server.raw(&format!(
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nCookie: {cookie}\r\n\
+         Origin: http://evil.example\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\
+         Connection: close\r\n\r\n{{\"text\":\"pwn\"}}"
+    ));
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let answer = server.raw(&format!(
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nCookie: {cookie}\r\n\
+         Content-Type: text/plain\r\nContent-Length: 14\r\nConnection: close\r\n\r\n{{\"text\":\"pwn\"}}"
+    ));
+    assert!(answer.starts_with("HTTP/1.1 415"), "{answer}");
+    assert!(store.events("web").is_empty(), "nothing was recorded");
+
+    // The printed URL: its token opens the door once and leaves an HttpOnly, SameSite=Strict
+    // cookie; the cookie alone works after.
+    let answer = server.raw(&format!(
+        "GET /api/sessions?token={token} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("HttpOnly") && answer.contains("SameSite=Strict"), "{answer}");
+    assert!(!answer.to_ascii_lowercase().contains("access-control-allow"), "no CORS: {answer}");
+    let answer = server.raw(&format!(
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nCookie: {cookie}\r\n\
+         Origin: http://{address}\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\
+         Connection: close\r\n\r\n{{\"text\":\"ok\"}}"
+    ));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(store.events("web").len(), 1);
+    // The token file is the owner's alone.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(store.root().join("serve.token")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
 }

@@ -1,6 +1,7 @@
 pub(crate) mod adapter;
 pub(crate) mod demo;
 pub(crate) mod doctor;
+pub(crate) mod guard;
 pub(crate) mod index;
 pub(crate) mod internal;
 pub(crate) mod search;

@@ -8,6 +8,9 @@
 //! | `GET /api/sessions/:id/timeline?limit=N` | the last N public events, oldest first (N 500)  |
 //! | `POST /api/sessions/:id/input`           | a send; `Idempotency-Key` makes it keyed        |
 //!
+//! Every request passes the guard first (see `guard`: the token, the host, JSON from the
+//! server's own origin for a change): 401, 403 or 415 otherwise, before anything is read.
+//!
 //! Errors are JSON `{"error": "..."}` with the status that names the cause: 400 bad input, 404
 //! unknown session or path, 405 wrong method, 409 key conflict, 413 body too large, 503 lock
 //! busy (with `Retry-After`), 500 anything else (the store's own error text). Reads take no lock;
@@ -25,6 +28,7 @@ use spex_engine::layout::TEXT_BYTES_MAX;
 use spex_engine::{Error, Event, Key, SendRequest, SessionId, Store};
 use tiny_http::{Header, Method, Request, Response, Server};
 
+use super::guard::{Guard, Seen, Verdict};
 use super::session::ReplyArg;
 use super::{Global, print_json};
 use crate::exit::Code;
@@ -47,13 +51,17 @@ pub(crate) struct Args {
     /// Worker threads answering requests.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     threads: u16,
+    /// The token every request must carry (default: the store's own, `<root>/serve.token`,
+    /// created with mode 0600 on first use). The file must not be readable by others.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     let store = Arc::new(global.open_store()?);
     if !args.addr.ip().is_loopback() {
         eprintln!(
-            "spex serve: warning: listening on {}, not loopback; the API has no authentication",
+            "spex serve: warning: listening on {}, not loopback: anyone who can reach it and has the token can read and send",
             args.addr
         );
     }
@@ -61,9 +69,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", args.addr))?;
     let server = Arc::new(server);
     let addr = server.server_addr().to_ip().context("the server listens on an IP address")?;
-    let url = format!("http://{addr}");
+    let guard = Arc::new(Guard::new(store.layout().root(), args.token_file.as_deref(), addr)?);
+    let url = format!("http://{addr}/?token={}", guard.token());
     if global.json {
-        print_json(json!({ "url": url }))?;
+        print_json(json!({ "url": url, "token": guard.token() }))?;
     } else {
         println!("{url}");
     }
@@ -73,14 +82,23 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         .map(|_| {
             let server = Arc::clone(&server);
             let store = Arc::clone(&store);
+            let guard = Arc::clone(&guard);
             std::thread::spawn(move || {
                 while let Ok(request) = server.recv() {
+                    let set_cookie = match admit(&guard, &request) {
+                        Verdict::Allow { set_cookie } => set_cookie,
+                        Verdict::Deny(status, reason) => {
+                            respond(request, &Reply::error(status, reason), None);
+                            continue;
+                        }
+                    };
+                    let cookie = set_cookie.then(|| guard.cookie());
                     if request.method() == &Method::Get
                         && request.url().split('?').next() == Some("/api/watch")
                     {
                         watch(&store, request);
                     } else {
-                        answer(&store, request);
+                        answer(&store, request, cookie.as_deref());
                     }
                 }
             })
@@ -111,13 +129,34 @@ impl Reply {
     }
 }
 
-fn answer(store: &Store<RealFs>, mut request: Request) {
+/// The guard's verdict on `request` (see `guard`).
+fn admit(guard: &Guard, request: &Request) -> Verdict {
+    let url = request.url();
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let header = |name: &str| {
+        request
+            .headers()
+            .iter()
+            .find(|header| header.field.as_str().as_str().eq_ignore_ascii_case(name))
+            .map(|header| header.value.as_str().to_owned())
+    };
+    guard.check(&Seen { method: request.method().as_str(), query, header: &header })
+}
+
+fn answer(store: &Store<RealFs>, mut request: Request, cookie: Option<&str>) {
     let reply = route(store, &mut request);
+    respond(request, &reply, cookie);
+}
+
+fn respond(request: Request, reply: &Reply, cookie: Option<&str>) {
     let mut response = Response::from_string(reply.body.to_string())
         .with_status_code(reply.status)
         .with_header(header("Content-Type", "application/json; charset=utf-8"));
     if reply.retry_after {
         response = response.with_header(header("Retry-After", "1"));
+    }
+    if let Some(cookie) = cookie {
+        response = response.with_header(header("Set-Cookie", cookie));
     }
     // The client may have gone away; there is no one left to tell.
     let _ignored = request.respond(response);
