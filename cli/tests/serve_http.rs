@@ -176,6 +176,16 @@ fn bad_requests_get_precise_statuses_and_write_nothing() {
     stream.read_exact(&mut head).unwrap();
     assert_eq!(&head, b"HTTP/1.1 413");
 
+    // Two lengths, a NUL in a search: precise refusals, not a 500.
+    let answer = server.raw(&format!(
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 13\r\nContent-Length: 13\r\n\
+         Connection: close\r\n\r\n{{\"text\":\"ok\"}}",
+        server.bearer()
+    ));
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(server.get("/api/search?q=%00").0, 400);
+
     assert!(store.events("web").is_empty(), "no bad request wrote anything");
 }
 

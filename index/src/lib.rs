@@ -945,8 +945,13 @@ impl Change {
 /// `query` as an FTS5 query matching its words literally (each one a quoted string, all
 /// required), or `None` when it has no words.
 pub fn literal_query(query: &str) -> Option<String> {
-    let words: Vec<String> =
-        query.split_whitespace().map(|word| format!("\"{}\"", word.replace('"', "\"\""))).collect();
+    // Control characters (NUL above all, which FTS5 cannot take inside a string) separate words
+    // like blanks: nothing stored is searched for by them.
+    let words: Vec<String> = query
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .collect();
     if words.is_empty() { None } else { Some(words.join(" ")) }
 }
 
@@ -957,6 +962,8 @@ mod tests {
     #[test]
     fn queries_are_literal() {
         assert_eq!(literal_query("  "), None);
+        assert_eq!(literal_query("\0"), None);
+        assert_eq!(literal_query("a\0b").unwrap(), r#""a" "b""#);
         assert_eq!(literal_query("a OR b").unwrap(), r#""a" "OR" "b""#);
         assert_eq!(literal_query(r#"say "hi" NEAR(x*"#).unwrap(), r#""say" """hi""" "NEAR(x*""#);
     }

@@ -371,6 +371,12 @@ fn input(store: &Store<RealFs>, id: &str, request: &mut Request) -> Reply {
         Ok(id) => id,
         Err(reply) => return reply,
     };
+    // Two lengths would make the body's end ambiguous (request smuggling): refuse.
+    let lengths =
+        request.headers().iter().filter(|header| header.field.equiv("Content-Length")).count();
+    if lengths > 1 {
+        return Reply::error(400, "more than one Content-Length");
+    }
     if request.body_length().is_some_and(|length| length > BODY_BYTES_MAX) {
         return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
     }
