@@ -57,7 +57,9 @@ impl Watch {
     ) -> anyhow::Result<(Watch, Value)> {
         let (sender, notified) = channel();
         let notifier = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
+            // Only changes wake the watch: the refresh it runs opens and reads the very files
+            // it watches, and waking on those accesses would make an idle watch spin.
+            if event.is_ok_and(|event| changes_something(&event.kind)) {
                 let _ignored = sender.send(());
             }
         })
@@ -165,6 +167,16 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             }
         }
         out.flush()?;
+    }
+}
+
+/// Whether a filesystem event is a change (not a read, an open or an access-time update).
+fn changes_something(kind: &notify::EventKind) -> bool {
+    use notify::event::{MetadataKind, ModifyKind};
+    match kind {
+        notify::EventKind::Access(_) => false,
+        notify::EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
+        _ => true,
     }
 }
 
