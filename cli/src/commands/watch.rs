@@ -173,11 +173,11 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
 /// Whether a filesystem event is a change (not a read, an open or an access-time update).
 fn changes_something(kind: &notify::EventKind) -> bool {
     use notify::event::{MetadataKind, ModifyKind};
-    match kind {
-        notify::EventKind::Access(_) => false,
-        notify::EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
-        _ => true,
-    }
+    !matches!(
+        kind,
+        notify::EventKind::Access(_)
+            | notify::EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime))
+    )
 }
 
 /// One increment for a terminal.
