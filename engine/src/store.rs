@@ -283,7 +283,8 @@ impl<F: Fs> Store<F> {
     }
 
     /// Creates a session: its directory and record, in `triple`, with no event (the creation
-    /// write is not a move). Retrying after a crash completes a half-created session.
+    /// write is not a move). Retrying after a crash completes a half-created session. The id of
+    /// a closed session is refused (`Revoked`).
     pub fn create_session(
         &self,
         id: &SessionId,
@@ -295,6 +296,11 @@ impl<F: Fs> Store<F> {
         self.transition(id, steps, || {
             if self.read_record(id)?.is_some() {
                 return Err(Error::SessionExists { id: id.to_string() });
+            }
+            // A closed id stays closed: its close is in the ledger and it is revoked as a
+            // sender, so a new session under it would be half closed from its first moment.
+            if self.fs.exists(&self.layout.revoked(id))? {
+                return Err(Error::Revoked { sender: id.to_string() });
             }
             let dir = self.layout.session_dir(id);
             if !self.fs.exists(&dir)? {

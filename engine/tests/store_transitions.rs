@@ -366,6 +366,9 @@ fn archive_is_record_only_and_close_is_complete() {
     assert_eq!(ledger.lines().count(), 1);
     assert!(ledger.contains("\"id\":\"s\""));
     assert!(store.list().unwrap().is_empty());
+    // A closed id stays closed: creating it again is refused, writing nothing.
+    assert!(matches!(store.create_session(&s, &queued(), None, None), Err(Error::Revoked { .. })));
+    assert!(!store.fs().exists(&store.layout().session_dir(&s)).unwrap());
 }
 
 #[test]

@@ -208,6 +208,9 @@ impl Model {
             Op::Create { id, .. } => {
                 if self.sessions.contains_key(id) {
                     Expect::Exists
+                } else if self.closed.contains(id) {
+                    // A closed id stays closed: its close is on record and it is revoked.
+                    Expect::Revoked
                 } else {
                     Expect::Ok
                 }
