@@ -136,7 +136,7 @@ fn send_drain_and_lifecycle_race_on_one_session() {
         let lines = store.lines(&s).unwrap();
         let sent = lines
             .iter()
-            .filter(|line| matches!(line, Line::Sent(event, _) if event.mid == mid))
+            .filter(|line| matches!(line, Line::Sent(event, _) if event.mid.as_deref() == Some(mid.as_str())))
             .count();
         assert_eq!(sent, 1, "the message is logged exactly once");
         let moves = store
