@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::corpus::snapshot;
+
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
@@ -20,24 +22,6 @@ use spex_engine::{Error, SendRequest, Store};
 
 fn text(text: &str) -> SendRequest {
     SendRequest { text: text.to_owned(), ..SendRequest::default() }
-}
-
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(next) = stack.pop() {
-        for entry in std::fs::read_dir(&next).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.push((path.clone(), std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 fn refused_naming(result: Result<impl std::fmt::Debug, Error>, path: &Path) {

@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::corpus::snapshot;
+
 use common::corpus::{copy_tree, corpus};
 
 use std::path::{Path, PathBuf};
@@ -551,24 +553,6 @@ fn a_damaged_queue_is_repaired_from_what_is_left_and_what_the_log_proves() {
         .send(&id, &SendRequest { text: "after repair".to_owned(), ..SendRequest::default() })
         .unwrap();
     assert_eq!(store.repair_queue(&id).unwrap(), spex_engine::QueueRepair::default());
-}
-
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(next) = stack.pop() {
-        for entry in std::fs::read_dir(&next).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.push((path.clone(), std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 #[test]

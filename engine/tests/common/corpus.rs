@@ -40,3 +40,21 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every file under `dir` with its bytes, in path order (to show that a command wrote nothing).
+pub(crate) fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
