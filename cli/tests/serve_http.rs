@@ -21,7 +21,13 @@ struct Server {
 
 impl Server {
     fn start(store: &Store) -> Server {
-        let mut child = store.spawn(&["serve", "--addr", "127.0.0.1:0"]);
+        Server::start_with(store, &[])
+    }
+
+    fn start_with(store: &Store, extra: &[&str]) -> Server {
+        let mut args = vec!["serve", "--addr", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut child = store.spawn(&args);
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         let printed = line.trim().to_owned();
@@ -63,6 +69,29 @@ impl Server {
 }
 
 impl Server {
+    fn address(&self) -> String {
+        self.url.trim_start_matches("http://").to_owned()
+    }
+
+    /// A connection that has sent `head` (and nothing more).
+    fn open(&self, head: &str) -> std::net::TcpStream {
+        let mut stream = std::net::TcpStream::connect(self.address()).unwrap();
+        stream.write_all(head.as_bytes()).unwrap();
+        stream
+    }
+
+    /// An event stream, read up to its reset.
+    fn watch(&self) -> BufReader<std::net::TcpStream> {
+        let stream = self.open(&format!(
+            "GET /api/watch HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\n\r\n",
+            self.address(),
+            self.bearer()
+        ));
+        let mut reader = BufReader::new(stream);
+        assert_eq!(next_data(&mut reader)["type"], "reset");
+        reader
+    }
+
     fn bearer(&self) -> String {
         format!("Bearer {}", self.token)
     }
@@ -176,10 +205,11 @@ fn bad_requests_get_precise_statuses_and_write_nothing() {
     stream.read_exact(&mut head).unwrap();
     assert_eq!(&head, b"HTTP/1.1 413");
 
-    // Two lengths, a NUL in a search: precise refusals, not a 500.
+    // Two lengths that disagree (the body's end is ambiguous: request smuggling), a NUL in a
+    // search: precise refusals, not a 500. (Equal lengths are one length, RFC 9110 8.6.)
     let answer = server.raw(&format!(
         "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\n\
-         Content-Type: application/json\r\nContent-Length: 13\r\nContent-Length: 13\r\n\
+         Content-Type: application/json\r\nContent-Length: 13\r\nContent-Length: 12\r\n\
          Connection: close\r\n\r\n{{\"text\":\"ok\"}}",
         server.bearer()
     ));
@@ -212,20 +242,11 @@ fn search_and_watch_over_http() {
         .unwrap();
     assert_eq!(response.headers().get("content-type").unwrap(), "text/event-stream");
     let mut reader = BufReader::new(response.into_body().into_reader());
-    let mut next_data = || -> Value {
-        loop {
-            let mut line = String::new();
-            assert!(reader.read_line(&mut line).unwrap() > 0, "the stream stayed open");
-            if let Some(data) = line.strip_prefix("data: ") {
-                return serde_json::from_str(data).unwrap();
-            }
-        }
-    };
-    let reset = next_data();
+    let reset = next_data(&mut reader);
     assert_eq!(reset["type"], "reset");
     assert_eq!(reset["sessions"][0]["id"], "a");
     store.run(&["session", "send", "a", "another"]).ok();
-    let update = next_data();
+    let update = next_data(&mut reader);
     assert_eq!(update["type"], "update");
     assert!(update["version"].as_i64().unwrap() > reset["version"].as_i64().unwrap());
 }
@@ -313,4 +334,135 @@ fn nobody_without_the_token_or_from_another_origin_gets_in() {
         &std::fs::metadata(store.root().join("serve.token")).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
+}
+
+/// The next `data:` of an event stream.
+fn next_data(reader: &mut impl std::io::BufRead) -> Value {
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream stayed open");
+        if let Some(data) = line.strip_prefix("data: ") {
+            return serde_json::from_str(data).unwrap();
+        }
+    }
+}
+
+/// Reads what the server says on `stream` until it closes the connection (or `limit` passes).
+fn read_until_closed(stream: &mut std::net::TcpStream, limit: std::time::Duration) -> String {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut answer = Vec::new();
+    let _ignored = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn streams_stalled_clients_and_huge_heads_stall_nobody() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    // Two answering threads: before, each open stream or stalled body held one of them.
+    let server = Server::start_with(&store, &["--threads", "2", "--read-timeout", "1s"]);
+    let address = server.address();
+    let streams: Vec<_> = (0..8).map(|_| server.watch()).collect();
+    let mut stalled_bodies: Vec<_> = (0..4)
+        .map(|_| {
+            server.open(&format!(
+                "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"te",
+                server.bearer()
+            ))
+        })
+        .collect();
+    let mut silent: Vec<_> = (0..4).map(|_| server.open("")).collect();
+
+    // With all of that open, a request is answered, and a send reaches every stream.
+    assert_eq!(server.get("/api/sessions").0, 200);
+    assert_eq!(server.post("/api/sessions/web/input", None, r#"{"text":"hello"}"#).0, 200);
+    for mut stream in streams {
+        let update = next_data(&mut stream);
+        assert_eq!(update["type"], "update", "{update}");
+        assert_eq!(update["session"]["id"], "web", "{update}");
+    }
+
+    // A body that stops arriving is answered 408 once the read timeout passes; a connection
+    // that never says anything is closed.
+    for stream in &mut stalled_bodies {
+        let answer = read_until_closed(stream, std::time::Duration::from_secs(10));
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    for stream in &mut silent {
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("closed by the server, not timed out here");
+        assert!(!answer.starts_with(b"HTTP/1.1 2"), "{}", String::from_utf8_lossy(&answer));
+    }
+
+    // A head of 1 MiB is refused (431) without being kept.
+    let mut huge = std::net::TcpStream::connect(&address).unwrap();
+    let head = format!(
+        "GET /api/sessions HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\nX-Big: {}\r\n\r\n",
+        server.bearer(),
+        "a".repeat(1024 * 1024)
+    );
+    // The server may answer and close before it has read it all.
+    let _ignored = huge.write_all(head.as_bytes());
+    let answer = read_until_closed(&mut huge, std::time::Duration::from_secs(10));
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+
+    assert_eq!(store.events("web").len(), 1, "only the complete send was recorded");
+}
+
+#[test]
+fn a_key_that_is_not_ascii_gets_an_answer() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    let server = Server::start(&store);
+    let address = server.address();
+    let mut request = format!(
+        "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 13\r\nConnection: close\r\n\
+         Idempotency-Key: ",
+        server.bearer()
+    )
+    .into_bytes();
+    request.extend_from_slice("ключ".as_bytes());
+    request.extend_from_slice(b"\r\n\r\n{\"text\":\"ok\"}");
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    stream.write_all(&request).unwrap();
+    let answer = read_until_closed(&mut stream, std::time::Duration::from_secs(10));
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("Idempotency-Key must be visible ASCII"), "{answer}");
+    assert!(store.events("web").is_empty());
+}
+
+#[test]
+fn sigterm_lets_a_send_in_flight_finish() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    let mut server = Server::start(&store);
+    // This test process holds the session's lock, as another spex would: the send waits.
+    let lock = store.root().join(".session-locks").join("web.lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    std::fs::write(&lock, std::process::id().to_string()).unwrap();
+    let sending = std::thread::scope(|scope| {
+        let sending = scope
+            .spawn(|| server.post("/api/sessions/web/input", Some("k1"), r#"{"text":"kept"}"#));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let pid = server.child.id().to_string();
+        assert!(
+            std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // Stopping: no new connection is accepted, but the send is still waiting.
+        assert!(std::net::TcpStream::connect(server.address()).is_err(), "the listener is closed");
+        let alive = std::process::Command::new("kill").args(["-0", &pid]).status().unwrap();
+        assert!(alive.success(), "the server waits for the send");
+        std::fs::remove_file(&lock).unwrap();
+        sending.join().unwrap()
+    });
+    assert_eq!(sending.0, 200, "{}", sending.1);
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "the server stopped cleanly: {status}");
+    let events = store.events("web");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["text"], "kept", "{events:?}");
 }

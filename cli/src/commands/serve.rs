@@ -12,21 +12,43 @@
 //! server's own origin for a change): 401, 403 or 415 otherwise, before anything is read.
 //!
 //! Errors are JSON `{"error": "..."}` with the status that names the cause: 400 bad input, 404
-//! unknown session or path, 405 wrong method, 409 key conflict, 413 body too large, 503 lock
-//! busy (with `Retry-After`), 500 anything else (the store's own error text). Reads take no lock;
-//! an input is acknowledged only once it is durable, exactly as `spex session send`.
+//! unknown session or path, 405 wrong method, 408 a body that stopped arriving, 409 key
+//! conflict, 413 body too large, 503 lock busy (with `Retry-After`), 500 anything else (the
+//! store's own error text). A head larger than [`HEAD_BYTES_MAX`] gets 431 from the HTTP layer.
+//! Reads take no lock; an input is acknowledged only once it is durable, exactly as
+//! `spex session send`.
+//!
+//! Resources: the server runs on a small async runtime; every engine and index call runs on the
+//! blocking pool, so a slow disk or a waiting lock never stalls the other connections. Event
+//! streams share one feed (one filesystem watcher and one index refresh for all of them) and
+//! cost no thread while they wait. A head must arrive within `--read-timeout`, and so must each
+//! piece of a body; an idle kept-alive connection is closed after the same time. At most
+//! `--max-connections` connections are served at once; more wait in the listen backlog.
+//!
+//! Stopping: on SIGINT or SIGTERM the server stops accepting, ends its event streams, lets the
+//! requests in flight finish (a send under way completes and is durable), and exits 0.
 
-use std::io::{Read as _, Write as _};
+use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context as _;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use faultfs::RealFs;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use spex_engine::layout::TEXT_BYTES_MAX;
 use spex_engine::{Error, Event, Key, SendRequest, SessionId, Store};
-use tiny_http::{Header, Method, Request, Response, Server};
+use tokio::sync::{broadcast, watch};
 
 use super::guard::{Guard, Seen, Verdict};
 use super::session::ReplyArg;
@@ -39,8 +61,20 @@ pub(crate) const HTTP_OPERATION: &str = "http-input";
 /// The largest accepted request body: the largest message, JSON-escaped, plus the envelope.
 pub(crate) const BODY_BYTES_MAX: usize = TEXT_BYTES_MAX * 6 + 4096;
 
+/// The largest request head (request line and headers); larger ones get 431.
+pub(crate) const HEAD_BYTES_MAX: usize = 64 * 1024;
+
+/// The most headers a request may carry (more get 431).
+const HEADERS_MAX: usize = 100;
+
 /// The largest `limit` a timeline request may ask for.
 pub(crate) const TIMELINE_LIMIT_MAX: usize = 10_000;
+
+/// How often an idle event stream sends a comment, so a gone client is noticed.
+const WATCH_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// How long a stopping server waits for the requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// Arguments of `spex serve`.
 #[derive(Debug, clap::Args)]
@@ -48,9 +82,16 @@ pub(crate) struct Args {
     /// Where to listen (loopback by default; port 0 picks a free port, printed on stdout).
     #[arg(long, default_value = "127.0.0.1:7477")]
     addr: SocketAddr,
-    /// Worker threads answering requests.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// Threads answering requests (engine calls run beside them, on a bounded pool).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     threads: u16,
+    /// The most connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    max_connections: u32,
+    /// How long a request's head, or each piece of its body, may take to arrive; also how long
+    /// an idle connection is kept.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    read_timeout: Duration,
     /// The token every request must carry (default: the store's own, `<root>/serve.token`,
     /// created with mode 0600 on first use). The file must not be readable by others.
     #[arg(long, value_name = "FILE")]
@@ -65,10 +106,32 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             args.addr
         );
     }
-    let server = Server::http(args.addr)
-        .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", args.addr))?;
-    let server = Arc::new(server);
-    let addr = server.server_addr().to_ip().context("the server listens on an IP address")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.threads))
+        .max_blocking_threads(64)
+        .thread_name("spex-serve")
+        .enable_all()
+        .build()
+        .context("cannot start the server's runtime")?;
+    // Dropping the runtime waits for the engine calls still running on the blocking pool, so
+    // a send that was under way when the server stopped completes.
+    runtime.block_on(serve(args, global, store))?;
+    Ok(Code::Ok)
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+struct App {
+    store: Arc<Store<RealFs>>,
+    feed: Arc<Feed>,
+    stop: watch::Receiver<bool>,
+}
+
+async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let addr = listener.local_addr().context("the server listens on an IP address")?;
     let guard = Arc::new(Guard::new(store.layout().root(), args.token_file.as_deref(), addr)?);
     let url = format!("http://{addr}/?token={}", guard.token());
     if global.json {
@@ -78,38 +141,93 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     }
     std::io::Write::flush(&mut std::io::stdout())?;
     eprintln!("spex serve: store {}; Ctrl-C stops", store.layout().root().display());
-    let workers: Vec<_> = (0..args.threads)
-        .map(|_| {
-            let server = Arc::clone(&server);
-            let store = Arc::clone(&store);
-            let guard = Arc::clone(&guard);
-            std::thread::spawn(move || {
-                while let Ok(request) = server.recv() {
-                    let set_cookie = match admit(&guard, &request) {
-                        Verdict::Allow { set_cookie } => set_cookie,
-                        Verdict::Deny(status, reason) => {
-                            respond(request, &Reply::error(status, reason), None);
-                            continue;
-                        }
-                    };
-                    let cookie = set_cookie.then(|| guard.cookie());
-                    if request.method() == &Method::Get
-                        && request.url().split('?').next() == Some("/api/watch")
-                    {
-                        watch(&store, request);
-                    } else {
-                        answer(&store, request, cookie.as_deref());
-                    }
+
+    let (stopping, stop) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ignored = stopping.send(true);
+    });
+    let app = App { store, feed: Arc::new(Feed::default()), stop: stop.clone() };
+    let router = router(app, guard, args.read_timeout);
+
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(args.read_timeout)
+        .max_buf_size(HEAD_BYTES_MAX.max(8192) * 2)
+        .max_header_size(HEAD_BYTES_MAX)
+        .max_headers(HEADERS_MAX);
+    let slots = Arc::new(tokio::sync::Semaphore::new(args.max_connections as usize));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut until_stop = stop.clone();
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => permit.context("the connection bound")?,
+            _ = until_stop.wait_for(|stop| *stop) => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(error) => {
+                    // Out of descriptors, a connection reset before it was accepted: the
+                    // listener itself is fine; wait a moment and go on.
+                    eprintln!("spex serve: accept: {error}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
                 }
-            })
-        })
-        .collect();
-    for worker in workers {
-        if worker.join().is_err() {
-            anyhow::bail!("a server thread panicked");
+            },
+            _ = until_stop.wait_for(|stop| *stop) => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection =
+            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // A client that goes away mid-request is its own business.
+            let _ignored = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    eprintln!("spex serve: stopping; letting the requests in flight finish");
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            eprintln!("spex serve: some connections did not finish within {SHUTDOWN_GRACE:?}");
         }
     }
-    Ok(Code::Ok)
+    Ok(())
+}
+
+/// SIGINT or SIGTERM, whichever comes first (SIGINT alone where SIGTERM cannot be watched).
+async fn wait_for_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = interrupt => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(error) => {
+            eprintln!("spex serve: cannot watch SIGTERM ({error}); Ctrl-C stops");
+            let _ignored = interrupt.await;
+        }
+    }
+}
+
+fn router(app: App, guard: Arc<Guard>, read_timeout: Duration) -> Router {
+    Router::new()
+        .route("/api/sessions", get(sessions))
+        .route("/api/search", get(search))
+        .route("/api/watch", get(watch_stream))
+        .route("/api/sessions/{id}/timeline", get(timeline))
+        .route("/api/sessions/{id}/input", post(input))
+        .method_not_allowed_fallback(|uri: Uri| async move {
+            Reply::error(405, format!("method not allowed on {}", uri.path()))
+        })
+        .fallback(|uri: Uri| async move { Reply::error(404, format!("no route {}", uri.path())) })
+        .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(guard, admit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(read_timeout))
 }
 
 /// An HTTP answer: status and JSON body.
@@ -129,60 +247,110 @@ impl Reply {
     }
 }
 
-/// The guard's verdict on `request` (see `guard`).
-fn admit(guard: &Guard, request: &Request) -> Verdict {
-    let url = request.url();
-    let query = url.split_once('?').map_or("", |(_, query)| query);
-    let header = |name: &str| {
-        request
-            .headers()
-            .iter()
-            .find(|header| header.field.as_str().as_str().eq_ignore_ascii_case(name))
-            .map(|header| header.value.as_str().to_owned())
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, self.body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+        if self.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// The guard in front of every route (see `guard`).
+async fn admit(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let verdict = {
+        let headers = request.headers();
+        let header = |name: &str| {
+            headers.get(name).map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        };
+        let query = request.uri().query().unwrap_or("");
+        guard.check(&Seen { method: request.method().as_str(), query, header: &header })
     };
-    guard.check(&Seen { method: request.method().as_str(), query, header: &header })
-}
-
-fn answer(store: &Store<RealFs>, mut request: Request, cookie: Option<&str>) {
-    let reply = route(store, &mut request);
-    respond(request, &reply, cookie);
-}
-
-fn respond(request: Request, reply: &Reply, cookie: Option<&str>) {
-    let mut response = Response::from_string(reply.body.to_string())
-        .with_status_code(reply.status)
-        .with_header(header("Content-Type", "application/json; charset=utf-8"));
-    if reply.retry_after {
-        response = response.with_header(header("Retry-After", "1"));
+    match verdict {
+        Verdict::Deny(status, reason) => Reply::error(status, reason).into_response(),
+        Verdict::Allow { set_cookie } => {
+            let mut response = next.run(request).await;
+            if set_cookie && let Ok(cookie) = HeaderValue::from_str(&guard.cookie()) {
+                response.headers_mut().append(SET_COOKIE, cookie);
+            }
+            response
+        }
     }
-    if let Some(cookie) = cookie {
-        response = response.with_header(header("Set-Cookie", cookie));
-    }
-    // The client may have gone away; there is no one left to tell.
-    let _ignored = request.respond(response);
 }
 
-fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .expect("header names and values here are ASCII constants")
+/// Runs `work` on the blocking pool (engine and index calls block on the disk and on locks).
+async fn blocking(work: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|error| Reply::error(500, format!("the request's work failed: {error}")))
 }
 
-fn route(store: &Store<RealFs>, request: &mut Request) -> Reply {
-    let url = request.url().to_owned();
-    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    let method = request.method().clone();
-    match (segments.as_slice(), method) {
-        (["api", "sessions"], Method::Get) => sessions(store),
-        (["api", "search"], Method::Get) => search(store, query),
-        (["api", "sessions", id, "timeline"], Method::Get) => timeline(store, id, query),
-        (["api", "sessions", id, "input"], Method::Post) => input(store, id, request),
-        (
-            ["api", "sessions" | "search" | "watch"] | ["api", "sessions", _, "timeline" | "input"],
-            _,
-        ) => Reply::error(405, format!("method not allowed on {path}")),
-        _ => Reply::error(404, format!("no route {path}")),
+async fn sessions(State(app): State<App>) -> Reply {
+    blocking(move || list(&app.store)).await
+}
+
+async fn search(State(app): State<App>, RawQuery(query): RawQuery) -> Reply {
+    blocking(move || search_blocking(&app.store, query.as_deref().unwrap_or(""))).await
+}
+
+async fn timeline(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Reply {
+    blocking(move || timeline_blocking(&app.store, &id, query.as_deref().unwrap_or(""))).await
+}
+
+async fn input(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    // Lengths that disagree (request smuggling) never get here: the HTTP layer answers 400.
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > BODY_BYTES_MAX as u64) {
+        return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
     }
+    let mut keys = headers.get_all("idempotency-key").iter();
+    let key = match (keys.next(), keys.next()) {
+        (None, _) => None,
+        (Some(_), Some(_)) => return Reply::error(400, "more than one Idempotency-Key"),
+        (Some(value), None) => match value.to_str() {
+            Ok("") => return Reply::error(400, "Idempotency-Key is empty"),
+            Ok(key) => Some(key.to_owned()),
+            Err(_) => {
+                return Reply::error(400, "Idempotency-Key must be visible ASCII characters");
+            }
+        },
+    };
+    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(error) => return body_error(&error),
+    };
+    blocking(move || input_blocking(&app.store, &id, key, &body)).await
+}
+
+/// The reply for a body that could not be read: too large (413), too slow (408), or broken.
+fn body_error(error: &axum::Error) -> Reply {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
+        }
+        if cause.is::<tower_http::timeout::TimeoutError>() {
+            return Reply::error(408, "the body stopped arriving");
+        }
+        source = cause.source();
+    }
+    Reply::error(400, format!("cannot read the body: {error}"))
 }
 
 /// The reply for an engine error.
@@ -215,7 +383,7 @@ fn fresh_index(store: &Store<RealFs>) -> Result<spex_index::Index, Reply> {
     Ok(index)
 }
 
-fn sessions(store: &Store<RealFs>) -> Reply {
+fn list(store: &Store<RealFs>) -> Reply {
     let index = match fresh_index(store) {
         Ok(index) => index,
         Err(reply) => return reply,
@@ -229,7 +397,7 @@ fn sessions(store: &Store<RealFs>) -> Reply {
     }
 }
 
-fn search(store: &Store<RealFs>, query: &str) -> Reply {
+fn search_blocking(store: &Store<RealFs>, query: &str) -> Reply {
     let mut q = None;
     let mut filter = spex_index::SearchFilter { limit: 20, ..spex_index::SearchFilter::default() };
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -265,67 +433,11 @@ fn search(store: &Store<RealFs>, query: &str) -> Reply {
     }
 }
 
-/// How often an idle event stream sends a comment, so a gone client is noticed.
-const WATCH_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// One server-sent event: `id: <version>` and `data: <json>`.
-fn event(value: &Value) -> String {
-    let id = value["version"].as_i64().unwrap_or(0);
-    format!("id: {id}\ndata: {value}\n\n")
-}
-
-/// Streams the watch as server-sent events on the raw connection (each event flushed as it
-/// happens; a buffered response body would hold small events back). Ends when the client goes
-/// away: a keepalive comment every 15 s notices that.
-fn watch(store: &Arc<Store<RealFs>>, request: Request) {
-    let started = super::watch::Watch::start(Arc::clone(store), std::time::Duration::from_secs(1));
-    let (mut watch, reset) = match started {
-        Ok(started) => started,
-        Err(error) => {
-            let reply = Reply::error(500, format!("{error:#}"));
-            let _ignored = request.respond(
-                Response::from_string(reply.body.to_string()).with_status_code(reply.status),
-            );
-            return;
-        }
-    };
-    let mut writer = request.into_writer();
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
-                Connection: close\r\n\r\n";
-    let mut send = |text: &str| -> std::io::Result<()> {
-        writer.write_all(text.as_bytes())?;
-        writer.flush()
-    };
-    if send(head).and_then(|()| send(&event(&reset))).is_err() {
-        return;
-    }
-    loop {
-        let values = match watch.next(WATCH_KEEPALIVE) {
-            Ok(values) => values,
-            Err(error) => {
-                let _ignored = send(&format!(
-                    "event: error\ndata: {}\n\n",
-                    json!({ "error": format!("{error:#}") })
-                ));
-                return;
-            }
-        };
-        let text = if values.is_empty() {
-            ": keepalive\n\n".to_owned()
-        } else {
-            values.iter().map(event).collect()
-        };
-        if send(&text).is_err() {
-            return;
-        }
-    }
-}
-
 fn parse_id(id: &str) -> Result<SessionId, Reply> {
     SessionId::new(id).map_err(|error| engine_error(&error))
 }
 
-fn timeline(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
+fn timeline_blocking(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
     let id = match parse_id(id) {
         Ok(id) => id,
         Err(reply) => return reply,
@@ -366,42 +478,17 @@ struct Input {
     reply_via: Option<String>,
 }
 
-fn input(store: &Store<RealFs>, id: &str, request: &mut Request) -> Reply {
+fn input_blocking(store: &Store<RealFs>, id: &str, key: Option<String>, body: &[u8]) -> Reply {
     let id = match parse_id(id) {
         Ok(id) => id,
         Err(reply) => return reply,
     };
-    // Two lengths would make the body's end ambiguous (request smuggling): refuse.
-    let lengths =
-        request.headers().iter().filter(|header| header.field.equiv("Content-Length")).count();
-    if lengths > 1 {
-        return Reply::error(400, "more than one Content-Length");
-    }
-    if request.body_length().is_some_and(|length| length > BODY_BYTES_MAX) {
-        return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
-    }
-    let key = request
-        .headers()
-        .iter()
-        .find(|header| header.field.equiv("Idempotency-Key"))
-        .map(|header| header.value.as_str().to_owned());
-    let mut body = Vec::new();
-    let limit = u64::try_from(BODY_BYTES_MAX + 1).unwrap_or(u64::MAX);
-    if let Err(error) = request.as_reader().take(limit).read_to_end(&mut body) {
-        return Reply::error(400, format!("cannot read the body: {error}"));
-    }
-    if body.len() > BODY_BYTES_MAX {
-        return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
-    }
-    let input: Input = match serde_json::from_slice(&body) {
+    let input: Input = match serde_json::from_slice(body) {
         Ok(input) => input,
         Err(error) => return Reply::error(400, format!("malformed JSON body: {error}")),
     };
     if input.text.is_empty() {
         return Reply::error(400, "text is empty");
-    }
-    if key.as_deref().is_some_and(str::is_empty) {
-        return Reply::error(400, "Idempotency-Key is empty");
     }
     let from = match input.from.as_deref().map(SessionId::new).transpose() {
         Ok(from) => from,
@@ -430,5 +517,186 @@ fn input(store: &Store<RealFs>, id: &str, request: &mut Request) -> Reply {
             "restored": accepted.restored,
         })),
         Err(error) => engine_error(&error),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event streams
+// ---------------------------------------------------------------------------------------------
+
+/// The one feed of changes all event streams share: a thread that runs a [`Watch`] and
+/// broadcasts its increments, started by the first stream and ended when the last one goes.
+///
+/// [`Watch`]: super::watch::Watch
+#[derive(Debug, Default)]
+struct Feed {
+    running: Arc<Mutex<Option<broadcast::Sender<Arc<Value>>>>>,
+}
+
+/// How many values a slow stream may fall behind before it is sent a fresh reset.
+const FEED_BACKLOG: usize = 1024;
+
+impl Feed {
+    /// A receiver of the feed's values, starting the feed if it is not running. Blocking (the
+    /// first start refreshes the index).
+    fn subscribe(
+        &self,
+        store: &Arc<Store<RealFs>>,
+    ) -> anyhow::Result<broadcast::Receiver<Arc<Value>>> {
+        let mut running = self.running.lock().map_err(|_| anyhow::anyhow!("the feed panicked"))?;
+        if let Some(sender) = running.as_ref() {
+            return Ok(sender.subscribe());
+        }
+        let (mut watch, _reset) =
+            super::watch::Watch::start(Arc::clone(store), Duration::from_secs(1))?;
+        let (sender, receiver) = broadcast::channel(FEED_BACKLOG);
+        *running = Some(sender.clone());
+        let slot = Arc::clone(&self.running);
+        std::thread::Builder::new()
+            .name("spex-serve-feed".to_owned())
+            .spawn(move || {
+                loop {
+                    // The decision to stop is taken under the lock a subscriber takes, so no
+                    // stream ever subscribes to a feed that has decided to end.
+                    let values = watch.next(Duration::from_secs(5));
+                    let Ok(mut running) = slot.lock() else { return };
+                    match values {
+                        Ok(values) => {
+                            for value in values {
+                                let _nobody = sender.send(Arc::new(value));
+                            }
+                            if sender.receiver_count() == 0 {
+                                *running = None;
+                                return;
+                            }
+                        }
+                        Err(error) => {
+                            let _nobody = sender.send(Arc::new(
+                                json!({ "type": "error", "error": format!("{error:#}") }),
+                            ));
+                            *running = None;
+                            return;
+                        }
+                    }
+                }
+            })
+            .context("cannot start the watch feed")?;
+        Ok(receiver)
+    }
+}
+
+/// A subscription and the reset snapshot it starts from (blocking).
+fn start_stream(app: &App) -> anyhow::Result<(broadcast::Receiver<Arc<Value>>, Value)> {
+    // Subscribe first: every change after the snapshot's refresh is then broadcast to us.
+    let receiver = app.feed.subscribe(&app.store)?;
+    let mut index = spex_index::Index::open(app.store.layout().root())?;
+    let reset = super::watch::snapshot(&app.store, &mut index)?;
+    Ok((receiver, reset))
+}
+
+/// One stream's progress.
+struct Stream {
+    app: App,
+    first: Option<Value>,
+    receiver: broadcast::Receiver<Arc<Value>>,
+    version: i64,
+    done: bool,
+}
+
+/// `GET /api/watch`: the watch as server-sent events (see `watch`), ended by the server's stop.
+async fn watch_stream(State(app): State<App>) -> Response {
+    let started = {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || start_stream(&app)).await
+    };
+    let (receiver, reset) = match started {
+        Ok(Ok(started)) => started,
+        Ok(Err(error)) => return Reply::error(500, format!("{error:#}")).into_response(),
+        Err(error) => {
+            return Reply::error(500, format!("the watch failed: {error}")).into_response();
+        }
+    };
+    let version = reset["version"].as_i64().unwrap_or(0);
+    let stream = Stream { app, first: Some(reset), receiver, version, done: false };
+    let events = futures_util::stream::unfold(stream, next_event);
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(WATCH_KEEPALIVE).text("keepalive"))
+        .into_response()
+}
+
+/// One server-sent event: `id: <version>` and `data: <json>`.
+fn sse(value: &Value) -> SseEvent {
+    let event = SseEvent::default().data(value.to_string());
+    match value["version"].as_i64() {
+        Some(version) => event.id(version.to_string()),
+        None => event,
+    }
+}
+
+fn sse_error(message: &str) -> SseEvent {
+    SseEvent::default().event("error").data(json!({ "error": message }).to_string())
+}
+
+/// The stream's next event: its reset, then every feed value newer than what it sent, a fresh
+/// reset when it fell behind; nothing once the server stops.
+async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>, Stream)> {
+    if stream.done {
+        return None;
+    }
+    if let Some(reset) = stream.first.take() {
+        return Some((Ok(sse(&reset)), stream));
+    }
+    let mut stop = stream.app.stop.clone();
+    loop {
+        let received = tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return None,
+            received = stream.receiver.recv() => received,
+        };
+        match received {
+            Ok(value) => match value["type"].as_str() {
+                Some("error") => {
+                    stream.done = true;
+                    let message = value["error"].as_str().unwrap_or("the watch failed").to_owned();
+                    return Some((Ok(sse_error(&message)), stream));
+                }
+                Some("reset") => {
+                    stream.version = value["version"].as_i64().unwrap_or(0);
+                    return Some((Ok(sse(&value)), stream));
+                }
+                _ => {
+                    let version = value["version"].as_i64().unwrap_or(0);
+                    if version > stream.version {
+                        stream.version = version;
+                        return Some((Ok(sse(&value)), stream));
+                    }
+                }
+            },
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                let app = stream.app.clone();
+                let reset = tokio::task::spawn_blocking(move || {
+                    let mut index = spex_index::Index::open(app.store.layout().root())?;
+                    super::watch::snapshot(&app.store, &mut index)
+                })
+                .await;
+                match reset {
+                    Ok(Ok(reset)) => {
+                        stream.version = reset["version"].as_i64().unwrap_or(0);
+                        return Some((Ok(sse(&reset)), stream));
+                    }
+                    Ok(Err(error)) => {
+                        stream.done = true;
+                        return Some((Ok(sse_error(&format!("{error:#}"))), stream));
+                    }
+                    Err(error) => {
+                        stream.done = true;
+                        return Some((Ok(sse_error(&error.to_string())), stream));
+                    }
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => {
+                stream.done = true;
+                return Some((Ok(sse_error("the watch feed ended")), stream));
+            }
+        }
     }
 }

@@ -90,17 +90,10 @@ impl Watch {
     }
 
     fn reset(&mut self) -> anyhow::Result<Value> {
-        self.index.refresh(&self.store)?;
-        self.version = self.index.version()?;
+        let reset = snapshot(&self.store, &mut self.index)?;
+        self.version = reset["version"].as_i64().unwrap_or(0);
         self.generation = self.index.generation()?;
-        let rows =
-            self.index.sessions(&Filter { sort: Sort::Activity, status: None, all: true })?;
-        Ok(json!({
-            "schema": SCHEMA_VERSION,
-            "type": "reset",
-            "version": self.version,
-            "sessions": rows.iter().map(spex_index::Row::to_json).collect::<Vec<_>>(),
-        }))
+        Ok(reset)
     }
 
     /// The next increments (or a new reset), waiting at most `wait` for something to change;
@@ -136,6 +129,20 @@ impl Watch {
             }
         }
     }
+}
+
+/// The reset snapshot of `store` through `index` (refreshed first): every session, and the
+/// version an increment must be newer than to apply.
+pub(crate) fn snapshot(store: &Store<RealFs>, index: &mut Index) -> anyhow::Result<Value> {
+    index.refresh(store)?;
+    let version = index.version()?;
+    let rows = index.sessions(&Filter { sort: Sort::Activity, status: None, all: true })?;
+    Ok(json!({
+        "schema": SCHEMA_VERSION,
+        "type": "reset",
+        "version": version,
+        "sessions": rows.iter().map(spex_index::Row::to_json).collect::<Vec<_>>(),
+    }))
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
