@@ -14,6 +14,8 @@ mod doctor;
 mod drain;
 pub mod env;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod layout;
 mod lifecycle;
 pub mod lock;

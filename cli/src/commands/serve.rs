@@ -147,15 +147,9 @@ async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyho
         wait_for_signal().await;
         let _ignored = stopping.send(true);
     });
-    let app = App { store, feed: Arc::new(Feed::default()), stop: stop.clone() };
-    let router = router(app, guard, args.read_timeout);
+    let router = router(store, guard, args.read_timeout, stop.clone());
 
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(args.read_timeout)
-        .max_buf_size(HEAD_BYTES_MAX.max(8192) * 2)
-        .max_header_size(HEAD_BYTES_MAX)
-        .max_headers(HEADERS_MAX);
+    let http = connection_builder(args.read_timeout);
     let slots = Arc::new(tokio::sync::Semaphore::new(args.max_connections as usize));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut until_stop = stop.clone();
@@ -197,6 +191,19 @@ async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyho
     Ok(())
 }
 
+/// How every connection is served: HTTP/1.1, the head bounds, the read timeout, and answers
+/// still written to a client that closed its sending side (`nc -N`, a fuzzer).
+pub(crate) fn connection_builder(read_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(read_timeout)
+        .half_close(true)
+        .max_buf_size(HEAD_BYTES_MAX * 2)
+        .max_header_size(HEAD_BYTES_MAX)
+        .max_headers(HEADERS_MAX);
+    http
+}
+
 /// SIGINT or SIGTERM, whichever comes first (SIGINT alone where SIGTERM cannot be watched).
 async fn wait_for_signal() {
     let interrupt = tokio::signal::ctrl_c();
@@ -214,7 +221,14 @@ async fn wait_for_signal() {
     }
 }
 
-fn router(app: App, guard: Arc<Guard>, read_timeout: Duration) -> Router {
+/// Every route behind the guard. Event streams end once `stop` turns true.
+pub(crate) fn router(
+    store: Arc<Store<RealFs>>,
+    guard: Arc<Guard>,
+    read_timeout: Duration,
+    stop: watch::Receiver<bool>,
+) -> Router {
+    let app = App { store, feed: Arc::new(Feed::default()), stop };
     Router::new()
         .route("/api/sessions", get(sessions))
         .route("/api/search", get(search))

@@ -449,7 +449,7 @@ impl Line {
 /// that starts inside `bytes`, and where it starts. A line starts with `{"ts":`, which JSON text
 /// can never hold inside a string (its quotes are escaped), so the first such start after the
 /// beginning whose rest parses is the glued line.
-fn glued(bytes: &[u8]) -> Option<(usize, Line)> {
+pub(crate) fn glued(bytes: &[u8]) -> Option<(usize, Line)> {
     const START: &[u8] = b"{\"ts\":";
     (1..bytes.len().saturating_sub(START.len()))
         .filter(|&at| bytes[at..].starts_with(START))
