@@ -123,3 +123,43 @@ fn process_start_time_tells_running_from_dead() {
     assert_eq!(state, None, "an exited, unreaped child counts as not running");
     zombie.wait().unwrap();
 }
+
+/// A holder that exits while its `/proc` entry is being read answers ESRCH on the read (the
+/// open succeeded): that is a dead process, never an error. Children are spawned and reaped in
+/// a loop while other threads check them, so some checks land between the open and the read.
+#[test]
+fn a_process_that_exits_while_it_is_checked_is_dead() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let fs = RealFs::new();
+    let pid = AtomicU32::new(fs.process_id());
+    let done = AtomicBool::new(false);
+    let checks = std::thread::scope(|scope| {
+        let checkers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut checks = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        let pid = pid.load(Ordering::Relaxed);
+                        if let Err(error) = fs.process_start_ms(pid) {
+                            done.store(true, Ordering::Relaxed);
+                            panic!("checking pid {pid} as it exited: {error}");
+                        }
+                        checks += 1;
+                    }
+                    checks
+                })
+            })
+            .collect();
+        for _ in 0..1000 {
+            if done.load(Ordering::Relaxed) {
+                break;
+            }
+            let mut child = Command::new("true").spawn().unwrap();
+            pid.store(child.id(), Ordering::Relaxed);
+            child.wait().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        checkers.into_iter().map(|checker| checker.join().unwrap()).sum::<u64>()
+    });
+    assert!(checks > 1000, "the checks ran: {checks}");
+}
