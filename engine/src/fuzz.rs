@@ -93,34 +93,33 @@ fn open(fs: &SimFs) -> Store<SimFs> {
     .expect("a simulated store opens")
 }
 
-fn receipt_world() -> &'static std::sync::Mutex<ReceiptWorld> {
-    static WORLD: std::sync::OnceLock<std::sync::Mutex<ReceiptWorld>> = std::sync::OnceLock::new();
-    WORLD.get_or_init(|| {
-        let fs = SimFs::new(FaultPlan::none(1));
-        let store = open(&fs);
-        let id = SessionId::new("s").expect("a valid id");
-        store
-            .create_session(&id, &Triple::new(Status::Active, None, None), None, None)
-            .expect("a session is created");
-        let mut sent = Vec::new();
-        for key in ["a", "b", "c"] {
-            let request = SendRequest {
-                text: format!("message {key}"),
-                key: Some(Key { operation: RECEIPT_OPERATION.to_owned(), key: key.to_owned() }),
-                ..SendRequest::default()
-            };
-            let accepted = store.send(&id, &request).expect("a keyed send");
-            sent.push((crate::digest::request_digest(RECEIPT_OPERATION, key), accepted.mid));
-        }
-        let (digest, _) = &sent[0];
-        store.receipt(&id, RECEIPT_OPERATION, digest).expect("a lookup persists the index");
-        let bytes = crate::atomic::read(&fs, &store.layout().receipt_index(&id))
-            .expect("the index reads")
-            .expect("the lookup persisted the index");
-        let newline = bytes.iter().position(|&b| b == b'\n').expect("a checksum line");
-        let persisted = serde_json::from_slice(&bytes[newline + 1..]).expect("the index is JSON");
-        std::sync::Mutex::new(ReceiptWorld { fs, id, sent, persisted })
-    })
+/// A new world for every input (a simulated store is cheap), so an input replays alone exactly
+/// as it ran.
+fn receipt_world() -> ReceiptWorld {
+    let fs = SimFs::new(FaultPlan::none(1));
+    let store = open(&fs);
+    let id = SessionId::new("s").expect("a valid id");
+    store
+        .create_session(&id, &Triple::new(Status::Active, None, None), None, None)
+        .expect("a session is created");
+    let mut sent = Vec::new();
+    for key in ["a", "b", "c"] {
+        let request = SendRequest {
+            text: format!("message {key}"),
+            key: Some(Key { operation: RECEIPT_OPERATION.to_owned(), key: key.to_owned() }),
+            ..SendRequest::default()
+        };
+        let accepted = store.send(&id, &request).expect("a keyed send");
+        sent.push((crate::digest::request_digest(RECEIPT_OPERATION, key), accepted.mid));
+    }
+    let (digest, _) = &sent[0];
+    store.receipt(&id, RECEIPT_OPERATION, digest).expect("a lookup persists the index");
+    let bytes = crate::atomic::read(&fs, &store.layout().receipt_index(&id))
+        .expect("the index reads")
+        .expect("the lookup persisted the index");
+    let newline = bytes.iter().position(|&b| b == b'\n').expect("a checksum line");
+    let persisted = serde_json::from_slice(&bytes[newline + 1..]).expect("the index is JSON");
+    ReceiptWorld { fs, id, sent, persisted }
 }
 
 /// The persisted receipt index, with a valid checksum put in front of `data` (so the fuzzer
@@ -128,7 +127,7 @@ fn receipt_world() -> &'static std::sync::Mutex<ReceiptWorld> {
 /// pinned to this very log (version, cursor and tail hash) never changes an answer.
 pub fn receipt_index(data: &[u8]) {
     use sha2::Digest as _;
-    let world = receipt_world().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let world = receipt_world();
     let mut bytes = hex::encode(sha2::Sha256::digest(data)).into_bytes();
     bytes.push(b'\n');
     bytes.extend_from_slice(data);
@@ -175,6 +174,42 @@ pub const TARGETS: &[(&str, Target)] = &[
 
 #[cfg(test)]
 mod tests {
+    /// The receipt-index property is not vacuous: a forged index pinned to the log is trusted
+    /// (so the property must exempt it), and the same forgery unpinned never changes an answer.
+    #[test]
+    fn a_forged_index_changes_answers_only_when_pinned() {
+        let world = super::receipt_world();
+        let mut forged = world.persisted.clone();
+        let receipts = forged["receipts"].as_array_mut().expect("receipts");
+        for receipt in receipts.iter_mut() {
+            receipt["mid"] = "forged".into();
+        }
+        let pinned = serde_json::to_vec(&forged).expect("json");
+        let mut unpinned = forged.clone();
+        unpinned["tailSha256"] = "0".repeat(64).into();
+        let unpinned = serde_json::to_vec(&unpinned).expect("json");
+        super::receipt_index(&unpinned);
+        super::receipt_index(&pinned);
+        // Pinned, the forgery is believed: exactly what the property exempts.
+        let world = super::receipt_world();
+        let store = super::open(&world.fs);
+        use faultfs::{File as _, Fs as _};
+        use sha2::Digest as _;
+        let mut bytes = hex::encode(sha2::Sha256::digest(&pinned)).into_bytes();
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&pinned);
+        let path = store.layout().receipt_index(&world.id);
+        let file = world
+            .fs
+            .open(&path, faultfs::OpenOptions::create_truncate(), faultfs::Boundary::new("t"))
+            .expect("open");
+        file.write_at(0, &bytes, faultfs::Boundary::new("t")).expect("write");
+        drop(file);
+        let (digest, _) = &world.sent[0];
+        let known = store.receipt(&world.id, super::RECEIPT_OPERATION, digest).expect("lookup");
+        assert_eq!(known.map(|known| known.mid).as_deref(), Some("forged"));
+    }
+
     /// Replays the committed corpus of every target: its seeds and every crash found.
     #[test]
     #[allow(
