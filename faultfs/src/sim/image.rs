@@ -77,6 +77,8 @@ pub enum ImageNode {
     Dir,
     /// A file and its bytes.
     File(Arc<Vec<u8>>),
+    /// A symbolic link and the absolute path it names.
+    Symlink(String),
 }
 
 /// A whole filesystem after a crash: every reachable path and what it holds. Two images are
@@ -141,6 +143,7 @@ impl fmt::Debug for Image {
             match node {
                 ImageNode::Dir => list.entry(path, &"<dir>"),
                 ImageNode::File(bytes) => list.entry(path, &String::from_utf8_lossy(bytes)),
+                ImageNode::Symlink(target) => list.entry(path, &format!("-> {target}")),
             };
         }
         list.finish()
@@ -209,7 +212,7 @@ impl Pieces {
                 Pending::Data { ino, change } => {
                     let buf = replay.entry(*ino).or_insert_with(|| match &state.inodes[ino].node {
                         Node::File(file) => file.durable.as_ref().clone(),
-                        Node::Dir(_) => {
+                        Node::Dir(_) | Node::Symlink(_) => {
                             unreachable!("data changes are only recorded for files")
                         }
                     });
@@ -519,6 +522,10 @@ impl<'a> Builder<'a> {
                         };
                         nodes.insert(path, (ImageNode::File(bytes), hash));
                     }
+                    Node::Symlink(target) => {
+                        let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
+                        nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
+                    }
                 }
             }
         }
@@ -557,7 +564,12 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
     let mut hasher = Sha256::new();
     for (path, (node, content_hash)) in &nodes {
         hasher.update(path.as_bytes());
-        hasher.update([0, u8::from(matches!(node, ImageNode::File(_)))]);
+        let kind = match node {
+            ImageNode::Dir => 0,
+            ImageNode::File(_) => 1,
+            ImageNode::Symlink(_) => 2,
+        };
+        hasher.update([0, kind]);
         hasher.update(content_hash);
     }
     Image {
@@ -571,7 +583,7 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
 fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
     match &state.inodes[&ino].node {
         Node::File(file) => (file.durable.as_ref().clone(), file.durable.len() as u64),
-        Node::Dir(_) => unreachable!("data pieces are only recorded for files"),
+        Node::Dir(_) | Node::Symlink(_) => unreachable!("data pieces are only recorded for files"),
     }
 }
 
@@ -614,6 +626,10 @@ fn volatile_image(state: &State) -> Image {
                 Node::File(file) => {
                     let hash: [u8; 32] = Sha256::digest(&file.volatile).into();
                     nodes.insert(path, (ImageNode::File(Arc::new(file.volatile.clone())), hash));
+                }
+                Node::Symlink(target) => {
+                    let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
+                    nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
                 }
             }
         }

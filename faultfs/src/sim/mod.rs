@@ -124,6 +124,12 @@ pub(crate) type Ino = u64;
 
 const ROOT_INO: Ino = 0;
 
+/// `ELOOP`: what an `O_NOFOLLOW` open of a symbolic link, or too many links, answers.
+const ELOOP: i32 = 40;
+
+/// Links followed in one resolution before it fails (Linux's bound).
+const SYMLINKS_FOLLOWED_MAX: usize = 40;
+
 #[derive(Clone, Debug)]
 pub(crate) struct FileNode {
     durable: Arc<Vec<u8>>,
@@ -140,6 +146,8 @@ pub(crate) struct DirNode {
 pub(crate) enum Node {
     File(FileNode),
     Dir(DirNode),
+    /// A symbolic link to an absolute path (normalized components joined by `/`).
+    Symlink(String),
 }
 
 #[derive(Clone, Debug)]
@@ -284,6 +292,7 @@ impl SimFs {
                         durable: Arc::new(bytes.to_vec()),
                         volatile: bytes.to_vec(),
                     }),
+                    ImageNode::Symlink(target) => Node::Symlink(target.clone()),
                 };
                 state.inodes.insert(ino, Inode { node: inode, modified_ms: 0 });
                 let dir = state.dir_mut(parent);
@@ -440,13 +449,25 @@ impl SimFs {
                         io::ErrorKind::AlreadyExists,
                     ));
                 }
-                if matches!(state.inodes[&ino].node, Node::Dir(_)) {
-                    return Err(io_error(
-                        OpKind::Open,
-                        path,
-                        boundary,
-                        io::ErrorKind::IsADirectory,
-                    ));
+                match state.inodes[&ino].node {
+                    Node::Dir(_) => {
+                        return Err(io_error(
+                            OpKind::Open,
+                            path,
+                            boundary,
+                            io::ErrorKind::IsADirectory,
+                        ));
+                    }
+                    // Every open is `O_NOFOLLOW`: a link in the last component is ELOOP.
+                    Node::Symlink(_) => {
+                        return Err(Error::io(
+                            OpKind::Open,
+                            path,
+                            Some(boundary),
+                            io::Error::from_raw_os_error(ELOOP),
+                        ));
+                    }
+                    Node::File(_) => {}
                 }
                 if options.truncate && options.write {
                     state.set_len(ino, 0);
@@ -532,21 +553,25 @@ impl State {
     fn dir(&self, ino: Ino) -> &DirNode {
         match &self.inodes[&ino].node {
             Node::Dir(dir) => dir,
-            Node::File(_) => unreachable!("inode {ino} was resolved as a directory"),
+            Node::File(_) | Node::Symlink(_) => {
+                unreachable!("inode {ino} was resolved as a directory")
+            }
         }
     }
 
     fn dir_mut(&mut self, ino: Ino) -> &mut DirNode {
         match &mut self.inodes.get_mut(&ino).expect("resolved inodes exist").node {
             Node::Dir(dir) => dir,
-            Node::File(_) => unreachable!("inode {ino} was resolved as a directory"),
+            Node::File(_) | Node::Symlink(_) => {
+                unreachable!("inode {ino} was resolved as a directory")
+            }
         }
     }
 
     fn file_mut(&mut self, ino: Ino) -> &mut FileNode {
         match &mut self.inodes.get_mut(&ino).expect("open files keep their inode").node {
             Node::File(file) => file,
-            Node::Dir(_) => unreachable!("inode {ino} was opened as a file"),
+            Node::Dir(_) | Node::Symlink(_) => unreachable!("inode {ino} was opened as a file"),
         }
     }
 
@@ -688,7 +713,7 @@ impl Fs for SimFs {
                 Node::Dir(dir) if !moving_dir || !dir.volatile.is_empty() => {
                     return Err(io_error(op, to, boundary, io::ErrorKind::IsADirectory));
                 }
-                Node::File(_) if moving_dir => {
+                Node::File(_) | Node::Symlink(_) if moving_dir => {
                     return Err(io_error(op, to, boundary, io::ErrorKind::NotADirectory));
                 }
                 _ => {}
@@ -802,6 +827,7 @@ impl Fs for SimFs {
                 kind: match state.inodes[ino].node {
                     Node::File(_) => FileKind::File,
                     Node::Dir(_) => FileKind::Dir,
+                    Node::Symlink(_) => FileKind::Symlink,
                 },
             })
             .collect())
@@ -820,6 +846,8 @@ impl Fs for SimFs {
         let (len, kind) = match &inode.node {
             Node::File(file) => (file.volatile.len() as u64, FileKind::File),
             Node::Dir(_) => (0, FileKind::Dir),
+            // The link itself (lstat), as the real filesystem reports it.
+            Node::Symlink(target) => (target.len() as u64, FileKind::Symlink),
         };
         Ok(Metadata {
             len,
@@ -842,6 +870,32 @@ impl Fs for SimFs {
 }
 
 impl SimFs {
+    /// Plants a symbolic link at `link` naming `target` (an absolute path), as another program
+    /// with write access to the store would: durable at once, outside the crash model (the
+    /// engine itself never creates links). Resolution follows it in a directory position; every
+    /// open refuses it in the last position (`O_NOFOLLOW`: ELOOP); metadata and directory
+    /// listings show the link itself; removal removes the link.
+    pub fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+        let op = OpKind::Open;
+        let mut state = self.lock();
+        let boundary = Boundary::new("symlink");
+        state.check_alive(boundary)?;
+        let target = normalize(target, op)?.join("/");
+        let components = normalize(link, op)?;
+        let (name, parents) = components
+            .split_last()
+            .ok_or_else(|| io_error(op, link, boundary, io::ErrorKind::AlreadyExists))?;
+        let parent = state.lookup_dir(parents, op, link, boundary)?;
+        if state.dir(parent).volatile.contains_key(*name) {
+            return Err(io_error(op, link, boundary, io::ErrorKind::AlreadyExists));
+        }
+        let ino = state.new_inode(Node::Symlink(format!("/{target}")));
+        let dir = state.dir_mut(parent);
+        dir.durable.insert((*name).to_owned(), ino);
+        dir.volatile.insert((*name).to_owned(), ino);
+        Ok(())
+    }
+
     fn unlink(&self, path: &Path, boundary: Boundary, op: OpKind) -> Result<()> {
         let mut state = self.lock();
         let components = normalize(path, op)?;
@@ -860,7 +914,8 @@ impl SimFs {
             .get(*name)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
         match (&state.inodes[&ino].node, op) {
-            (Node::File(_), OpKind::RemoveFile) => {}
+            // Removing a link removes the link, never what it points to.
+            (Node::File(_) | Node::Symlink(_), OpKind::RemoveFile) => {}
             (Node::Dir(dir), OpKind::RemoveDir) if dir.volatile.is_empty() => {}
             (Node::Dir(_), OpKind::RemoveDir) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::DirectoryNotEmpty));
@@ -868,7 +923,7 @@ impl SimFs {
             (Node::Dir(_), _) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::IsADirectory));
             }
-            (Node::File(_), _) => {
+            (Node::File(_) | Node::Symlink(_), _) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory));
             }
         }

@@ -4,19 +4,39 @@
 use std::io;
 use std::path::{Component, Path};
 
-use super::{Ino, Node, ROOT_INO, State, io_error};
+use super::{Ino, Node, ROOT_INO, SYMLINKS_FOLLOWED_MAX, State, io_error};
 use crate::{Boundary, Error, OpKind, Result};
 
 impl State {
-    pub(super) fn lookup_components(&self, components: &[&str]) -> Option<Ino> {
+    /// Resolves `components` as the kernel does: a symbolic link in a directory position is
+    /// followed (even by an `O_NOFOLLOW` open); one in the last position is returned itself
+    /// (lstat), unless `follow_last`. `None` when a name is missing, a file sits where a
+    /// directory must, or links loop.
+    pub(super) fn resolve(&self, components: &[&str], follow_last: bool) -> Option<Ino> {
+        let mut pending: Vec<String> = components.iter().rev().map(|c| (*c).to_owned()).collect();
         let mut ino = ROOT_INO;
-        for component in components {
-            match &self.inodes[&ino].node {
-                Node::Dir(dir) => ino = *dir.volatile.get(*component)?,
-                Node::File(_) => return None,
+        let mut followed = 0;
+        while let Some(component) = pending.pop() {
+            let Node::Dir(dir) = &self.inodes[&ino].node else { return None };
+            let next = *dir.volatile.get(&component)?;
+            match &self.inodes[&next].node {
+                Node::Symlink(target) if follow_last || !pending.is_empty() => {
+                    followed += 1;
+                    if followed > SYMLINKS_FOLLOWED_MAX {
+                        return None;
+                    }
+                    pending.extend(split_image_path(target).into_iter().rev().map(str::to_owned));
+                    ino = ROOT_INO;
+                }
+                _ => ino = next,
             }
         }
         Some(ino)
+    }
+
+    /// [`State::resolve`], the last component not followed.
+    pub(super) fn lookup_components(&self, components: &[&str]) -> Option<Ino> {
+        self.resolve(components, false)
     }
 
     /// Resolves `components` to a directory, or a `NotFound`/`NotADirectory` error.
@@ -28,11 +48,13 @@ impl State {
         boundary: Boundary,
     ) -> Result<Ino> {
         let ino = self
-            .lookup_components(components)
+            .resolve(components, true)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
         match self.inodes[&ino].node {
             Node::Dir(_) => Ok(ino),
-            Node::File(_) => Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory)),
+            Node::File(_) | Node::Symlink(_) => {
+                Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory))
+            }
         }
     }
 }
