@@ -219,12 +219,6 @@ fn concurrent_refreshers_lose_nothing() {
 }
 
 /// CPU time (user + system, in clock ticks) a process has used, from `/proc/<pid>/stat`.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 // An idle `spex watch` (notifications on, nothing changing) sleeps: under 5% of a core.
 #[test]
 fn an_idle_watch_does_not_spin() {
@@ -235,10 +229,10 @@ fn an_idle_watch_does_not_spin() {
     let lines = lines_of(&mut child);
     lines.recv_timeout(STREAM_WAIT).unwrap();
     let pid = child.id();
-    let before = cpu_ticks(pid);
+    let before = common::cpu_ticks(pid);
     let window = std::time::Duration::from_secs(3);
     std::thread::sleep(window);
-    let used = cpu_ticks(pid) - before;
+    let used = common::cpu_ticks(pid) - before;
     child.kill().unwrap();
     child.wait().unwrap();
     // 100 ticks a second on Linux: 5% of a core over 3 s is 15 ticks.

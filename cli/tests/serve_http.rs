@@ -466,3 +466,18 @@ fn sigterm_lets_a_send_in_flight_finish() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["text"], "kept", "{events:?}");
 }
+
+// Idle event streams sleep: four of them, nothing changing, under 5% of a core.
+#[test]
+fn idle_event_streams_do_not_spin() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "a"]).ok();
+    let server = Server::start(&store);
+    let _streams: Vec<_> = (0..4).map(|_| server.watch()).collect();
+    let pid = server.child.id();
+    let before = common::cpu_ticks(pid);
+    let window = std::time::Duration::from_secs(3);
+    std::thread::sleep(window);
+    let used = common::cpu_ticks(pid) - before;
+    assert!(used <= 15, "four idle streams used {used} ticks in {window:?}");
+}

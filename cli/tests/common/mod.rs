@@ -128,3 +128,10 @@ impl Run {
 pub(crate) fn exists(path: &Path) -> bool {
     path.try_exists().expect("a path can be checked")
 }
+
+/// CPU time a process has used, in clock ticks (user + system; 100 a second on Linux).
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
