@@ -131,7 +131,9 @@ pub(crate) fn exists(path: &Path) -> bool {
 
 /// CPU time a process has used, in clock ticks (user + system; 100 a second on Linux).
 pub(crate) fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+    let ticks = |field: usize| fields[field].parse::<u64>().expect("a tick count");
+    ticks(11) + ticks(12)
 }
