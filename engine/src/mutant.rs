@@ -78,11 +78,16 @@ pub enum Mutant {
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
+    /// A taker removes a lock it judged stale without reading it again under the takeover
+    /// flock (so it can remove the fresh lock another taker just made: two holders at once;
+    /// caught by the loom model).
+    TakeoverWithoutRecheck,
 }
 
 impl Mutant {
     /// Mutants only concurrency exposes (the loom model catches them).
-    pub const CONCURRENCY: [Mutant; 1] = [Mutant::QueueReadOutsideLock];
+    pub const CONCURRENCY: [Mutant; 2] =
+        [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck];
 
     /// Every mutant the crash sweeps must catch.
     pub const ALL: [Mutant; 29] = [

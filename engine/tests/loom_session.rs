@@ -15,6 +15,8 @@ use spex_engine::{
     Adapter, Config, Event, Lifecycle, Message, SendRequest, SessionId, Status, Store, Triple,
 };
 
+const B: spex_engine::faultfs::Boundary = spex_engine::faultfs::Boundary::new("test");
+
 struct Recorder(Vec<String>);
 
 impl Adapter for Recorder {
@@ -156,4 +158,97 @@ fn send_drain_and_lifecycle_race_on_one_session() {
     let explored = EXPLORED.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("loom explored {explored} interleavings");
     assert!(explored > 100, "loom explored only {explored} interleavings");
+}
+
+/// Two processes race to take over the lock a dead one left: the takeover is exclusive (each
+/// process's send lands once, the queue holds both, no lock is left), in every interleaving.
+#[test]
+fn two_processes_take_over_a_dead_holders_lock_one_at_a_time() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.max_branches = 100_000;
+    builder.check(|| {
+        EXPLORED_TAKEOVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        takeover_race();
+    });
+    let explored = EXPLORED_TAKEOVERS.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("loom explored {explored} takeover interleavings");
+    assert!(explored > 1000, "loom explored only {explored} takeover interleavings");
+}
+
+/// Interleavings of the takeover model explored.
+static EXPLORED_TAKEOVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The model can fail: a taker that does not re-read the lock under the takeover flock removes
+/// the other taker's fresh lock, and loom finds the two holders.
+#[cfg(feature = "mutants")]
+#[test]
+fn loom_catches_a_takeover_without_recheck() {
+    let caught = std::panic::catch_unwind(|| {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(2);
+        builder.max_branches = 100_000;
+        builder.check(|| {
+            spex_engine::mutant::select(Some(spex_engine::mutant::Mutant::TakeoverWithoutRecheck));
+            takeover_race();
+        });
+    });
+    spex_engine::mutant::select(None);
+    assert!(caught.is_err(), "loom must find the takeover that makes two holders");
+}
+
+fn takeover_race() {
+    {
+        let (store, s) = setup();
+        let fs = store.fs().clone();
+        // A holder that died holding the record lock (its pid is not running). Processes start
+        // at the simulated filesystem's epoch, before any lock is written (a start after a
+        // lock's modification would mark its pid reused).
+        fs.spawn_process(2000, 0);
+        fs.kill_process(2000);
+        let lock = store.layout().session_lock(&s);
+        let file = fs.open(&lock, spex_engine::faultfs::OpenOptions::create_new(), B).unwrap();
+        spex_engine::faultfs::File::write_at(&file, 0, b"2000", B).unwrap();
+        drop(file);
+        let senders: Vec<_> = [3000u32, 4000]
+            .into_iter()
+            .map(|pid| {
+                fs.spawn_process(pid, 0);
+                let process = Store::open(
+                    fs.as_process(pid),
+                    "/store",
+                    Arc::new(ManualClock::new(1_784_160_000_000)),
+                    Arc::new(SeededIds::new(u64::from(pid))),
+                    Config {
+                        lock_wait_ms: 1_000_000,
+                        drain_retry_delay_ms: 0,
+                        ..Config::default()
+                    },
+                )
+                .unwrap();
+                let s = s.clone();
+                loom::thread::spawn(move || {
+                    let text = format!("from {pid}");
+                    process.send(&s, &SendRequest { text, ..SendRequest::default() }).unwrap().mid
+                })
+            })
+            .collect();
+        let mids: Vec<String> = senders.into_iter().map(|sender| sender.join().unwrap()).collect();
+        let lines = store.lines(&s).unwrap();
+        for mid in &mids {
+            let logged = lines
+                .iter()
+                .filter(|line| matches!(line, Line::Sent(event, _) if event.mid.as_deref() == Some(mid.as_str())))
+                .count();
+            assert_eq!(logged, 1, "each send is logged exactly once");
+        }
+        let owed: Vec<String> =
+            store.queue(&s).unwrap().into_iter().map(|entry| entry.mid).collect();
+        assert_eq!(owed.len(), 2, "neither queue update was lost: {owed:?}");
+        let locks = store.fs().read_dir(&store.layout().session_locks_dir()).unwrap();
+        assert!(
+            locks.iter().all(|entry| !entry.name.ends_with(".lock")),
+            "no lock left behind: {locks:?}"
+        );
+    }
 }
