@@ -1,21 +1,33 @@
-//! Drain: hand queued messages to an adapter, one drainer per session.
+//! Drain: hand queued messages to an adapter, one drainer per session, in batches.
 //!
 //! The drainer holds the delivery lock for the whole drain (one drainer per session, and the
-//! existing implementation's drainers are excluded too). For each queue head:
+//! existing implementation's drainers are excluded too). It works in rounds:
 //!
-//! 1. Under the record lock: a head from a revoked sender is dropped (no adapter call). A keyed
-//!    head is matched to its receipt in the log by operation, request digest, mid and the exact
-//!    frozen transport bytes (text, from, attributes). Already settled: the entry is consumed
-//!    without an adapter call. Receipt absent or different: the drain stops, fail-closed, the
-//!    entry stays owed, and the report says why.
-//! 2. Without the record lock: the adapter gets (mid, text, from), retried up to the policy's
-//!    attempts. A send never waits on an adapter call in progress.
-//! 3. Under the record lock: for a keyed entry, append `dispatch-settled` (synced), then remove
-//!    the entry from the queue (staged before the settlement so a full disk changes nothing).
+//! 1. Under the record lock, one read of the queue: heads from a revoked sender are dropped and
+//!    keyed heads already settled are consumed (no adapter call; one queue rewrite for all of
+//!    them). Then a batch of the heads that follow, in order, up to [`batch_max`] of them: a
+//!    keyed head is matched to its receipt in the log by operation, request digest, mid and
+//!    the exact frozen transport bytes (text, from, attributes). A receipt absent or different
+//!    ends the batch before that head; if it is the first, the drain stops, fail-closed, the
+//!    entry stays owed, and the report says why. A dropped or consumed head after the batch's
+//!    first waits for the next round, so the queue only ever loses a prefix.
+//! 2. Without the record lock: the adapter gets each (mid, text, from) of the batch in order,
+//!    retried up to the policy's attempts; a refusal ends the batch there (the drain stops
+//!    after settling what was delivered). A send never waits on an adapter call in progress.
+//! 3. Under the record lock, one commit for the batch's delivered heads: the queue without them
+//!    is staged, their settlements (keyed heads) are appended in order (each line its own write
+//!    and sync, so a power loss keeps a prefix of them), then the queue is published. A full
+//!    disk changes nothing.
 //!
-//! A crash after the adapter accepted and before 3 causes one redelivery (at-least-once in that
-//! window; the adapter gets the mid to deduplicate). A crash after the settlement never causes a
-//! redelivery: the next drain finds the entry settled and consumes it.
+//! Each round reads and writes the queue a constant number of times, and a batch is at least a
+//! quarter of what is owed, so a backlog of N drains with O(N) work.
+//!
+//! A crash after the adapter accepted and before the commit causes the batch's delivered heads
+//! to be delivered again (at-least-once in that window, at most one batch; the adapter gets the
+//! mid to deduplicate). A crash after the settlements and before the queue is published leaves
+//! those heads owed and settled: the next drain consumes them without an adapter call (a
+//! prefix of the settlements may survive a power loss). A crash after the commit never causes a
+//! redelivery.
 
 use faultfs::Fs;
 use serde_json::{Map, Value};
@@ -109,10 +121,20 @@ pub struct DrainReport {
     pub remaining: usize,
 }
 
-enum Next {
-    Empty,
-    Deliver(Entry),
-    Stop(DrainStop),
+/// The fewest heads a batch may hold; otherwise it holds a quarter of what is owed.
+const BATCH_MIN: usize = 64;
+
+/// The most heads one round hands to the adapter before committing, for `owed` entries.
+fn batch_max(owed: usize) -> usize {
+    BATCH_MIN.max(owed.div_ceil(4))
+}
+
+/// What step 1 found.
+struct Batch {
+    /// Heads to deliver, in queue order.
+    deliver: Vec<Entry>,
+    /// Why the drain stops after this batch (the head after it failed its fence).
+    stop: Option<DrainStop>,
 }
 
 impl<F: Fs> Store<F> {
@@ -142,88 +164,101 @@ impl<F: Fs> Store<F> {
         report: &mut DrainReport,
     ) -> Result<()> {
         loop {
-            let next = self.transition_checked(id, &DRAIN, Checks { queue: true }, || {
-                self.next_head(id, report)
+            let batch = self.transition_checked(id, &DRAIN, Checks { queue: true }, || {
+                self.next_batch(id, report)
             })?;
-            let entry = match next {
-                Next::Empty => return Ok(()),
-                Next::Stop(stop) => {
-                    report.stopped = Some(stop);
-                    return Ok(());
-                }
-                Next::Deliver(entry) => entry,
-            };
-            let message = Message {
-                mid: &entry.mid,
-                text: &entry.text,
-                from: entry.from.as_deref(),
-                attributes: entry.attributes.as_ref(),
-            };
-            let attempts_max = self.config.drain_attempts_max.max(1);
-            let mut last_error = None;
-            for attempt in 1..=attempts_max {
-                match adapter.deliver(&message) {
-                    Ok(()) => {
-                        last_error = None;
-                        break;
-                    }
-                    Err(error) => {
-                        last_error = Some(error);
-                        if attempt < attempts_max {
-                            self.clock.sleep_ms(self.config.drain_retry_delay_ms);
-                        }
-                    }
-                }
-            }
-            if let Some(error) = last_error {
-                report.stopped = Some(DrainStop::AdapterFailed {
-                    mid: entry.mid,
-                    attempts: attempts_max,
-                    error,
-                });
+            if batch.deliver.is_empty() {
+                report.stopped = batch.stop;
                 return Ok(());
             }
-            self.transition(id, &DRAIN, || self.settle(id, &entry))?;
-            report.delivered.push(entry.mid);
+            let mut delivered = 0;
+            let mut refused = None;
+            for entry in &batch.deliver {
+                match deliver(adapter, entry, self) {
+                    Ok(()) => delivered += 1,
+                    Err(stop) => {
+                        refused = Some(stop);
+                        break;
+                    }
+                }
+            }
+            let delivered = if refused.is_some() && active(Mutant::DrainCommitsRefused) {
+                &batch.deliver[..]
+            } else {
+                &batch.deliver[..delivered]
+            };
+            if !delivered.is_empty() {
+                self.transition(id, &DRAIN, || self.settle(id, delivered))?;
+                report.delivered.extend(delivered.iter().map(|entry| entry.mid.clone()));
+            }
+            if let Some(stop) = refused.or(batch.stop) {
+                report.stopped = Some(stop);
+                return Ok(());
+            }
         }
     }
 
-    /// Step 1: drops and consumes what needs no adapter call; returns the next entry to
-    /// deliver, or why to stop.
-    fn next_head(&self, id: &SessionId, report: &mut DrainReport) -> Result<Next> {
-        loop {
-            let mut entries = self.queue_for_write(id)?;
-            let Some(head) = entries.first().cloned() else { return Ok(Next::Empty) };
-            if let Some(sender) = head.from.as_deref()
-                && self.is_revoked(sender)?
-            {
-                entries.remove(0);
-                self.write_queue(id, &entries, &DRAIN)?;
-                report.dropped.push(head.mid);
-                continue;
-            }
-            let Some(dispatch) = &head.dispatch else { return Ok(Next::Deliver(head)) };
-            if active(Mutant::SkipReceiptFence) {
-                return Ok(Next::Deliver(head));
-            }
-            let known = self.receipts.lookup(
-                &self.fs,
-                &self.layout,
-                id,
-                &dispatch.operation,
-                &dispatch.request_digest,
-                &DRAIN.index,
-            )?;
-            match fence(&head, known.as_ref()) {
-                Err(stop) => return Ok(Next::Stop(stop)),
-                Ok(true) => {
-                    entries.remove(0);
-                    self.write_queue(id, &entries, &DRAIN)?;
-                    report.consumed.push(head.mid);
+    /// Step 1: drops and consumes the heads that need no adapter call, then gathers the batch
+    /// that follows (see the module header).
+    fn next_batch(&self, id: &SessionId, report: &mut DrainReport) -> Result<Batch> {
+        let mut entries = self.queue_for_write(id)?;
+        let limit = batch_max(entries.len());
+        let mut gone = 0;
+        let mut batch = Batch { deliver: Vec::new(), stop: None };
+        for head in &entries {
+            match self.judge(id, head)? {
+                Judged::Drop | Judged::Consume if !batch.deliver.is_empty() => break,
+                Judged::Drop => {
+                    report.dropped.push(head.mid.clone());
+                    gone += 1;
                 }
-                Ok(false) => return Ok(Next::Deliver(head)),
+                Judged::Consume => {
+                    report.consumed.push(head.mid.clone());
+                    gone += 1;
+                }
+                Judged::Stop(stop) => {
+                    batch.stop = Some(stop);
+                    break;
+                }
+                Judged::Deliver => {
+                    batch.deliver.push(head.clone());
+                    if batch.deliver.len() == limit {
+                        break;
+                    }
+                }
             }
         }
+        if gone > 0 {
+            entries.drain(..gone);
+            self.write_queue(id, &entries, &DRAIN)?;
+        }
+        Ok(batch)
+    }
+
+    /// What step 1 does with one head.
+    fn judge(&self, id: &SessionId, head: &Entry) -> Result<Judged> {
+        if let Some(sender) = head.from.as_deref()
+            && self.is_revoked(sender)?
+        {
+            return Ok(Judged::Drop);
+        }
+        let Some(dispatch) = &head.dispatch else { return Ok(Judged::Deliver) };
+        if active(Mutant::SkipReceiptFence) {
+            return Ok(Judged::Deliver);
+        }
+        let known = self.receipts.lookup(
+            &self.fs,
+            &self.layout,
+            id,
+            &dispatch.operation,
+            &dispatch.request_digest,
+            &DRAIN.index,
+        )?;
+        Ok(match fence(head, known.as_ref()) {
+            Err(stop) => Judged::Stop(stop),
+            Ok(true) => Judged::Consume,
+            Ok(false) => Judged::Deliver,
+        })
     }
 
     /// The settlement line of a delivered keyed entry (`None` for an unkeyed one).
@@ -237,28 +272,72 @@ impl<F: Fs> Store<F> {
         }))
     }
 
-    /// Step 3: settle (keyed) and remove the delivered entry.
-    fn settle(&self, id: &SessionId, delivered: &Entry) -> Result<()> {
+    /// Step 3: settle the delivered keyed heads and remove every delivered head, in one commit.
+    fn settle(&self, id: &SessionId, delivered: &[Entry]) -> Result<()> {
         let mut entries = self.queue_for_write(id)?;
-        let position = entries.iter().position(|entry| entry.mid == delivered.mid);
-        let Some(position) = position else {
-            // Only a drainer removes entries and this one holds the delivery lock, so the entry
-            // can only be gone with its session (closed meanwhile): nothing is left to settle.
+        let still_heads = entries.len() >= delivered.len()
+            && entries.iter().zip(delivered).all(|(entry, delivered)| entry.mid == delivered.mid);
+        if !still_heads {
+            // Only a drainer removes entries and this one holds the delivery lock, so the heads
+            // can only be gone with their session (closed meanwhile): nothing is left to settle.
             return Ok(());
-        };
-        entries.remove(position);
+        }
+        entries.drain(..delivered.len());
+        let lines: Vec<Line> =
+            delivered.iter().filter_map(|entry| self.settlement(entry)).collect();
         if active(Mutant::SettleAfterRemoval) {
             self.write_queue(id, &entries, &DRAIN)?;
-            if let Some(line) = self.settlement(delivered) {
-                self.append_line(id, &line, &DRAIN)?;
+            for line in &lines {
+                self.append_line(id, line, &DRAIN)?;
             }
             return Ok(());
         }
-        match self.settlement(delivered) {
-            Some(line) => self.write_queue_around(id, &entries, &line, &DRAIN),
-            None => self.write_queue(id, &entries, &DRAIN),
+        self.write_queue_around(id, &entries, &lines, &DRAIN)
+    }
+}
+
+/// What step 1 does with one head.
+enum Judged {
+    /// From a closed sender: removed without an adapter call.
+    Drop,
+    /// Keyed and already settled: removed without an adapter call.
+    Consume,
+    /// Keyed, and its receipt is missing or differs: the drain stops before it.
+    Stop(DrainStop),
+    /// Hand it to the adapter.
+    Deliver,
+}
+
+/// Step 2 for one head: the adapter, retried up to the policy's attempts.
+fn deliver<F: Fs>(
+    adapter: &mut dyn Adapter,
+    entry: &Entry,
+    store: &Store<F>,
+) -> std::result::Result<(), DrainStop> {
+    let message = Message {
+        mid: &entry.mid,
+        text: &entry.text,
+        from: entry.from.as_deref(),
+        attributes: entry.attributes.as_ref(),
+    };
+    let attempts_max = store.config.drain_attempts_max.max(1);
+    let mut last_error = String::new();
+    for attempt in 1..=attempts_max {
+        match adapter.deliver(&message) {
+            Ok(()) => return Ok(()),
+            Err(error) => {
+                last_error = error;
+                if attempt < attempts_max {
+                    store.clock.sleep_ms(store.config.drain_retry_delay_ms);
+                }
+            }
         }
     }
+    Err(DrainStop::AdapterFailed {
+        mid: entry.mid.clone(),
+        attempts: attempts_max,
+        error: last_error,
+    })
 }
 
 /// The keyed fence: `Ok(true)` if the entry's receipt is already settled (consume it),

@@ -75,6 +75,9 @@ pub enum Mutant {
     EmptyPinAtSegmentStart,
     /// The persisted receipt index is trusted without checking its checksum.
     IndexWithoutChecksum,
+    /// A drain whose adapter refused a head commits its whole batch anyway (the refused head
+    /// and those after it are removed undelivered).
+    DrainCommitsRefused,
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
@@ -90,7 +93,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 29] = [
+    pub const ALL: [Mutant; 30] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -120,6 +123,7 @@ impl Mutant {
         Mutant::RevokeWithoutDirSync,
         Mutant::EmptyPinAtSegmentStart,
         Mutant::IndexWithoutChecksum,
+        Mutant::DrainCommitsRefused,
     ];
 
     /// The mutant's kebab-case name.

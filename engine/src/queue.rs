@@ -164,16 +164,16 @@ impl<F: Fs> Store<F> {
         }
     }
 
-    /// Replaces the queue with `entries` around the commit point `line`: the new queue is
-    /// staged first (the space-consuming step, so a full disk changes nothing), then `line` is
+    /// Replaces the queue with `entries` around the commit point `lines`: the new queue is
+    /// staged first (the space-consuming step, so a full disk changes nothing), then `lines` are
     /// appended to the log and synced (the commit), then the queue is published (or removed when
     /// it empties). A failure before the commit discards the staged queue. The one path by which
-    /// a send enqueues and a drain settles.
+    /// a send enqueues and a drain settles (a drain of unkeyed heads has no line to append).
     pub(crate) fn write_queue_around(
         &self,
         id: &SessionId,
         entries: &[Entry],
-        line: &crate::timeline::Line,
+        lines: &[crate::timeline::Line],
         steps: &Boundaries,
     ) -> Result<()> {
         let tmp = self.layout.queue_tmp(id);
@@ -183,7 +183,7 @@ impl<F: Fs> Store<F> {
             atomic::discard(&self.fs, &tmp, &steps.queue);
             return Err(error);
         }
-        if let Err(error) = self.append_line(id, line, steps) {
+        if let Err(error) = self.append_lines(id, lines, steps) {
             atomic::discard(&self.fs, &tmp, &steps.queue);
             return Err(error);
         }

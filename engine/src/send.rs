@@ -200,7 +200,7 @@ impl<F: Fs> Store<F> {
             self.write_queue(to, &entries, &SEND)?;
             return self.append_line(to, line, &SEND);
         }
-        self.write_queue_around(to, &entries, line, &SEND)
+        self.write_queue_around(to, &entries, std::slice::from_ref(line), &SEND)
     }
 
     /// A replayed keyed send whose message is neither owed nor settled gets its queue entry

@@ -250,14 +250,27 @@ impl<F: Fs> Store<F> {
         line: &Line,
         steps: &Boundaries,
     ) -> Result<()> {
-        timeline::append(
-            &self.fs,
-            &self.layout,
-            id,
-            &line.encode(),
-            self.config.segment_bytes_max,
-            &steps.log,
-        )?;
+        self.append_lines(id, std::slice::from_ref(line), steps)
+    }
+
+    /// Appends `lines` durably, in order, each with its own write and sync (see
+    /// `timeline::append` for why never two in one): a power loss keeps a prefix of them.
+    pub(crate) fn append_lines(
+        &self,
+        id: &SessionId,
+        lines: &[Line],
+        steps: &Boundaries,
+    ) -> Result<()> {
+        for line in lines {
+            timeline::append(
+                &self.fs,
+                &self.layout,
+                id,
+                &line.encode(),
+                self.config.segment_bytes_max,
+                &steps.log,
+            )?;
+        }
         Ok(())
     }
 

@@ -18,7 +18,10 @@
 //!   replay); appended and owed;
 //! - lifecycle write, archive, create, close: before or after;
 //! - one drain step: before (also when the adapter was called and the crash came before the
-//!   settlement); settled but still owed (keyed); consumed.
+//!   settlement); settled but still owed (keyed); consumed;
+//! - a whole drain ([`Model::interrupted_drain`]): any number of heads drained, then a batch of
+//!   the heads that follow with a prefix of them settled (the keyed ones) but still owed: a
+//!   drain commits a batch by settling its delivered heads, then removing them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -384,6 +387,37 @@ impl Model {
                 candidates.push(after);
             }
             _ => candidates.push(after),
+        }
+        candidates.dedup();
+        candidates
+    }
+
+    /// Every state allowed after a drain of session `id` was interrupted by a crash (see the
+    /// module header): `n` heads drained, then the next `m` heads' keys settled and still owed,
+    /// for every `n` and `m`.
+    pub fn interrupted_drain(&self, id: &str) -> Vec<Model> {
+        let drain = Op::DrainHead { id: id.to_owned() };
+        let owed = self.sessions.get(id).map_or(0, |session| session.owed.len());
+        let mut candidates = Vec::new();
+        let mut state = self.clone();
+        for drained in 0..=owed {
+            candidates.extend(state.crash_candidates(&drain));
+            for settled in 2..=owed - drained {
+                let mut batch = state.clone();
+                let heads: Vec<Owed> = batch.session_mut(id).owed[..settled].to_vec();
+                for head in heads {
+                    let revoked = head.from.as_ref().is_some_and(|from| self.closed.contains(from));
+                    if head.keyed && !revoked {
+                        for key in batch.session_mut(id).keys.values_mut() {
+                            if key.mid == head.mid {
+                                key.settled = true;
+                            }
+                        }
+                    }
+                }
+                candidates.push(batch);
+            }
+            state = state.apply(&drain);
         }
         candidates.dedup();
         candidates

@@ -44,6 +44,12 @@ struct Args {
     /// Only the session-index rows.
     #[arg(long)]
     index_only: bool,
+    /// Owed backlogs drained whole, for the drain-growth row.
+    #[arg(long, value_delimiter = ',', default_value = "1000,2000,4000")]
+    backlogs: Vec<u64>,
+    /// Only the drain rows.
+    #[arg(long)]
+    drain_only: bool,
     /// Small sizes and fewer operations (about a minute).
     #[arg(long)]
     quick: bool,
@@ -57,6 +63,7 @@ fn main() {
         args.rounds = 3;
         args.index_sessions = 1_000;
         args.index_events = 20;
+        args.backlogs = vec![250, 500, 1000];
     }
     let temp = tempfile::tempdir().unwrap();
     let dir = args.dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
@@ -67,9 +74,15 @@ fn main() {
         session_index(&dir, &args);
         return;
     }
+    if args.drain_only {
+        drain(&dir, &args);
+        backlog(&dir, &args);
+        return;
+    }
     durable_send(&dir, &args);
     concurrent_sends(&dir, &args);
     drain(&dir, &args);
+    backlog(&dir, &args);
     reads(&dir, &args);
     session_index(&dir, &args);
     sweep_throughput();
@@ -342,6 +355,53 @@ fn drain(dir: &Path, args: &Args) {
     println!("| engine | {e:.0} | 1.00x |");
     println!("| fsync floor | {f:.0} | {:.2}x |", e / f);
     println!("| SQLite WAL FULL | {l:.0} | {:.2}x |\n", e / l);
+}
+
+/// A whole backlog drained at once: the time should grow linearly with the backlog.
+fn backlog(dir: &Path, args: &Args) {
+    let root = dir.join("backlog");
+    let store = open_store(&root.join("engine"));
+    let mut rows = Vec::new();
+    for &owed in &args.backlogs {
+        progress(&format!("draining a backlog of {owed} keyed messages"));
+        let id = SessionId::new(&format!("b{owed}")).unwrap();
+        store.create_session(&id, &active(), None, None).unwrap();
+        for i in 0..owed {
+            let request = SendRequest {
+                text: message(i),
+                key: Some(Key { operation: "bench".into(), key: format!("k{i}") }),
+                ..SendRequest::default()
+            };
+            store.send(&id, &request).unwrap();
+        }
+        let started = Instant::now();
+        let report = store.drain(&id, &mut NoOp).unwrap();
+        let took = started.elapsed();
+        assert_eq!(report.delivered.len() as u64, owed);
+        rows.push((owed, took));
+    }
+    println!(
+        "## 2b. Drain a backlog, no-op adapter
+"
+    );
+    println!(
+        "Every owed keyed message drained by one `drain` call (one run each).
+"
+    );
+    println!("| owed | time | per message | ÷ the smallest backlog's per-message time |");
+    println!("|---|---|---|---|");
+    let per = |(owed, took): (u64, Duration)| took.as_secs_f64() / owed as f64;
+    let base = rows.first().copied().map_or(1.0, per);
+    for &(owed, took) in &rows {
+        let per_message = per((owed, took));
+        println!(
+            "| {owed} | {:.2} s | {:.0} µs | {:.2}x |",
+            took.as_secs_f64(),
+            per_message * 1e6,
+            per_message / base
+        );
+    }
+    println!();
 }
 
 struct Sized {

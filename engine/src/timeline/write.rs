@@ -52,6 +52,10 @@ pub(crate) struct Appended {
 /// Appends one encoded line durably: to the newest numbered segment if it is empty or the line
 /// fits under `segment_bytes_max`, else to a new segment whose directory entry is synced before
 /// returning. Returns only after the line is durable.
+///
+/// One line per write and sync, never more: the pages of one write may reach the disk in any
+/// order before its sync, so a power loss inside a write of two lines could keep the second and
+/// lose the first, leaving damage before a sound line (corrupt, not a torn tail).
 pub(crate) fn append<F: Fs>(
     fs: &F,
     layout: &Layout,

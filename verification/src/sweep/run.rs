@@ -633,17 +633,7 @@ pub(crate) fn candidates(scenario: &Scenario, run: &Execution) -> Vec<Model> {
 fn step_candidates(model: &Model, step: &Step) -> Vec<Model> {
     let op = model_op(step, Mid::Any);
     match step {
-        Step::Drain { id } => {
-            // Any number of heads drained, then the next one interrupted.
-            let owed = model.sessions.get(*id).map_or(0, |session| session.owed.len());
-            let mut states = Vec::new();
-            let mut state = model.clone();
-            for _ in 0..=owed {
-                states.extend(state.crash_candidates(&op));
-                state = state.apply(&op);
-            }
-            states
-        }
+        Step::Drain { id } => model.interrupted_drain(id),
         _ => model.crash_candidates(&op),
     }
 }

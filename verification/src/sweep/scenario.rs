@@ -136,6 +136,7 @@ pub fn all() -> Vec<Scenario> {
                 Step::Create { id: "s", adapter: None },
                 send("s", "first", None),
                 send("s", "second, keyed", Some("k")),
+                Step::DrainRefusing { id: "s" },
                 Step::Drain { id: "s" },
                 send("s", "second, keyed", Some("k")),
                 send("s", "third, keyed", Some("k3")),
