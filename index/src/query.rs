@@ -1,0 +1,246 @@
+//! Queries: the listing in activity or creation order, and the literal full-text search.
+
+use crate::{Error, Index, Result};
+use rusqlite::params;
+
+/// One session as the index lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// The session id.
+    pub id: String,
+    /// Its status.
+    pub status: String,
+    /// Its proposal.
+    pub proposal: Option<String>,
+    /// Its note.
+    pub note: Option<String>,
+    /// Its display word.
+    pub display: String,
+    /// `createdAt`.
+    pub created_at: Option<String>,
+    /// Whether archived.
+    pub archived: bool,
+    /// The last activity, if any event was activity.
+    pub last_activity: Option<String>,
+    /// The index version of this row's last change.
+    pub version: i64,
+}
+
+impl Row {
+    /// The row as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "state": {
+                "status": self.status,
+                "proposal": self.proposal,
+                "note": self.note,
+                "display": self.display,
+            },
+            "createdAt": self.created_at,
+            "archived": self.archived,
+            "lastActivity": self.last_activity,
+            "version": self.version,
+        })
+    }
+}
+
+/// How a listing is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    /// Last activity first (sessions without activity by their creation time).
+    Activity,
+    /// Newest created first.
+    Created,
+}
+
+/// What a listing shows.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    /// The order.
+    pub sort: Sort,
+    /// Only this status (stored name or display word).
+    pub status: Option<String>,
+    /// Include archived sessions.
+    pub all: bool,
+}
+
+/// One search hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    /// The session.
+    pub session: String,
+    /// `said` (a message to the session) or `note` (a declaration of the session).
+    pub kind: String,
+    /// When.
+    pub ts: String,
+    /// The message id, for a message.
+    pub mid: Option<String>,
+    /// A snippet with the matched terms between `[` and `]`.
+    pub snippet: String,
+    /// bm25 rank (lower is better).
+    pub rank: f64,
+}
+
+impl Hit {
+    /// The hit as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "session": self.session,
+            "kind": self.kind,
+            "ts": self.ts,
+            "mid": self.mid,
+            "snippet": self.snippet,
+            "rank": self.rank,
+        })
+    }
+}
+
+/// Search filters.
+#[derive(Clone, Debug, Default)]
+pub struct SearchFilter {
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only sessions in this status (stored name or display word).
+    pub status: Option<String>,
+    /// Only events at or after this timestamp (ISO-8601, compared as text).
+    pub since: Option<String>,
+    /// At most this many hits.
+    pub limit: usize,
+}
+
+impl Index {
+    /// The listed sessions.
+    pub fn sessions(&self, filter: &Filter) -> Result<Vec<Row>> {
+        let order = match filter.sort {
+            Sort::Activity => "COALESCE(last_activity, created_at) DESC, id",
+            Sort::Created => "created_at DESC, id",
+        };
+        let sql = format!(
+            "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
+                    version
+             FROM sessions
+             WHERE removed = 0 AND (?1 OR archived = 0)
+               AND (?2 IS NULL OR status = ?2 OR display = ?2)
+             ORDER BY {order}"
+        );
+        let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map(params![filter.all, filter.status], row_of)
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+
+    /// Full-text search, ranked by bm25 with what was said to a session weighted above the
+    /// notes it declared. The query is taken literally: every whitespace-separated word is
+    /// quoted, so FTS syntax in it is data.
+    pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
+        let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT c.session, c.kind, c.ts, c.mid,
+                        snippet(content, -1, '[', ']', '…', 16),
+                        bm25(content, 2.0, 1.0) AS rank
+                 FROM content c JOIN sessions s ON s.id = c.session
+                 WHERE content MATCH ?1 AND s.removed = 0
+                   AND (?2 IS NULL OR c.session = ?2)
+                   AND (?3 IS NULL OR s.status = ?3 OR s.display = ?3)
+                   AND (?4 IS NULL OR c.ts >= ?4)
+                 ORDER BY rank LIMIT ?5",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let hits = statement
+            .query_map(
+                params![literal, filter.session, filter.status, filter.since, limit],
+                |row| {
+                    Ok(Hit {
+                        session: row.get(0)?,
+                        kind: row.get(1)?,
+                        ts: row.get(2)?,
+                        mid: row.get(3)?,
+                        snippet: row.get(4)?,
+                        rank: row.get(5)?,
+                    })
+                },
+            )
+            .map_err(|e| self.sqlite(e))?;
+        hits.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+
+    /// Every row and every content entry, in a canonical order (to compare two indexes).
+    pub fn dump(&self) -> Result<String> {
+        let mut out = String::new();
+        for row in self.sessions(&Filter { sort: Sort::Created, status: None, all: true })? {
+            let mut row = row;
+            row.version = 0;
+            out.push_str(&format!("{row:?}\n"));
+        }
+        let mut statement = self
+            .connection
+            .prepare("SELECT session, kind, ts, mid, said, notes FROM content ORDER BY session, ts, kind, mid, said, notes")
+            .map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(format!(
+                    "{:?}\n",
+                    (
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, Option<String>>(3)?,
+                        row.get::<_, Option<String>>(4)?,
+                        row.get::<_, Option<String>>(5)?,
+                    )
+                ))
+            })
+            .map_err(|e| self.sqlite(e))?;
+        for row in rows {
+            out.push_str(&row.map_err(|e| self.sqlite(e))?);
+        }
+        Ok(out)
+    }
+}
+
+/// A listed row from the first nine columns of a `sessions` query.
+pub(crate) fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: row.get(0)?,
+        status: row.get(1)?,
+        proposal: row.get(2)?,
+        note: row.get(3)?,
+        display: row.get(4)?,
+        created_at: row.get(5)?,
+        archived: row.get(6)?,
+        last_activity: row.get(7)?,
+        version: row.get(8)?,
+    })
+}
+
+/// `query` as an FTS5 query matching its words literally (each one a quoted string, all
+/// required), or `None` when it has no words.
+pub fn literal_query(query: &str) -> Option<String> {
+    // Control characters (NUL above all, which FTS5 cannot take inside a string) separate words
+    // like blanks: nothing stored is searched for by them.
+    let words: Vec<String> = query
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .collect();
+    if words.is_empty() { None } else { Some(words.join(" ")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_literal() {
+        assert_eq!(literal_query("  "), None);
+        assert_eq!(literal_query("\0"), None);
+        assert_eq!(literal_query("a\0b").unwrap(), r#""a" "b""#);
+        assert_eq!(literal_query("a OR b").unwrap(), r#""a" "OR" "b""#);
+        assert_eq!(literal_query(r#"say "hi" NEAR(x*"#).unwrap(), r#""say" """hi""" "NEAR(x*""#);
+    }
+}

@@ -1,0 +1,416 @@
+//! Refresh: bring every row up to date with the store (see the crate header for the freshness
+//! rule and the crash story).
+
+use crate::{CONTENT_VERSION, Error, Index, Result, Watermark, fold};
+use faultfs::Fs;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use spex_engine::{Cursor, Event, SessionId, Signature, Store};
+
+/// What a refresh did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    /// Sessions looked at.
+    pub sessions: u64,
+    /// Sessions whose row changed.
+    pub updated: u64,
+    /// Sessions removed (closed).
+    pub removed: u64,
+    /// Events folded.
+    pub events: u64,
+}
+
+/// Whether a session is exactly as its row recorded (see `Store::unchanged_since`).
+fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &Seen) -> Result<bool> {
+    if seen.content_version != CONTENT_VERSION {
+        return Ok(false);
+    }
+    Ok(store.unchanged_since(id, &seen.signature())?)
+}
+
+/// What a row recorded about the store when it was last updated.
+struct Seen {
+    cursor: Cursor,
+    log_mtime_ns: i64,
+    record: (i64, i64),
+    content_version: i64,
+}
+
+impl Seen {
+    fn signature(&self) -> Signature {
+        Signature {
+            record: Some((self.record.0 as u64, self.record.1 as u64)),
+            cursor: self.cursor,
+            log_modified_ns: self.log_mtime_ns as u64,
+        }
+    }
+}
+
+/// The values of one session row.
+struct Upsert<'a> {
+    id: &'a str,
+    status: &'a str,
+    proposal: Option<&'a str>,
+    note: Option<&'a str>,
+    display: &'a str,
+    created_at: Option<String>,
+    archived: bool,
+    last_activity: Option<String>,
+    cursor: Cursor,
+    pin: &'a str,
+    log_mtime_ns: i64,
+    record: (i64, i64),
+}
+
+/// Writes one session row under the next change version (inside the caller's transaction).
+fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite::Result<()> {
+    let version: i64 = transaction.query_row(
+        "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
+        [],
+        |row| row.get(0),
+    )?;
+    transaction.execute(
+        "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
+             last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
+             log_mtime_ns, record_len, record_mtime_ns, content_version, version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+         ON CONFLICT(id) DO UPDATE SET status = excluded.status,
+             proposal = excluded.proposal, note = excluded.note,
+             display = excluded.display, created_at = excluded.created_at,
+             archived = excluded.archived, last_activity = excluded.last_activity,
+             cursor_segment = excluded.cursor_segment,
+             cursor_offset = excluded.cursor_offset, cursor_index = excluded.cursor_index,
+             cursor_pin = excluded.cursor_pin, log_mtime_ns = excluded.log_mtime_ns,
+             record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
+             content_version = excluded.content_version, version = excluded.version,
+             removed = 0",
+        params![
+            row.id,
+            row.status,
+            row.proposal,
+            row.note,
+            row.display,
+            row.created_at,
+            row.archived,
+            row.last_activity,
+            row.cursor.segment as i64,
+            row.cursor.offset as i64,
+            row.cursor.index as i64,
+            row.pin,
+            row.log_mtime_ns,
+            row.record.0,
+            row.record.1,
+            CONTENT_VERSION,
+            version,
+        ],
+    )?;
+    Ok(())
+}
+
+impl Index {
+    /// Brings the index up to date with the store: see the module header.
+    pub fn refresh<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
+        let mut refreshed = Refreshed::default();
+        let mut present = std::collections::BTreeSet::new();
+        let ids = store.session_ids()?;
+        let rows = self.all_seen()?;
+        for id in ids {
+            refreshed.sessions += 1;
+            present.insert(id.to_string());
+            let seen = rows.get(id.as_str());
+            let result = match seen {
+                Some(seen) if unchanged(store, &id, seen)? => continue,
+                _ => self.refresh_session(store, &id, seen),
+            };
+            match result {
+                Ok(Some(events)) => {
+                    refreshed.updated += 1;
+                    refreshed.events += events;
+                }
+                Ok(None) => {}
+                // One damaged session is a row of its own; the others are still listed.
+                Err(Error::Store(error @ spex_engine::Error::Corrupt { .. })) => {
+                    if self.mark_corrupt(store, &id, &error)? {
+                        refreshed.updated += 1;
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let indexed: Vec<String> = {
+            let mut statement = self
+                .connection
+                .prepare("SELECT id FROM sessions WHERE removed = 0")
+                .map_err(|e| self.sqlite(e))?;
+            let rows = statement.query_map([], |row| row.get(0)).map_err(|e| self.sqlite(e))?;
+            rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
+        };
+        for id in indexed.iter().filter(|id| !present.contains(*id)) {
+            self.remove(id)?;
+            refreshed.removed += 1;
+        }
+        Ok(refreshed)
+    }
+
+    /// What every listed row recorded, in one query.
+    fn all_seen(&self) -> Result<std::collections::HashMap<String, Seen>> {
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT id, cursor_segment, cursor_offset, cursor_index, record_len,
+                        record_mtime_ns, content_version, log_mtime_ns
+                 FROM sessions WHERE removed = 0",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    Seen {
+                        cursor: Cursor {
+                            segment: row.get::<_, i64>(1)? as u64,
+                            offset: row.get::<_, i64>(2)? as u64,
+                            index: row.get::<_, i64>(3)? as u64,
+                        },
+                        record: (row.get(4)?, row.get(5)?),
+                        content_version: row.get(6)?,
+                        log_mtime_ns: row.get(7)?,
+                    },
+                ))
+            })
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+
+    /// Updates one session's row if the store moved past `seen` (its row as preloaded by the
+    /// refresh); returns the events folded, or `None` when the row was already fresh. The
+    /// freshness check here is the full one (a listing): it covers what [`unchanged`] declines,
+    /// such as an empty log, a legacy segment or a torn tail.
+    fn refresh_session<F: Fs>(
+        &mut self,
+        store: &Store<F>,
+        id: &SessionId,
+        seen: Option<&Seen>,
+    ) -> Result<Option<u64>> {
+        let Some(record) = store.record_signature(id)? else {
+            // Being created (no record yet) or closed: nothing to list.
+            return Ok(None);
+        };
+        let record = (
+            i64::try_from(record.0).unwrap_or(i64::MAX),
+            i64::try_from(record.1).unwrap_or(i64::MAX),
+        );
+        let stamp = match store.stamp(id) {
+            Ok(stamp) => stamp,
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let fresh = |seen: &Seen| {
+            seen.content_version == CONTENT_VERSION
+                && seen.record == record
+                && seen.cursor.segment == stamp.newest
+                && seen.cursor.offset == stamp.newest_len
+                && seen.log_mtime_ns == stamp.newest_modified_ns as i64
+        };
+        if seen.is_some_and(fresh) {
+            return Ok(None);
+        }
+        let path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        // Inside the write lock: another refresher may have folded this session meanwhile.
+        let seen = transaction
+            .query_row(
+                "SELECT cursor_segment, cursor_offset, cursor_index, cursor_pin, last_activity,
+                        content_version FROM sessions WHERE id = ?1 AND removed = 0",
+                params![id.as_str()],
+                |row| {
+                    Ok((
+                        Watermark {
+                            cursor: Cursor {
+                                segment: row.get::<_, i64>(0)? as u64,
+                                offset: row.get::<_, i64>(1)? as u64,
+                                index: row.get::<_, i64>(2)? as u64,
+                            },
+                            pin: row.get(3)?,
+                            last_activity: row.get(4)?,
+                        },
+                        row.get::<_, i64>(5)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(sqlite)?;
+        let from = seen.as_ref().filter(|(_, version)| *version == CONTENT_VERSION);
+        let folded = match fold(store, id, from.map(|(mark, _)| mark)) {
+            Ok(folded) => folded,
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        // A session with no row has no content to drop (this keeps a rebuild linear: the
+        // session column is not indexed, so each delete scans the content table).
+        if folded.reset && seen.is_some() {
+            transaction
+                .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
+                .map_err(sqlite)?;
+        }
+        let events = &folded.events;
+        let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
+        {
+            let mut insert = transaction
+                .prepare_cached(
+                    "INSERT INTO content(said, notes, session, kind, ts, mid)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(sqlite)?;
+            for event in events {
+                match event {
+                    Event::Sent(sent) => {
+                        insert
+                            .execute(params![
+                                sent.text,
+                                None::<String>,
+                                id.as_str(),
+                                "said",
+                                sent.ts,
+                                sent.mid
+                            ])
+                            .map_err(sqlite)?;
+                    }
+                    Event::Status(status) => {
+                        if let Some(note) = &status.triple.note {
+                            insert
+                                .execute(params![
+                                    None::<String>,
+                                    note,
+                                    id.as_str(),
+                                    "note",
+                                    status.ts,
+                                    None::<String>
+                                ])
+                                .map_err(sqlite)?;
+                        }
+                    }
+                }
+            }
+        }
+        let record_now = match store.record(id) {
+            Ok(record) => record,
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let triple = record_now.public_triple();
+        upsert(
+            &transaction,
+            &Upsert {
+                id: id.as_str(),
+                status: triple.status.name(),
+                proposal: triple.proposal.map(|p| p.name()),
+                note: triple.note.as_deref(),
+                display: triple.display_word(),
+                created_at: record_now.created_at(),
+                archived: record_now.archived(),
+                last_activity,
+                cursor,
+                pin: &pin,
+                log_mtime_ns: stamp.newest_modified_ns as i64,
+                record,
+            },
+        )
+        .map_err(sqlite)?;
+        transaction.commit().map_err(sqlite)?;
+        Ok(Some(folded.events.len() as u64))
+    }
+
+    /// Lists a damaged session as a row with status `corrupt` and the reason as its note (as
+    /// the existing board shows it), dropping its content; returns whether the row changed.
+    /// The row keeps no watermark, so every refresh reads the session again until it is
+    /// repaired.
+    fn mark_corrupt<F: Fs>(
+        &mut self,
+        store: &Store<F>,
+        id: &SessionId,
+        error: &spex_engine::Error,
+    ) -> Result<bool> {
+        let reason = error.to_string();
+        let record = store.record_signature(id)?.unwrap_or_default();
+        let path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        let note: Option<Option<String>> = transaction
+            .query_row(
+                "SELECT note FROM sessions WHERE id = ?1 AND removed = 0 AND status = 'corrupt'",
+                params![id.as_str()],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(sqlite)?;
+        if note.flatten().as_deref() == Some(reason.as_str()) {
+            return Ok(false);
+        }
+        transaction
+            .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
+            .map_err(sqlite)?;
+        let record = (
+            i64::try_from(record.0).unwrap_or(i64::MAX),
+            i64::try_from(record.1).unwrap_or(i64::MAX),
+        );
+        upsert(
+            &transaction,
+            &Upsert {
+                id: id.as_str(),
+                status: "corrupt",
+                proposal: None,
+                note: Some(&reason),
+                display: "corrupt",
+                created_at: None,
+                archived: false,
+                last_activity: None,
+                cursor: Cursor::START,
+                pin: "",
+                log_mtime_ns: 0,
+                record,
+            },
+        )
+        .map_err(sqlite)?;
+        transaction.commit().map_err(sqlite)?;
+        Ok(true)
+    }
+
+    fn remove(&mut self, id: &str) -> Result<()> {
+        let path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: path.clone(), source };
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite)?;
+        transaction
+            .execute("DELETE FROM content WHERE session = ?1", params![id])
+            .map_err(sqlite)?;
+        // A tombstone, so a watcher learns of the removal with its own version.
+        transaction
+            .execute(
+                "UPDATE sessions SET removed = 1, version =
+                     (SELECT value + 1 FROM meta WHERE key = 'version') WHERE id = ?1",
+                params![id],
+            )
+            .map_err(sqlite)?;
+        transaction
+            .execute("UPDATE meta SET value = value + 1 WHERE key = 'version'", [])
+            .map_err(sqlite)?;
+        transaction.commit().map_err(sqlite)
+    }
+
+    /// Empties the index and folds every log again.
+    pub fn rebuild<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
+        self.connection
+            .execute_batch("BEGIN IMMEDIATE; DELETE FROM content; DELETE FROM sessions; COMMIT;")
+            .map_err(|e| self.sqlite(e))?;
+        self.refresh(store)
+    }
+}
