@@ -347,7 +347,7 @@ fn drain(dir: &Path, args: &Args) {
     let (e, f, l) = (rate(&engine), rate(&floor), rate(&lite));
     println!("## 2. Drain, no-op adapter\n");
     println!(
-        "{entries} keyed entries drained per round (settlement line + queue rewrite each), median of {} rounds.\n",
+        "{entries} keyed entries drained per round (the engine: a settlement line each, one queue rewrite per batch; the floor and SQLite: one entry per transaction), median of {} rounds.\n",
         args.rounds
     );
     println!("| competitor | entries/s | engine ÷ this |");
