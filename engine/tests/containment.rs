@@ -16,20 +16,9 @@ use common::corpus::snapshot;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use common::{Recorder, config, id, queued, real_store};
+use common::{Recorder, config, id, queued, real_store, refused_naming, text};
+use spex_engine::Store;
 use spex_engine::faultfs::{Fs, RealFs};
-use spex_engine::{Error, SendRequest, Store};
-
-fn text(text: &str) -> SendRequest {
-    SendRequest { text: text.to_owned(), ..SendRequest::default() }
-}
-
-fn refused_naming(result: Result<impl std::fmt::Debug, Error>, path: &Path) {
-    match result {
-        Err(Error::Corrupt { path: named, .. }) if named == path => {}
-        other => panic!("expected a refusal naming {}, got {other:?}", path.display()),
-    }
-}
 
 /// A directory outside the root holding a copy of a real session and a canary.
 fn outside_copy_of(

@@ -9,22 +9,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Recorder, config, id, queued, sim_store};
+use common::{Recorder, config, id, queued, refused_naming, sim_store, text};
+use spex_engine::Store;
 use spex_engine::faultfs::{Boundary, File as _, FileKind, Fs, OpenOptions, SimFs};
-use spex_engine::{Error, SendRequest, Store};
 
 const B: Boundary = Boundary::new("test");
-
-fn text(text: &str) -> SendRequest {
-    SendRequest { text: text.to_owned(), ..SendRequest::default() }
-}
-
-fn refused_naming(result: Result<impl std::fmt::Debug, Error>, path: &Path) {
-    match result {
-        Err(Error::Corrupt { path: named, .. }) if named == path => {}
-        other => panic!("expected a refusal naming {}, got {other:?}", path.display()),
-    }
-}
 
 /// Every file under `dir` with its bytes, and every directory, sorted.
 fn tree(fs: &SimFs, dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {

@@ -290,14 +290,7 @@ fn drain(dir: &Path, args: &Args) {
     for round in 0..args.rounds {
         let id = SessionId::new(&format!("d{round}")).unwrap();
         store.create_session(&id, &active(), None, None).unwrap();
-        for i in 0..entries {
-            let request = SendRequest {
-                text: message(i),
-                key: Some(Key { operation: "bench".into(), key: format!("k{i}") }),
-                ..SendRequest::default()
-            };
-            store.send(&id, &request).unwrap();
-        }
+        send_keyed(&store, &id, entries);
         let started = Instant::now();
         let report = store.drain(&id, &mut NoOp).unwrap();
         assert_eq!(report.delivered.len() as u64, entries);
@@ -357,6 +350,18 @@ fn drain(dir: &Path, args: &Args) {
     println!("| SQLite WAL FULL | {l:.0} | {:.2}x |\n", e / l);
 }
 
+/// Sends `count` keyed messages to session `id` (what the drain rows drain).
+fn send_keyed(store: &Store<faultfs::RealFs>, id: &SessionId, count: u64) {
+    for i in 0..count {
+        let request = SendRequest {
+            text: message(i),
+            key: Some(Key { operation: "bench".into(), key: format!("k{i}") }),
+            ..SendRequest::default()
+        };
+        store.send(id, &request).unwrap();
+    }
+}
+
 /// A whole backlog drained at once: the time should grow linearly with the backlog.
 fn backlog(dir: &Path, args: &Args) {
     let root = dir.join("backlog");
@@ -366,14 +371,7 @@ fn backlog(dir: &Path, args: &Args) {
         progress(&format!("draining a backlog of {owed} keyed messages"));
         let id = SessionId::new(&format!("b{owed}")).unwrap();
         store.create_session(&id, &active(), None, None).unwrap();
-        for i in 0..owed {
-            let request = SendRequest {
-                text: message(i),
-                key: Some(Key { operation: "bench".into(), key: format!("k{i}") }),
-                ..SendRequest::default()
-            };
-            store.send(&id, &request).unwrap();
-        }
+        send_keyed(&store, &id, owed);
         let started = Instant::now();
         let report = store.drain(&id, &mut NoOp).unwrap();
         let took = started.elapsed();

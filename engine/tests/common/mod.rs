@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use spex_engine::env::{ManualClock, SeededIds};
 use spex_engine::faultfs::{FaultPlan, Fs, RealFs, SimFs};
-use spex_engine::{Adapter, Config, Message, SessionId, Status, Store, Triple};
+use spex_engine::{Adapter, Config, Error, Message, SendRequest, SessionId, Status, Store, Triple};
 
 pub(crate) fn id(text: &str) -> SessionId {
     SessionId::new(text).unwrap()
@@ -78,4 +78,17 @@ impl Adapter for Recorder {
 /// The bytes of a file through the store's filesystem.
 pub(crate) fn read<F: Fs>(store: &Store<F>, path: &std::path::Path) -> Vec<u8> {
     store.fs().read(path).unwrap()
+}
+
+/// An unkeyed send of `text` from a human.
+pub(crate) fn text(text: &str) -> SendRequest {
+    SendRequest { text: text.to_owned(), ..SendRequest::default() }
+}
+
+/// Asserts that `result` is a corruption refusal naming exactly `path`.
+pub(crate) fn refused_naming(result: Result<impl std::fmt::Debug, Error>, path: &std::path::Path) {
+    match result {
+        Err(Error::Corrupt { path: named, .. }) if named == path => {}
+        other => panic!("expected a refusal naming {}, got {other:?}", path.display()),
+    }
 }
