@@ -60,7 +60,7 @@ pub struct Closure {
 impl<F: Fs> Store<F> {
     /// Closes session `id` (see the module header).
     pub fn close(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &CLOSE, || {
+        self.transition(id, &CLOSE, |_| {
             self.require_session(id)?;
             if active(Mutant::CloseDeletesBeforeRevoking) {
                 self.remove_tree(&self.layout.session_dir(id), &CLOSE)?;

@@ -91,7 +91,7 @@ impl<F: Fs> Store<F> {
     /// Repairs session `id`'s delivery queue if it is damaged (see the module header).
     pub fn repair_queue(&self, id: &SessionId) -> Result<QueueRepair> {
         self.require_session(id)?;
-        self.transition(id, &RECOVER, || {
+        self.transition(id, &RECOVER, |_| {
             let file = self.queue_file(id)?;
             let Some(damage) = file.damage else { return Ok(QueueRepair::default()) };
             let queue = self.layout.queue(id);

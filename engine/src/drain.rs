@@ -164,9 +164,10 @@ impl<F: Fs> Store<F> {
         report: &mut DrainReport,
     ) -> Result<()> {
         loop {
-            let batch = self.transition_checked(id, &DRAIN, Checks { queue: true }, || {
-                self.next_batch(id, report)
-            })?;
+            let batch =
+                self.transition_checked(id, &DRAIN, Checks { queue: true }, |recovered| {
+                    self.next_batch(id, recovered.queue.unwrap_or_default(), report)
+                })?;
             if batch.deliver.is_empty() {
                 report.stopped = batch.stop;
                 return Ok(());
@@ -188,7 +189,9 @@ impl<F: Fs> Store<F> {
                 &batch.deliver[..delivered]
             };
             if !delivered.is_empty() {
-                self.transition(id, &DRAIN, || self.settle(id, delivered))?;
+                self.transition_checked(id, &DRAIN, Checks { queue: true }, |recovered| {
+                    self.settle(id, recovered.queue.unwrap_or_default(), delivered)
+                })?;
                 report.delivered.extend(delivered.iter().map(|entry| entry.mid.clone()));
             }
             if let Some(stop) = refused.or(batch.stop) {
@@ -200,8 +203,12 @@ impl<F: Fs> Store<F> {
 
     /// Step 1: drops and consumes the heads that need no adapter call, then gathers the batch
     /// that follows (see the module header).
-    fn next_batch(&self, id: &SessionId, report: &mut DrainReport) -> Result<Batch> {
-        let mut entries = self.queue_for_write(id)?;
+    fn next_batch(
+        &self,
+        id: &SessionId,
+        mut entries: Vec<Entry>,
+        report: &mut DrainReport,
+    ) -> Result<Batch> {
         let limit = batch_max(entries.len());
         let mut gone = 0;
         let mut batch = Batch { deliver: Vec::new(), stop: None };
@@ -273,8 +280,7 @@ impl<F: Fs> Store<F> {
     }
 
     /// Step 3: settle the delivered keyed heads and remove every delivered head, in one commit.
-    fn settle(&self, id: &SessionId, delivered: &[Entry]) -> Result<()> {
-        let mut entries = self.queue_for_write(id)?;
+    fn settle(&self, id: &SessionId, mut entries: Vec<Entry>, delivered: &[Entry]) -> Result<()> {
         let still_heads = entries.len() >= delivered.len()
             && entries.iter().zip(delivered).all(|(entry, delivered)| entry.mid == delivered.mid);
         if !still_heads {

@@ -45,9 +45,10 @@ pub fn record(data: &[u8]) {
     }
 }
 
-/// A delivery queue: its valid entries, written back, read back as exactly those entries with no
-/// damage.
+/// A delivery queue: the one-pass reader agrees with the entry-by-entry one; the valid entries,
+/// written back, read back as exactly those entries with no damage.
 pub fn queue(data: &[u8]) {
+    crate::queue::check_agreement(data);
     let file = crate::queue::parse(data);
     assert!(file.damage.is_some() || data.iter().any(|b| !b.is_ascii_whitespace()));
     if !file.entries.is_empty() {

@@ -87,8 +87,8 @@ impl<F: Fs> Store<F> {
                 bytes_max: NOTE_BYTES_MAX as u64,
             });
         }
-        self.transition(id, &APPEND, || {
-            let mut record = self.record(id)?;
+        self.transition(id, &APPEND, |recovered| {
+            let mut record = recovered.into_record(id)?;
             if let Some(worktree) = record.worktree()
                 && !self.fs.exists(Path::new(worktree))?
             {
@@ -169,8 +169,8 @@ impl<F: Fs> Store<F> {
     /// and the cold proof the existing implementation's board requires. Every segment is
     /// preserved.
     pub fn archive(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &ARCHIVE, || {
-            let mut record = self.record(id)?;
+        self.transition(id, &ARCHIVE, |recovered| {
+            let mut record = recovered.into_record(id)?;
             if record.archived() {
                 return Ok(());
             }

@@ -26,8 +26,29 @@ use crate::boundaries::Boundaries;
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
+use crate::queue::Entry;
+use crate::record::Record;
 use crate::store::Store;
 use crate::timeline::{self, Line};
+
+/// What recovery read, handed to the transition's work so that it is not read twice under one
+/// lock hold (nothing else can change it until the lock is released).
+#[derive(Debug, Default)]
+pub(crate) struct Recovered {
+    /// The record as recovery left it (rolled forward if it was), if the session has one.
+    pub(crate) record: Option<Record>,
+    /// The queue, for a transition that checks it (`Checks::queue`): sound, its entries.
+    pub(crate) queue: Option<Vec<Entry>>,
+    /// The log's final line, when the session has a record.
+    pub(crate) last_line: Option<Line>,
+}
+
+impl Recovered {
+    /// The record; a missing one is `NoSuchSession`.
+    pub(crate) fn into_record(self, id: &SessionId) -> Result<Record> {
+        self.record.ok_or_else(|| crate::error::Error::NoSuchSession { id: id.to_string() })
+    }
+}
 
 /// What a transition's recovery checks before it writes anything.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,15 +59,18 @@ pub(crate) struct Checks {
 
 impl<F: Fs> Store<F> {
     /// Recovery of one session (see the module header). A missing session is left alone.
-    pub(crate) fn recover(&self, id: &SessionId, steps: &Boundaries, checks: Checks) -> Result<()> {
+    pub(crate) fn recover(
+        &self,
+        id: &SessionId,
+        steps: &Boundaries,
+        checks: Checks,
+    ) -> Result<Recovered> {
         if !self.session_dir_exists(id)? {
-            return Ok(());
+            return Ok(Recovered::default());
         }
         let record = self.read_record(id)?;
         timeline::list_segments(&self.fs, &self.layout, id)?;
-        if checks.queue {
-            self.queue_for_write(id)?;
-        }
+        let queue = if checks.queue { Some(self.queue_for_write(id)?) } else { None };
         if active(Mutant::AckBeforeSync) {
             // The broken variant syncs what the previous write acknowledged only now.
             timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
@@ -60,9 +84,11 @@ impl<F: Fs> Store<F> {
         {
             atomic::remove(&self.fs, &dir, &tmp, steps.recover_remove, steps.recover_dir_sync)?;
         }
-        let Some(mut record) = record else { return Ok(()) };
-        let last = timeline::tail_lines(&self.fs, &self.layout, id, 1, |_| true)?;
-        if let Some(Line::Status(event)) = last.first()
+        let Some(mut record) = record else {
+            return Ok(Recovered { queue, ..Recovered::default() });
+        };
+        let last_line = timeline::tail_lines(&self.fs, &self.layout, id, 1, |_| true)?.pop();
+        if let Some(Line::Status(event)) = &last_line
             && event.triple != record.public_triple()
             && !active(Mutant::NoRollForward)
         {
@@ -70,6 +96,6 @@ impl<F: Fs> Store<F> {
             record.end_launch(false);
             self.write_record(id, &record, &steps.recover_record)?;
         }
-        Ok(())
+        Ok(Recovered { record: Some(record), queue, last_line })
     }
 }

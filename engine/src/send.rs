@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::layout::{QUEUE_ENTRIES_MAX, SessionId, TEXT_BYTES_MAX};
 use crate::mutant::{Mutant, active};
 use crate::queue::{self, Dispatch, Entry};
-use crate::recover::Checks;
+use crate::recover::{Checks, Recovered};
 use crate::reply::{self, ReplyChannel};
 use crate::store::Store;
 use crate::timeline::{self, Delivery, Line, Receipt, SentEvent};
@@ -96,8 +96,9 @@ impl<F: Fs> Store<F> {
         }
         let read_early =
             if active(Mutant::QueueReadOutsideLock) { Some(self.queue(to)?) } else { None };
-        self.transition_checked(to, &SEND, Checks { queue: true }, || {
-            let record = self.record(to)?;
+        self.transition_checked(to, &SEND, Checks { queue: true }, |recovered| {
+            let Recovered { record, queue, last_line } = recovered;
+            let record = record.ok_or_else(|| Error::NoSuchSession { id: to.to_string() })?;
             if let Some(sender) = from
                 && self.is_revoked(sender)?
             {
@@ -130,13 +131,13 @@ impl<F: Fs> Store<F> {
                         request_digest: request_digest.clone(),
                     });
                 }
-                let restored = self.restore_debt(to, &known)?;
+                let restored = self.restore_debt(to, queue.unwrap_or_default(), &known)?;
                 return Ok(Accepted { mid: known.mid, replayed: true, restored });
             }
 
             let human = from.is_none();
             let headless = reply::adapter_is_headless(self.adapter(to, &record)?.as_deref());
-            let previous_note = human && self.previous_human_used_note(to)?;
+            let previous_note = human && self.previous_human_used_note(to, last_line.as_ref())?;
             let composed =
                 reply::compose(&request.text, headless, request.reply_via, human, previous_note);
             let mid = self.ids.mid();
@@ -171,7 +172,8 @@ impl<F: Fs> Store<F> {
                 dispatch: keyed
                     .map(|(operation, request_digest, _)| Dispatch { operation, request_digest }),
             };
-            self.accept_and_enqueue(to, &line, entry, read_early.clone())?;
+            let entries = read_early.clone().unwrap_or(queue.unwrap_or_default());
+            self.accept_and_enqueue(to, &line, entry, entries)?;
             Ok(Accepted { mid, replayed: false, restored: false })
         })
     }
@@ -182,12 +184,8 @@ impl<F: Fs> Store<F> {
         to: &SessionId,
         line: &Line,
         entry: Entry,
-        read_early: Option<Vec<Entry>>,
+        mut entries: Vec<Entry>,
     ) -> Result<()> {
-        let mut entries = match read_early {
-            Some(entries) => entries,
-            None => self.queue_for_write(to)?,
-        };
         if entries.len() >= QUEUE_ENTRIES_MAX {
             return Err(Error::TooLarge {
                 what: "delivery queue (entries)",
@@ -205,11 +203,15 @@ impl<F: Fs> Store<F> {
 
     /// A replayed keyed send whose message is neither owed nor settled gets its queue entry
     /// back, from the receipt's frozen delivery bytes. Returns whether it did.
-    fn restore_debt(&self, to: &SessionId, known: &crate::receipts::Known) -> Result<bool> {
+    fn restore_debt(
+        &self,
+        to: &SessionId,
+        mut entries: Vec<Entry>,
+        known: &crate::receipts::Known,
+    ) -> Result<bool> {
         if known.settled || active(Mutant::ReplayWithoutRestore) {
             return Ok(false);
         }
-        let mut entries = self.queue_for_write(to)?;
         if entries.iter().any(|entry| entry.mid == known.mid) {
             return Ok(false);
         }
@@ -236,12 +238,16 @@ impl<F: Fs> Store<F> {
         Ok(true)
     }
 
-    /// Whether the most recent human send to `to` used the note channel: read backward from the
-    /// end of the log until the first human `sent` line.
-    fn previous_human_used_note(&self, to: &SessionId) -> Result<bool> {
+    /// Whether the most recent human send to `to` used the note channel: the log's final line
+    /// when it is one (recovery read it), else read backward from the end of the log until the
+    /// first human `sent` line.
+    fn previous_human_used_note(&self, to: &SessionId, last_line: Option<&Line>) -> Result<bool> {
         let is_human_send =
             |line: &Line| matches!(line, Line::Sent(event, _) if event.from.is_none());
-        let lines = timeline::tail_lines(&self.fs, &self.layout, to, 1, is_human_send)?;
+        let lines = match last_line {
+            Some(line) if is_human_send(line) => vec![line.clone()],
+            _ => timeline::tail_lines(&self.fs, &self.layout, to, 1, is_human_send)?,
+        };
         Ok(
             matches!(lines.last(), Some(Line::Sent(event, _)) if event.from.is_none() && event.reply_via.as_deref() == Some("note")),
         )

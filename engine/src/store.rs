@@ -24,7 +24,7 @@ use crate::lock::{self, LockGuard};
 use crate::mutant::{Mutant, active};
 use crate::receipts::ReceiptIndexes;
 use crate::record::Record;
-use crate::recover::Checks;
+use crate::recover::{Checks, Recovered};
 use crate::sync::{Mutex, lock as lock_mutex};
 // Shared ownership of the injected clock and id source (not synchronization: std's Arc).
 use crate::timeline::{self, Cursor, Event, Line, Stamp, Triple};
@@ -167,7 +167,7 @@ impl<F: Fs> Store<F> {
         &self,
         id: &SessionId,
         steps: &Boundaries,
-        work: impl FnOnce() -> Result<T>,
+        work: impl FnOnce(Recovered) -> Result<T>,
     ) -> Result<T> {
         self.transition_checked(id, steps, Checks::default(), work)
     }
@@ -178,7 +178,7 @@ impl<F: Fs> Store<F> {
         id: &SessionId,
         steps: &Boundaries,
         checks: Checks,
-        work: impl FnOnce() -> Result<T>,
+        work: impl FnOnce(Recovered) -> Result<T>,
     ) -> Result<T> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
@@ -187,7 +187,7 @@ impl<F: Fs> Store<F> {
         } else {
             Ok(())
         };
-        let result = vouched.and_then(|()| self.recover(id, steps, checks)).and_then(|()| work());
+        let result = vouched.and_then(|()| self.recover(id, steps, checks)).and_then(work);
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
@@ -240,7 +240,7 @@ impl<F: Fs> Store<F> {
     /// Runs recovery on session `id` under its record lock (every writer does this first; this
     /// entry point lets a maintainer or a harness recover without writing anything else).
     pub fn recover_session(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &boundaries::RECOVER, || Ok(()))
+        self.transition(id, &boundaries::RECOVER, |_| Ok(()))
     }
 
     /// Appends one line durably to a session's log.
@@ -306,8 +306,8 @@ impl<F: Fs> Store<F> {
         worktree: Option<&str>,
     ) -> Result<Record> {
         let steps = &boundaries::CREATE;
-        self.transition(id, steps, || {
-            if self.read_record(id)?.is_some() {
+        self.transition(id, steps, |recovered| {
+            if recovered.record.is_some() {
                 return Err(Error::SessionExists { id: id.to_string() });
             }
             // A closed id stays closed: its close is in the ledger and it is revoked as a

@@ -50,6 +50,9 @@ struct Args {
     /// Only the drain rows.
     #[arg(long)]
     drain_only: bool,
+    /// Only the send rows (one sender, eight senders).
+    #[arg(long)]
+    send_only: bool,
     /// Small sizes and fewer operations (about a minute).
     #[arg(long)]
     quick: bool,
@@ -81,6 +84,9 @@ fn main() {
     }
     durable_send(&dir, &args);
     concurrent_sends(&dir, &args);
+    if args.send_only {
+        return;
+    }
     drain(&dir, &args);
     backlog(&dir, &args);
     reads(&dir, &args);
