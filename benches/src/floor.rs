@@ -5,6 +5,10 @@
 //! directory `fsync`ed (rename durability). A drained keyed entry is one settlement line appended
 //! and synced, then the queue rewritten the same way (or removed, with a directory sync, when
 //! empty). No lock, no recovery, no parsing: nothing but the format's own I/O.
+//!
+//! [`Floor::send_log_as_wal`] is the prototype of `docs/log-as-wal.md`: the log line is the only
+//! sync (the queue is written and renamed without one, to be rebuilt from the log after a power
+//! loss). It measures what that design could reach; the engine does not write this way.
 
 #![allow(
     clippy::disallowed_types,
@@ -64,7 +68,19 @@ impl Floor {
         File::open(&self.dir)?.sync_all()
     }
 
-    /// A send: the line, then the entry.
+    /// A send with one sync: the log line, then the queue replaced without syncing it or its
+    /// directory (the prototype of `docs/log-as-wal.md`).
+    pub fn send_log_as_wal(&mut self, line: &[u8], entry: Entry) -> std::io::Result<()> {
+        self.append(line)?;
+        self.queue.push(entry);
+        let tmp = self.dir.join("pending.json.tmp");
+        let mut bytes = serde_json::to_vec_pretty(&self.queue).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        File::create(&tmp)?.write_all(&bytes)?;
+        std::fs::rename(&tmp, self.dir.join("pending.json"))
+    }
+
+    /// A send: the line, then the queue (see the module header).
     pub fn send(&mut self, line: &[u8], entry: Entry) -> std::io::Result<()> {
         self.append(line)?;
         self.queue.push(entry);

@@ -136,35 +136,50 @@ impl Index {
     /// quoted, so FTS syntax in it is data.
     pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
         let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
-        let mut statement = self
-            .connection
-            .prepare_cached(
-                "SELECT c.session, c.kind, c.ts, c.mid,
-                        snippet(content, -1, '[', ']', '…', 16),
-                        bm25(content, 2.0, 1.0) AS rank
-                 FROM content c JOIN sessions s ON s.id = c.session
-                 WHERE content MATCH ?1 AND s.removed = 0
-                   AND (?2 IS NULL OR c.session = ?2)
-                   AND (?3 IS NULL OR s.status = ?3 OR s.display = ?3)
-                   AND (?4 IS NULL OR c.ts >= ?4)
-                 ORDER BY rank LIMIT ?5",
-            )
-            .map_err(|e| self.sqlite(e))?;
+        // Only the filters that are set are in the statement: a per-row `?n IS NULL OR ...` or
+        // a join with `sessions` for every match costs more than the ranking itself. No join
+        // is needed for removed sessions: their content is deleted with them (`remove`).
+        let mut sql = "SELECT c.session, c.kind, c.ts, c.mid,
+                              snippet(content, -1, '[', ']', '…', 16),
+                              bm25(content, 2.0, 1.0) AS rank
+                       FROM content c"
+            .to_owned();
+        if filter.status.is_some() {
+            sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
+        }
+        sql.push_str(" WHERE content MATCH :query");
+        if filter.session.is_some() {
+            sql.push_str(" AND c.session = :session");
+        }
+        if filter.status.is_some() {
+            sql.push_str(" AND (s.status = :status OR s.display = :status)");
+        }
+        if filter.since.is_some() {
+            sql.push_str(" AND c.ts >= :since");
+        }
+        sql.push_str(" ORDER BY rank LIMIT :limit");
+        let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> =
+            vec![(":query", &literal), (":limit", &limit)];
+        for (name, value) in
+            [(":session", &filter.session), (":status", &filter.status), (":since", &filter.since)]
+        {
+            if value.is_some() {
+                bound.push((name, value));
+            }
+        }
         let hits = statement
-            .query_map(
-                params![literal, filter.session, filter.status, filter.since, limit],
-                |row| {
-                    Ok(Hit {
-                        session: row.get(0)?,
-                        kind: row.get(1)?,
-                        ts: row.get(2)?,
-                        mid: row.get(3)?,
-                        snippet: row.get(4)?,
-                        rank: row.get(5)?,
-                    })
-                },
-            )
+            .query_map(bound.as_slice(), |row| {
+                Ok(Hit {
+                    session: row.get(0)?,
+                    kind: row.get(1)?,
+                    ts: row.get(2)?,
+                    mid: row.get(3)?,
+                    snippet: row.get(4)?,
+                    rank: row.get(5)?,
+                })
+            })
             .map_err(|e| self.sqlite(e))?;
         hits.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }

@@ -27,6 +27,40 @@ fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &Seen) -> Result<boo
     Ok(store.unchanged_since(id, &seen.signature())?)
 }
 
+/// Sessions per thread below which the freshness pass stays on the calling thread.
+const FRESHNESS_CHUNK: usize = 1024;
+
+/// For each of `ids`, whether its row is exactly as the store is now: a few stats per session
+/// and no log read, spread over the machine's cores for a large store (the checks only read).
+fn freshness<F: Fs>(
+    store: &Store<F>,
+    ids: &[SessionId],
+    rows: &std::collections::HashMap<String, Seen>,
+) -> Result<Vec<bool>> {
+    let check = |ids: &[SessionId]| -> Result<Vec<bool>> {
+        ids.iter()
+            .map(|id| match rows.get(id.as_str()) {
+                Some(seen) => unchanged(store, id, seen),
+                None => Ok(false),
+            })
+            .collect()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if threads < 2 || ids.len() < 2 * FRESHNESS_CHUNK {
+        return check(ids);
+    }
+    let chunk = ids.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> =
+            ids.chunks(chunk).map(|part| scope.spawn(move || check(part))).collect();
+        let mut fresh = Vec::with_capacity(ids.len());
+        for worker in workers {
+            fresh.extend(worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?);
+        }
+        Ok(fresh)
+    })
+}
+
 /// What a row recorded about the store when it was last updated.
 struct Seen {
     cursor: Cursor,
@@ -113,14 +147,15 @@ impl Index {
         let mut present = std::collections::BTreeSet::new();
         let ids = store.session_ids()?;
         let rows = self.all_seen()?;
-        for id in ids {
+        let fresh = freshness(store, &ids, &rows)?;
+        for (id, fresh) in ids.into_iter().zip(fresh) {
             refreshed.sessions += 1;
             present.insert(id.to_string());
+            if fresh {
+                continue;
+            }
             let seen = rows.get(id.as_str());
-            let result = match seen {
-                Some(seen) if unchanged(store, &id, seen)? => continue,
-                _ => self.refresh_session(store, &id, seen),
-            };
+            let result = self.refresh_session(store, &id, seen);
             match result {
                 Ok(Some(events)) => {
                     refreshed.updated += 1;

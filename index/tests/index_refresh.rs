@@ -287,4 +287,13 @@ fn search_is_literal_ranked_and_filtered() {
     let later = SearchFilter { since: Some("2100-01-01".into()), ..all.clone() };
     assert!(index.search("deploy", &later).unwrap().is_empty());
     assert!(matches!(index.search("   ", &all), Err(spex_index::Error::EmptyQuery)));
+    let two =
+        SearchFilter { session: Some("b".into()), since: Some("2000-01-01".into()), ..asking };
+    assert_eq!(index.search("deploy", &two).unwrap().len(), 1, "filters combine");
+    // A closed session's content is gone from search, with or without a status filter.
+    world.store.close(&a).unwrap();
+    index.refresh(&world.store).unwrap();
+    assert_eq!(index.search("deploy", &all).unwrap().len(), 1);
+    let active = SearchFilter { status: Some("active".into()), ..all.clone() };
+    assert!(index.search("deploy", &active).unwrap().is_empty());
 }

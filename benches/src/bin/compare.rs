@@ -154,8 +154,8 @@ fn durable_send(dir: &Path, args: &Args) {
     let root = dir.join("send");
     let store = open_store(&root.join("engine"));
     let mut connection = sqlite::open(&root.join("send.sqlite")).unwrap();
-    let (mut engine, mut floor, mut lite) =
-        (Samples::default(), Samples::default(), Samples::default());
+    let (mut engine, mut floor, mut lite, mut wal) =
+        (Samples::default(), Samples::default(), Samples::default(), Samples::default());
     let mut i = 0;
     for round in 0..args.rounds {
         // A fresh session per round keeps the queue as short as a drained one would be.
@@ -179,6 +179,19 @@ fn durable_send(dir: &Path, args: &Args) {
             };
             floor.time(|| raw.send(&line, entry).unwrap());
         }
+        let mut prototype = Floor::create(&root.join("wal"), &format!("w{round}")).unwrap();
+        for _ in 0..args.sends {
+            i += 1;
+            let line = sent_line(&format_ts(1_700_000_000_000 + i), &mid(i), &message(i));
+            let entry = Entry {
+                mid: mid(i),
+                text: message(i),
+                from: None,
+                attributes: None,
+                dispatch: None,
+            };
+            wal.time(|| prototype.send_log_as_wal(&line, entry).unwrap());
+        }
         for _ in 0..args.sends {
             i += 1;
             let line = sent_line(&format_ts(1_700_000_000_000 + i), &mid(i), &message(i));
@@ -197,9 +210,12 @@ fn durable_send(dir: &Path, args: &Args) {
     );
     println!("| competitor | median | p99 | sends/s | engine ÷ this (median) |");
     println!("|---|---|---|---|---|");
-    for (name, samples) in
-        [("engine", &engine), ("fsync floor", &floor), ("SQLite WAL FULL", &lite)]
-    {
+    for (name, samples) in [
+        ("engine", &engine),
+        ("fsync floor", &floor),
+        ("SQLite WAL FULL", &lite),
+        ("log-as-WAL prototype (1 sync; not shipped)", &wal),
+    ] {
         println!(
             "| {name} | {} | {} | {:.0} | {} |",
             show(samples.median()),
