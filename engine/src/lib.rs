@@ -16,6 +16,7 @@ pub mod env;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+mod group;
 pub mod layout;
 mod lifecycle;
 pub mod lock;

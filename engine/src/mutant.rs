@@ -78,6 +78,9 @@ pub enum Mutant {
     /// A drain whose adapter refused a head commits its whole batch anyway (the refused head
     /// and those after it are removed undelivered).
     DrainCommitsRefused,
+    /// A batch of sends appends its lines and syncs once after the last (a power loss can keep
+    /// a later line and lose an earlier one).
+    BatchSharesOneSync,
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
@@ -85,15 +88,18 @@ pub enum Mutant {
     /// flock (so it can remove the fresh lock another taker just made: two holders at once;
     /// caught by the loom model).
     TakeoverWithoutRecheck,
+    /// The leader of a batch of sends answers its members without waking them (a lost wakeup:
+    /// a member waiting for its answer sleeps forever).
+    GroupWithoutWakeup,
 }
 
 impl Mutant {
     /// Mutants only concurrency exposes (the loom model catches them).
-    pub const CONCURRENCY: [Mutant; 2] =
-        [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck];
+    pub const CONCURRENCY: [Mutant; 3] =
+        [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 30] = [
+    pub const ALL: [Mutant; 31] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -124,6 +130,7 @@ impl Mutant {
         Mutant::EmptyPinAtSegmentStart,
         Mutant::IndexWithoutChecksum,
         Mutant::DrainCommitsRefused,
+        Mutant::BatchSharesOneSync,
     ];
 
     /// The mutant's kebab-case name.

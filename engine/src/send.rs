@@ -15,18 +15,28 @@
 //! its frozen delivery bytes. A crash after 3: accepted and owed; a keyed retry returns the
 //! original mid.
 //!
+//! A batch (concurrent sends through one handle, see `group`, or [`Store::send_together`]) runs
+//! these steps once for all its messages: the queue holding every new entry is staged, each
+//! `sent` line is appended and synced on its own (never two lines under one sync: a power loss
+//! could keep the later and lose the earlier), the queue is published, and only then is any
+//! member answered. A crash inside leaves a prefix of the batch's lines logged, none owed and
+//! none acknowledged.
+//!
 //! A retry may find a receipt that a killed process appended and never synced (a kill is not a
 //! sync): the retry took the lock over from that process, so it made the log and the queue
 //! durable before looking (see `store`), and its answer never rests on bytes a later power loss
 //! could take back.
 
+use std::collections::HashMap;
+
 use faultfs::Fs;
 use serde_json::{Map, Value};
 
 use crate::atomic;
-use crate::boundaries::{self, SEND};
+use crate::boundaries::SEND;
 use crate::digest::{self, Payload};
 use crate::error::{Error, Result};
+use crate::group::Answer;
 use crate::layout::{QUEUE_ENTRIES_MAX, SessionId, TEXT_BYTES_MAX};
 use crate::mutant::{Mutant, active};
 use crate::queue::{self, Dispatch, Entry};
@@ -70,9 +80,68 @@ pub struct Accepted {
     pub restored: bool,
 }
 
+/// A keyed request's digests: operation, request digest, payload hash.
+type Keyed = (String, String, String);
+
+/// What a batch accumulates while it prepares its requests, before anything is written.
+struct Batch {
+    /// The queue as it will be published.
+    entries: Vec<Entry>,
+    /// The `sent` lines to append, in order.
+    lines: Vec<Line>,
+    /// Whether an entry was restored for a replay.
+    restored: bool,
+    /// Whether the most recent human send used the note channel (`None`: not read yet).
+    previous_note: Option<bool>,
+    /// Keys accepted earlier in this batch: (operation, request digest) -> (payload hash, mid).
+    keys: HashMap<(String, String), (String, String)>,
+}
+
 impl<F: Fs> Store<F> {
     /// Sends `request` to session `to`. See the module header for the crash windows.
+    ///
+    /// Concurrent sends to one session through this handle are committed together (see
+    /// `group`): each is answered only once its message is logged and owed.
     pub fn send(&self, to: &SessionId, request: &SendRequest) -> Result<Accepted> {
+        self.check_request(request)?;
+        match self.groups.send(to, request.clone(), |batch| self.send_batch(to, batch)) {
+            Answer::Done(result) => result,
+            Answer::Alone => {
+                let mut results = self.send_batch(to, std::slice::from_ref(request))?;
+                results.pop().expect("one answer per request")
+            }
+        }
+    }
+
+    /// Sends `requests` to session `to` in one commit, as concurrent [`Store::send`]s through
+    /// one handle are committed: one lock hold, the queue replaced once, each `sent` line
+    /// appended and synced in order, and no answer before the queue is published. Returns one
+    /// result per request (a refusal is that request's answer), or an error for all of them.
+    pub fn send_together(
+        &self,
+        to: &SessionId,
+        requests: &[SendRequest],
+    ) -> Result<Vec<Result<Accepted>>> {
+        let mut answers: Vec<Option<Result<Accepted>>> =
+            requests.iter().map(|request| self.check_request(request).err().map(Err)).collect();
+        let valid: Vec<SendRequest> = requests
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_none())
+            .map(|(request, _)| request.clone())
+            .collect();
+        let mut committed =
+            if valid.is_empty() { Vec::new() } else { self.send_batch(to, &valid)? }.into_iter();
+        Ok(answers
+            .iter_mut()
+            .map(|answer| {
+                answer.take().or_else(|| committed.next()).expect("one answer per request")
+            })
+            .collect())
+    }
+
+    /// The checks of a request that need no lock: its size, its key, its sender's revocation.
+    fn check_request(&self, request: &SendRequest) -> Result<()> {
         if request.text.len() > TEXT_BYTES_MAX {
             return Err(Error::TooLarge {
                 what: "message text",
@@ -80,11 +149,10 @@ impl<F: Fs> Store<F> {
                 bytes_max: TEXT_BYTES_MAX as u64,
             });
         }
-        let from = request.from.as_ref().map(SessionId::as_str);
-        if let Some(sender) = from
-            && self.is_revoked(sender)?
+        if let Some(sender) = &request.from
+            && self.is_revoked(sender.as_str())?
         {
-            return Err(Error::Revoked { sender: sender.to_owned() });
+            return Err(Error::Revoked { sender: sender.to_string() });
         }
         if let Some(key) = &request.key
             && (key.operation.is_empty() || key.key.is_empty())
@@ -94,148 +162,177 @@ impl<F: Fs> Store<F> {
                 reason: "operation and key must be non-empty".to_owned(),
             });
         }
+        Ok(())
+    }
+
+    /// Commits `requests` to `to` as one transition: each is prepared in order (refused, a
+    /// replay, or a new message), then the queue is staged, the new `sent` lines are appended
+    /// and synced one by one, and the queue is published; only then is anyone answered. Returns
+    /// one answer per request, or an error for the whole batch. A failure after the first line
+    /// was written poisons the session in this handle (see `group`).
+    pub(crate) fn send_batch(
+        &self,
+        to: &SessionId,
+        requests: &[SendRequest],
+    ) -> Result<Vec<Result<Accepted>>> {
         let read_early =
             if active(Mutant::QueueReadOutsideLock) { Some(self.queue(to)?) } else { None };
         self.transition_checked(to, &SEND, Checks { queue: true }, |recovered| {
             let Recovered { record, queue, last_line } = recovered;
             let record = record.ok_or_else(|| Error::NoSuchSession { id: to.to_string() })?;
-            if let Some(sender) = from
-                && self.is_revoked(sender)?
-            {
-                return Err(Error::Revoked { sender: sender.to_owned() });
-            }
-            let keyed = request.key.as_ref().map(|key| {
-                let request_digest = digest::request_digest(&key.operation, &key.key);
-                let payload = Payload {
-                    text: &request.text,
-                    from,
-                    reply_via: request.reply_via.map(ReplyChannel::name),
-                    attributes: request.attributes.as_ref(),
-                };
-                let payload_hash = digest::payload_hash(&key.operation, &request_digest, &payload);
-                (key.operation.clone(), request_digest, payload_hash)
-            });
-            if let Some((operation, request_digest, payload_hash)) = &keyed
-                && let Some(known) = self.receipts.lookup(
-                    &self.fs,
-                    &self.layout,
-                    to,
-                    operation,
-                    request_digest,
-                    &SEND.index,
-                )?
-            {
-                if known.receipt.payload_hash != *payload_hash {
-                    return Err(Error::KeyConflict {
-                        operation: operation.clone(),
-                        request_digest: request_digest.clone(),
-                    });
-                }
-                let restored = self.restore_debt(to, queue.unwrap_or_default(), &known)?;
-                return Ok(Accepted { mid: known.mid, replayed: true, restored });
-            }
-
-            let human = from.is_none();
             let headless = reply::adapter_is_headless(self.adapter(to, &record)?.as_deref());
-            let previous_note = human && self.previous_human_used_note(to, last_line.as_ref())?;
-            let composed =
-                reply::compose(&request.text, headless, request.reply_via, human, previous_note);
-            let mid = self.ids.mid();
-            let ts = crate::env::format_ts(self.clock.now_ms());
-            let receipt = keyed.as_ref().map(|(operation, request_digest, payload_hash)| {
-                Box::new(Receipt {
-                    operation: operation.clone(),
-                    request_digest: request_digest.clone(),
-                    payload_hash: payload_hash.clone(),
-                    delivery: Some(Delivery {
-                        text: composed.text.clone(),
-                        from: from.map(str::to_owned),
-                        attributes: request.attributes.clone(),
-                    }),
-                })
-            });
-            let line = Line::Sent(
-                SentEvent {
-                    ts,
-                    mid: Some(mid.clone()),
-                    text: request.text.clone(),
-                    from: from.map(str::to_owned),
-                    reply_via: composed.note.then(|| "note".to_owned()),
-                },
-                receipt,
-            );
-            let entry = Entry {
-                mid: mid.clone(),
-                text: composed.text,
-                from: from.map(str::to_owned),
-                attributes: request.attributes.clone(),
-                dispatch: keyed
-                    .map(|(operation, request_digest, _)| Dispatch { operation, request_digest }),
+            let mut batch = Batch {
+                entries: read_early.unwrap_or(queue.unwrap_or_default()),
+                lines: Vec::new(),
+                restored: false,
+                previous_note: None,
+                keys: HashMap::new(),
             };
-            let entries = read_early.clone().unwrap_or(queue.unwrap_or_default());
-            self.accept_and_enqueue(to, &line, entry, entries)?;
-            Ok(Accepted { mid, replayed: false, restored: false })
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                let answer = self.prepare(to, request, headless, last_line.as_ref(), &mut batch);
+                answers.push(answer?);
+            }
+            if batch.lines.is_empty() && !batch.restored {
+                return Ok(answers);
+            }
+            self.commit_batch(to, &batch).inspect_err(|_| self.poison(to))?;
+            Ok(answers)
         })
     }
 
-    /// Boundaries 1 to 3 of the module header.
-    fn accept_and_enqueue(
+    /// Prepares one request of a batch: `Ok(answer)` for its answer once the batch commits (a
+    /// refusal included), `Err` for an error of the whole batch.
+    fn prepare(
         &self,
         to: &SessionId,
-        line: &Line,
-        entry: Entry,
-        mut entries: Vec<Entry>,
-    ) -> Result<()> {
-        if entries.len() >= QUEUE_ENTRIES_MAX {
-            return Err(Error::TooLarge {
+        request: &SendRequest,
+        headless: bool,
+        last_line: Option<&Line>,
+        batch: &mut Batch,
+    ) -> Result<Result<Accepted>> {
+        let from = request.from.as_ref().map(SessionId::as_str);
+        if let Some(sender) = from
+            && self.is_revoked(sender)?
+        {
+            return Ok(Err(Error::Revoked { sender: sender.to_owned() }));
+        }
+        let keyed: Option<Keyed> = request.key.as_ref().map(|key| {
+            let request_digest = digest::request_digest(&key.operation, &key.key);
+            let payload = Payload {
+                text: &request.text,
+                from,
+                reply_via: request.reply_via.map(ReplyChannel::name),
+                attributes: request.attributes.as_ref(),
+            };
+            let payload_hash = digest::payload_hash(&key.operation, &request_digest, &payload);
+            (key.operation.clone(), request_digest, payload_hash)
+        });
+        if let Some((operation, request_digest, payload_hash)) = &keyed {
+            let conflict = || Error::KeyConflict {
+                operation: operation.clone(),
+                request_digest: request_digest.clone(),
+            };
+            // Accepted earlier in this batch: its line is not in the log yet.
+            if let Some((hash, mid)) = batch.keys.get(&(operation.clone(), request_digest.clone()))
+            {
+                if hash != payload_hash {
+                    return Ok(Err(conflict()));
+                }
+                return Ok(Ok(Accepted { mid: mid.clone(), replayed: true, restored: false }));
+            }
+            if let Some(known) = self.receipts.lookup(
+                &self.fs,
+                &self.layout,
+                to,
+                operation,
+                request_digest,
+                &SEND.index,
+            )? {
+                if known.receipt.payload_hash != *payload_hash {
+                    return Ok(Err(conflict()));
+                }
+                let restored = restore_debt(&mut batch.entries, &known);
+                batch.restored |= restored;
+                return Ok(Ok(Accepted { mid: known.mid, replayed: true, restored }));
+            }
+        }
+        if batch.entries.len() >= QUEUE_ENTRIES_MAX {
+            return Ok(Err(Error::TooLarge {
                 what: "delivery queue (entries)",
-                bytes: entries.len() as u64,
+                bytes: batch.entries.len() as u64,
                 bytes_max: QUEUE_ENTRIES_MAX as u64,
-            });
+            }));
         }
-        entries.push(entry);
-        if active(Mutant::EnqueueBeforeAppend) {
-            self.write_queue(to, &entries, &SEND)?;
-            return self.append_line(to, line, &SEND);
+        let human = from.is_none();
+        let previous_note = if human {
+            match batch.previous_note {
+                Some(note) => note,
+                None => self.previous_human_used_note(to, last_line)?,
+            }
+        } else {
+            false
+        };
+        let composed =
+            reply::compose(&request.text, headless, request.reply_via, human, previous_note);
+        if human {
+            batch.previous_note = Some(composed.note);
         }
-        self.write_queue_around(to, &entries, std::slice::from_ref(line), &SEND)
+        let mid = self.ids.mid();
+        let ts = crate::env::format_ts(self.clock.now_ms());
+        let receipt = keyed.as_ref().map(|(operation, request_digest, payload_hash)| {
+            Box::new(Receipt {
+                operation: operation.clone(),
+                request_digest: request_digest.clone(),
+                payload_hash: payload_hash.clone(),
+                delivery: Some(Delivery {
+                    text: composed.text.clone(),
+                    from: from.map(str::to_owned),
+                    attributes: request.attributes.clone(),
+                }),
+            })
+        });
+        batch.lines.push(Line::Sent(
+            SentEvent {
+                ts,
+                mid: Some(mid.clone()),
+                text: request.text.clone(),
+                from: from.map(str::to_owned),
+                reply_via: composed.note.then(|| "note".to_owned()),
+            },
+            receipt,
+        ));
+        if let Some((operation, request_digest, payload_hash)) = &keyed {
+            batch.keys.insert(
+                (operation.clone(), request_digest.clone()),
+                (payload_hash.clone(), mid.clone()),
+            );
+        }
+        batch.entries.push(Entry {
+            mid: mid.clone(),
+            text: composed.text,
+            from: from.map(str::to_owned),
+            attributes: request.attributes.clone(),
+            dispatch: keyed
+                .map(|(operation, request_digest, _)| Dispatch { operation, request_digest }),
+        });
+        Ok(Ok(Accepted { mid, replayed: false, restored: false }))
     }
 
-    /// A replayed keyed send whose message is neither owed nor settled gets its queue entry
-    /// back, from the receipt's frozen delivery bytes. Returns whether it did.
-    fn restore_debt(
-        &self,
-        to: &SessionId,
-        mut entries: Vec<Entry>,
-        known: &crate::receipts::Known,
-    ) -> Result<bool> {
-        if known.settled || active(Mutant::ReplayWithoutRestore) {
-            return Ok(false);
+    /// Boundaries 1 to 3 of the module header, for the whole batch.
+    fn commit_batch(&self, to: &SessionId, batch: &Batch) -> Result<()> {
+        if active(Mutant::EnqueueBeforeAppend) {
+            self.write_queue(to, &batch.entries, &SEND)?;
+            return self.append_lines(to, &batch.lines, &SEND);
         }
-        if entries.iter().any(|entry| entry.mid == known.mid) {
-            return Ok(false);
-        }
-        // Without frozen delivery bytes (the existing implementation's August 2026 receipts)
-        // there is nothing to restore from.
-        let Some(delivery) = &known.receipt.delivery else { return Ok(false) };
-        entries.push(Entry {
-            mid: known.mid.clone(),
-            text: delivery.text.clone(),
-            from: delivery.from.clone(),
-            attributes: delivery.attributes.clone(),
-            dispatch: Some(Dispatch {
-                operation: known.receipt.operation.clone(),
-                request_digest: known.receipt.request_digest.clone(),
-            }),
-        });
-        if active(Mutant::RestoreWithoutDirSync) {
+        if batch.restored && active(Mutant::RestoreWithoutDirSync) {
             let tmp = self.layout.queue_tmp(to);
-            atomic::stage(&self.fs, &tmp, &queue::encode(&entries), &SEND.queue)?;
+            atomic::stage(&self.fs, &tmp, &queue::encode(&batch.entries), &SEND.queue)?;
+            self.append_lines(to, &batch.lines, &SEND)?;
             self.fs.rename(&tmp, &self.layout.queue(to), SEND.queue.rename)?;
-            return Ok(true);
+            return Ok(());
         }
-        self.write_queue(to, &entries, &boundaries::SEND)?;
-        Ok(true)
+        self.write_queue_around(to, &batch.entries, &batch.lines, &SEND)
     }
 
     /// Whether the most recent human send to `to` used the note channel: the log's final line
@@ -252,4 +349,29 @@ impl<F: Fs> Store<F> {
             matches!(lines.last(), Some(Line::Sent(event, _)) if event.from.is_none() && event.reply_via.as_deref() == Some("note")),
         )
     }
+}
+
+/// A replayed keyed send whose message is neither owed nor settled gets its queue entry back,
+/// from the receipt's frozen delivery bytes. Returns whether it did.
+fn restore_debt(entries: &mut Vec<Entry>, known: &crate::receipts::Known) -> bool {
+    if known.settled || active(Mutant::ReplayWithoutRestore) {
+        return false;
+    }
+    if entries.iter().any(|entry| entry.mid == known.mid) {
+        return false;
+    }
+    // Without frozen delivery bytes (the existing implementation's August 2026 receipts) there
+    // is nothing to restore from.
+    let Some(delivery) = &known.receipt.delivery else { return false };
+    entries.push(Entry {
+        mid: known.mid.clone(),
+        text: delivery.text.clone(),
+        from: delivery.from.clone(),
+        attributes: delivery.attributes.clone(),
+        dispatch: Some(Dispatch {
+            operation: known.receipt.operation.clone(),
+            request_digest: known.receipt.request_digest.clone(),
+        }),
+    });
+    true
 }

@@ -97,6 +97,7 @@ pub struct Store<F: Fs> {
     pub(crate) config: Config,
     poisoned: Mutex<BTreeSet<SessionId>>,
     pub(crate) receipts: ReceiptIndexes,
+    pub(crate) groups: crate::group::Groups,
 }
 
 impl<F: Fs> Store<F> {
@@ -117,6 +118,7 @@ impl<F: Fs> Store<F> {
             config,
             poisoned: Mutex::new(BTreeSet::new()),
             receipts: ReceiptIndexes::default(),
+            groups: crate::group::Groups::default(),
         };
         store.ensure_dir_all(store.layout.root(), &boundaries::OPEN)?;
         for dir in [
@@ -261,7 +263,8 @@ impl<F: Fs> Store<F> {
         lines: &[Line],
         steps: &Boundaries,
     ) -> Result<()> {
-        for line in lines {
+        for (i, line) in lines.iter().enumerate() {
+            let last = i + 1 == lines.len();
             timeline::append(
                 &self.fs,
                 &self.layout,
@@ -269,6 +272,7 @@ impl<F: Fs> Store<F> {
                 &line.encode(),
                 self.config.segment_bytes_max,
                 &steps.log,
+                last || !active(Mutant::BatchSharesOneSync),
             )?;
         }
         Ok(())

@@ -104,6 +104,62 @@ fn loom_catches_a_queue_read_outside_the_lock() {
     assert!(caught.is_err(), "loom must find the interleaving that loses the drain's removal");
 }
 
+/// Two sends to one session through one handle, committed together or one after the other:
+/// each sender gets its own message's id, and each message is logged once and owed once.
+fn two_sends_share_a_commit() {
+    let (store, s) = setup();
+    let sender = {
+        let (store, s) = (Arc::clone(&store), s.clone());
+        loom::thread::spawn(move || {
+            store
+                .send(&s, &SendRequest { text: "from a".into(), ..SendRequest::default() })
+                .unwrap()
+        })
+    };
+    let b =
+        store.send(&s, &SendRequest { text: "from b".into(), ..SendRequest::default() }).unwrap();
+    let a = sender.join().unwrap();
+    assert_ne!(a.mid, b.mid);
+    let owed: Vec<(String, String)> =
+        store.queue(&s).unwrap().into_iter().map(|entry| (entry.mid, entry.text)).collect();
+    for (accepted, text) in [(&a, "from a"), (&b, "from b")] {
+        assert_eq!(owed.iter().filter(|(mid, t)| *mid == accepted.mid && t == text).count(), 1);
+        let logged = store
+            .lines(&s)
+            .unwrap()
+            .into_iter()
+            .filter(|line| matches!(line, Line::Sent(sent, _) if sent.mid.as_deref() == Some(accepted.mid.as_str()) && sent.text == text))
+            .count();
+        assert_eq!(logged, 1, "{text} logged once under its own id");
+    }
+    assert_eq!(owed.len(), 2);
+}
+
+#[test]
+fn two_sends_through_one_handle_share_a_commit() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.max_branches = 100_000;
+    builder.check(two_sends_share_a_commit);
+}
+
+/// The model can fail: a leader that answers without waking its members leaves one asleep.
+#[cfg(feature = "mutants")]
+#[test]
+fn loom_catches_a_group_without_wakeup() {
+    let caught = std::panic::catch_unwind(|| {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(2);
+        builder.max_branches = 100_000;
+        builder.check(|| {
+            spex_engine::mutant::select(Some(spex_engine::mutant::Mutant::GroupWithoutWakeup));
+            two_sends_share_a_commit();
+        });
+    });
+    spex_engine::mutant::select(None);
+    assert!(caught.is_err(), "loom must find the member that is never woken");
+}
+
 #[test]
 fn send_drain_and_lifecycle_race_on_one_session() {
     let mut builder = loom::model::Builder::new();

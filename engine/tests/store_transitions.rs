@@ -384,3 +384,76 @@ fn oversized_messages_and_notes_are_refused_before_anything_is_written() {
     assert!(store.events(&s).unwrap().is_empty());
     assert!(store.queue(&s).unwrap().is_empty());
 }
+
+#[test]
+fn sends_committed_together_answer_each_in_order() {
+    let (_dir, store) = real_store(config());
+    let (s, closed) = (id("s"), id("closed"));
+    store.create_session(&s, &queued(), Some("tmux:%1"), None).unwrap();
+    store.create_session(&closed, &queued(), None, None).unwrap();
+    store.close(&closed).unwrap();
+    let before = store.send(&s, &keyed("earlier", "k0")).unwrap();
+    let from_closed = SendRequest { from: Some(closed.clone()), ..text("from a closed session") };
+    let note = SendRequest { reply_via: Some(ReplyChannel::Note), ..text("read my note") };
+    let answers = store
+        .send_together(
+            &s,
+            &[
+                text("one"),
+                keyed("two", "k1"),
+                keyed("two", "k1"),
+                keyed("earlier", "k0"),
+                keyed("other bytes", "k1"),
+                from_closed,
+                SendRequest {
+                    text: "x".repeat(spex_engine::layout::TEXT_BYTES_MAX + 1),
+                    ..text("")
+                },
+                note,
+                text("after the note"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(answers.len(), 9);
+    let one = answers[0].as_ref().unwrap();
+    let two = answers[1].as_ref().unwrap();
+    assert!(!one.replayed && !two.replayed);
+    let again = answers[2].as_ref().unwrap();
+    assert_eq!(
+        (again.mid.as_str(), again.replayed),
+        (two.mid.as_str(), true),
+        "same key in one batch"
+    );
+    assert_eq!(answers[3].as_ref().unwrap().mid, before.mid, "a key from an earlier commit");
+    assert!(matches!(answers[4], Err(Error::KeyConflict { .. })));
+    assert!(matches!(answers[5], Err(Error::Revoked { .. })));
+    assert!(matches!(answers[6], Err(Error::TooLarge { .. })));
+    let owed: Vec<(String, String)> =
+        store.queue(&s).unwrap().into_iter().map(|entry| (entry.mid, entry.text)).collect();
+    let note_mid = &answers[7].as_ref().unwrap().mid;
+    let after_mid = &answers[8].as_ref().unwrap().mid;
+    assert_eq!(
+        owed.iter().map(|(mid, _)| mid.as_str()).collect::<Vec<_>>(),
+        [before.mid.as_str(), &one.mid, &two.mid, note_mid, after_mid],
+        "owed once each, in order"
+    );
+    assert!(owed[3].1.ends_with(NOTE_HINT));
+    assert!(owed[4].1.ends_with(TERMINAL_HINT), "the channel carries over inside a batch");
+    let sent: Vec<String> = store
+        .events(&s)
+        .unwrap()
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::Sent(sent) => Some(sent.text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, ["earlier", "one", "two", "read my note", "after the note"]);
+    assert!(
+        matches!(
+            store.send_together(&id("nobody"), &[text("x")]),
+            Err(Error::NoSuchSession { .. })
+        ),
+        "a missing session refuses the whole batch"
+    );
+}

@@ -22,6 +22,8 @@
 //! - a whole drain ([`Model::interrupted_drain`]): any number of heads drained, then a batch of
 //!   the heads that follow with a prefix of them settled (the keyed ones) but still owed: a
 //!   drain commits a batch by settling its delivered heads, then removing them.
+//! - sends committed together ([`Model::interrupted_sends`]): before; the new messages of a
+//!   prefix of them appended but none owed; all of them applied.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -346,23 +348,7 @@ impl Model {
             (Op::Send { to, text, from, key, .. }, Expect::Ok) => {
                 // Appended, not owed.
                 let mut appended = self.clone();
-                let session = appended.session_mut(to);
-                session.events.push(Event::Sent {
-                    mid: Mid::Any,
-                    text: text.clone(),
-                    from: from.clone(),
-                });
-                if let Some(key) = key {
-                    session.keys.insert(
-                        key.clone(),
-                        KeyState {
-                            mid: Mid::Any,
-                            text: text.clone(),
-                            from: from.clone(),
-                            settled: false,
-                        },
-                    );
-                }
+                appended.append_unowed(to, text, from, key);
                 candidates.push(appended);
                 candidates.push(self.apply(&Op::Send {
                     to: to.clone(),
@@ -390,6 +376,51 @@ impl Model {
         }
         candidates.dedup();
         candidates
+    }
+
+    /// Every state allowed after sends committed together (one queue replace after their
+    /// lines) were interrupted by a crash: before; the lines of the first `k` new messages
+    /// appended (keys recorded, nothing owed, no lost debt restored), for every `k`; every send
+    /// applied in order.
+    pub fn interrupted_sends(&self, sends: &[Op]) -> Vec<Model> {
+        let mut candidates = vec![self.clone()];
+        let mut appended = self.clone();
+        for op in sends {
+            if let (Op::Send { to, text, from, key, .. }, Expect::Ok) = (op, appended.expect(op)) {
+                appended.append_unowed(to, text, from, key);
+                candidates.push(appended.clone());
+            }
+        }
+        candidates.push(sends.iter().fold(self.clone(), |model, op| model.apply(op)));
+        candidates.dedup();
+        candidates
+    }
+
+    /// A send's line appended without its queue entry (a send interrupted after its commit).
+    fn append_unowed(
+        &mut self,
+        to: &str,
+        text: &str,
+        from: &Option<String>,
+        key: &Option<(String, String)>,
+    ) {
+        let session = self.session_mut(to);
+        session.events.push(Event::Sent {
+            mid: Mid::Any,
+            text: text.to_owned(),
+            from: from.clone(),
+        });
+        if let Some(key) = key {
+            session.keys.insert(
+                key.clone(),
+                KeyState {
+                    mid: Mid::Any,
+                    text: text.to_owned(),
+                    from: from.clone(),
+                    settled: false,
+                },
+            );
+        }
     }
 
     /// Every state allowed after a drain of session `id` was interrupted by a crash (see the

@@ -55,7 +55,8 @@ pub(crate) struct Appended {
 ///
 /// One line per write and sync, never more: the pages of one write may reach the disk in any
 /// order before its sync, so a power loss inside a write of two lines could keep the second and
-/// lose the first, leaving damage before a sound line (corrupt, not a torn tail).
+/// lose the first, leaving damage before a sound line (corrupt, not a torn tail). `sync_line` is
+/// false only for a mutant.
 pub(crate) fn append<F: Fs>(
     fs: &F,
     layout: &Layout,
@@ -63,6 +64,7 @@ pub(crate) fn append<F: Fs>(
     line: &[u8],
     segment_bytes_max: u64,
     steps: &LogBoundaries,
+    sync_line: bool,
 ) -> Result<Appended> {
     assert!(line.ends_with(b"\n") && !line[..line.len() - 1].contains(&b'\n'), "one line");
     let segments = list_segments(fs, layout, id)?;
@@ -75,7 +77,7 @@ pub(crate) fn append<F: Fs>(
         && (len == 0 || len + line.len() as u64 <= segment_bytes_max)
     {
         let file = fs.open(&layout.segment(id, no), OpenOptions::read_write(), steps.append)?;
-        let sync = !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync);
+        let sync = sync_line && !active(Mutant::NoLogSync) && !active(Mutant::AckBeforeSync);
         let cut = (steps.repair, steps.repair_sync);
         append_or_cut_back(&file, len, line, (steps.append, steps.sync), cut, sync)?;
         return Ok(Appended { segment: no, offset: len });
@@ -96,7 +98,7 @@ pub(crate) fn append<F: Fs>(
     let path = layout.segment(id, next);
     let file = fs.open(&path, OpenOptions::create_new(), steps.create)?;
     let written = file.append(line, steps.append).and_then(|()| {
-        if active(Mutant::NoLogSync) || active(Mutant::AckBeforeSync) {
+        if !sync_line || active(Mutant::NoLogSync) || active(Mutant::AckBeforeSync) {
             return Ok(());
         }
         file.sync_data(steps.sync)

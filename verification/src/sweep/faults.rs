@@ -53,7 +53,7 @@ pub(crate) fn fault_point(
             | Step::Drain { id }
             | Step::DrainRefusing { id } => id,
             Step::Archive { id } | Step::Close { id } | Step::Retire { id } => id,
-            Step::Send { to, .. } => to,
+            Step::Send { to, .. } | Step::SendTogether { to, .. } => to,
         };
         match store.recover_session(&run::sid(id)) {
             Err(spex_engine::Error::Poisoned { .. }) => {}

@@ -127,8 +127,23 @@ fn continue_workload<F: Fs>(
         next.continuing = None;
         snapshot_store(store, next);
     }
-    if let Some(step @ Step::Send { key: Some(_), .. }) = run.in_flight.map(|i| &scenario.steps[i])
-    {
+    // The retry of every keyed send in flight (the first send of each key of sends committed
+    // together).
+    let in_flight = run.in_flight.map(|i| &scenario.steps[i]);
+    let retries: Vec<&Step> = match in_flight {
+        Some(step @ Step::Send { key: Some(_), .. }) => vec![step],
+        Some(Step::SendTogether { sends, .. }) => {
+            let mut keys = std::collections::BTreeSet::new();
+            sends
+                .iter()
+                .filter(
+                    |send| matches!(send, Step::Send { key: Some(key), .. } if keys.insert(*key)),
+                )
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    for step in retries {
         next.continuing = Some(step.clone());
         let answer = perform(store, step, &mut Vec::new(), &mut Vec::new(), None);
         if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {

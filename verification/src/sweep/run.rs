@@ -290,11 +290,19 @@ pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
             key: key.map(|key| (OPERATION.to_owned(), key.to_owned())),
             mid,
         },
+        Step::SendTogether { .. } => {
+            unreachable!("sends committed together are one op per send: see `together_ops`")
+        }
         Step::Drain { id } | Step::DrainRefusing { id } => Op::DrainHead { id: (*id).to_owned() },
         Step::Archive { id } => Op::Archive { id: (*id).to_owned() },
         Step::Close { id } => Op::Close { id: (*id).to_owned() },
         Step::Retire { id } => Op::Retire { id: (*id).to_owned() },
     }
+}
+
+/// The model ops of sends committed together, none of them answered.
+pub(crate) fn together_ops(sends: &[Step]) -> Vec<Op> {
+    sends.iter().map(|send| model_op(send, Mid::Any)).collect()
 }
 
 /// The engine's answer to one step: what the model needs to advance.
@@ -313,6 +321,8 @@ pub enum Answer {
     Refused(String),
     /// A drain ran to its end, or stopped early for this reason.
     Drained(Option<String>),
+    /// Sends committed together: one answer per send.
+    Together(Vec<Answer>),
 }
 
 /// Marks a step as started: sessions and keys it may create become known to the checker.
@@ -326,6 +336,7 @@ pub(crate) fn begin(run: &mut Execution, step: &Step) {
         Step::Send { to, key: Some(key), .. } => {
             run.keys.insert(((*to).to_owned(), (*key).to_owned()));
         }
+        Step::SendTogether { sends, .. } => sends.iter().for_each(|send| begin(run, send)),
         _ => {}
     }
 }
@@ -450,17 +461,28 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
             store.append(&sid(id), &Lifecycle::Set(triple)).map(|_| Answer::Done).or_else(refused)
         }
-        Step::Send { to, text, from, key } => {
-            let request = SendRequest {
-                text: (*text).to_owned(),
-                from: from.map(sid),
-                key: key.map(|key| Key { operation: OPERATION.to_owned(), key: key.to_owned() }),
-                ..SendRequest::default()
-            };
-            store
-                .send(&sid(to), &request)
-                .map(|accepted| Answer::Accepted { mid: accepted.mid, replayed: accepted.replayed })
-                .or_else(refused)
+        Step::Send { to, .. } => store
+            .send(&sid(to), &request_of(step))
+            .map(|accepted| Answer::Accepted { mid: accepted.mid, replayed: accepted.replayed })
+            .or_else(refused),
+        Step::SendTogether { to, sends } => {
+            let requests: Vec<SendRequest> = sends.iter().map(request_of).collect();
+            match store.send_together(&sid(to), &requests) {
+                // Refused as a whole (no such session): every send's answer.
+                Err(error) => refused(error),
+                Ok(answers) => answers
+                    .into_iter()
+                    .map(|answer| {
+                        answer
+                            .map(|accepted| Answer::Accepted {
+                                mid: accepted.mid,
+                                replayed: accepted.replayed,
+                            })
+                            .or_else(refused)
+                    })
+                    .collect::<Result<Vec<Answer>, Error>>()
+                    .map(Answer::Together),
+            }
         }
         Step::Drain { id } | Step::DrainRefusing { id } => {
             let refuse = matches!(step, Step::DrainRefusing { .. });
@@ -477,9 +499,34 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
     }
 }
 
+/// The engine request of a `Send` step.
+fn request_of(step: &Step) -> SendRequest {
+    let Step::Send { text, from, key, .. } = step else {
+        unreachable!("sends committed together hold `Send` steps only")
+    };
+    SendRequest {
+        text: (*text).to_owned(),
+        from: from.map(sid),
+        key: key.map(|key| Key { operation: OPERATION.to_owned(), key: key.to_owned() }),
+        ..SendRequest::default()
+    }
+}
+
 /// Advances the model by an acknowledged step, checking the answer against what the model
 /// expected.
 pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
+    if let Step::SendTogether { sends, .. } = step {
+        match answer {
+            Answer::Together(answers) if answers.len() == sends.len() => {
+                for (send, answer) in sends.iter().zip(answers) {
+                    advance(run, send, answer);
+                }
+            }
+            Answer::Refused(_) => sends.iter().for_each(|send| advance(run, send, answer)),
+            answer => run.violations.push(format!("send-together answered {answer:?}")),
+        }
+        return;
+    }
     let expect = run.model.expect(&model_op(step, Mid::Any));
     match (step, answer, &expect) {
         (Step::Send { to, from, .. }, Answer::Accepted { mid, replayed: false }, Expect::Ok) => {
@@ -631,9 +678,9 @@ pub(crate) fn candidates(scenario: &Scenario, run: &Execution) -> Vec<Model> {
 
 /// The states allowed after `step`, starting from `model`, was interrupted by a crash.
 fn step_candidates(model: &Model, step: &Step) -> Vec<Model> {
-    let op = model_op(step, Mid::Any);
     match step {
         Step::Drain { id } => model.interrupted_drain(id),
-        _ => model.crash_candidates(&op),
+        Step::SendTogether { sends, .. } => model.interrupted_sends(&together_ops(sends)),
+        _ => model.crash_candidates(&model_op(step, Mid::Any)),
     }
 }

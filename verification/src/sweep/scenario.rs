@@ -37,6 +37,14 @@ pub enum Step {
         /// The idempotency key.
         key: Option<&'static str>,
     },
+    /// Sends committed together (`Store::send_together`, what concurrent sends through one
+    /// handle do): each a `Send`, all to one session.
+    SendTogether {
+        /// The target.
+        to: &'static str,
+        /// The sends, in order.
+        sends: &'static [Step],
+    },
     /// Drain a session with an accepting adapter.
     Drain {
         /// The session.
@@ -72,6 +80,7 @@ impl Step {
             Step::Set { .. } => "append",
             Step::Send { key: None, .. } => "send",
             Step::Send { key: Some(_), .. } => "send-keyed",
+            Step::SendTogether { .. } => "send-together",
             Step::Drain { .. } | Step::DrainRefusing { .. } => "drain",
             Step::Archive { .. } => "archive",
             Step::Close { .. } => "close",
@@ -127,6 +136,26 @@ pub fn all() -> Vec<Scenario> {
                 send("s", "merge when green", Some("k1")),
                 send("s", "a different payload", Some("k1")),
                 send("s", "bye", None),
+            ],
+        },
+        Scenario {
+            name: std::borrow::Cow::Borrowed("together"),
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "s", adapter: Some("exec:cat") },
+                send("s", "hello", Some("k0")),
+                Step::SendTogether {
+                    to: "s",
+                    sends: &[
+                        Step::Send { to: "s", text: "one", from: None, key: None },
+                        Step::Send { to: "s", text: "two, keyed", from: None, key: Some("k1") },
+                        Step::Send { to: "s", text: "two, keyed", from: None, key: Some("k1") },
+                        Step::Send { to: "s", text: "hello", from: None, key: Some("k0") },
+                        Step::Send { to: "s", text: "other bytes", from: None, key: Some("k1") },
+                        Step::Send { to: "s", text: "three", from: None, key: None },
+                    ],
+                },
+                Step::Drain { id: "s" },
             ],
         },
         Scenario {

@@ -1,0 +1,125 @@
+//! Group commit: concurrent sends to one session through one handle share a lock hold and a
+//! queue replace.
+//!
+//! A send joins its session's group and waits. When no member is leading, one becomes the
+//! leader: it takes every request waiting at that moment as one batch, commits the batch as one
+//! transition (`Store::send_batch`: one lock hold and recovery, the queue staged once, each
+//! `sent` line appended and synced on its own, the queue published once), hands each member its
+//! answer and steps down; a member still waiting then leads the next batch. Nobody leads
+//! forever, and a request that arrives while a batch commits is in the next one.
+//!
+//! # Crash story
+//!
+//! Nothing here touches the disk: a batch is one transition with the crash windows of a send
+//! (see `send`), widened to the batch. No member is answered before the batch's queue is
+//! published, so every acknowledged message is logged and owed; a crash inside the batch leaves
+//! a prefix of its lines logged and none of them acknowledged (for a keyed send, its retry
+//! restores the debt; an unkeyed one is the documented window of a send). A batch that fails
+//! before any line is written changes nothing, and its members retry alone; one that fails
+//! after a line was written poisons the session in this handle (see `send`), so no retry can
+//! log a message twice.
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::layout::SessionId;
+use crate::mutant::{Mutant, active};
+use crate::send::{Accepted, SendRequest};
+use crate::sync::{Condvar, Mutex, lock};
+
+/// A member's answer from a batch.
+pub(crate) enum Answer {
+    /// The send's own result.
+    Done(Result<Accepted>),
+    /// The batch failed as a whole before writing anything: send alone.
+    Alone,
+}
+
+/// The groups of one handle, one per session with sends in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    sessions: Mutex<HashMap<SessionId, Group>>,
+    changed: Condvar,
+}
+
+/// One session's group.
+#[derive(Debug, Default)]
+struct Group {
+    /// Requests waiting for a batch, with their tickets.
+    waiting: Vec<(u64, SendRequest)>,
+    /// Answers not yet collected, by ticket.
+    answered: HashMap<u64, Answer>,
+    /// Whether a member is committing a batch.
+    leading: bool,
+    /// The next ticket.
+    next: u64,
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Done(result) => f.debug_tuple("Done").field(&result.is_ok()).finish(),
+            Answer::Alone => f.write_str("Alone"),
+        }
+    }
+}
+
+impl Groups {
+    /// Joins `to`'s group with `request` and returns its answer: committed by whichever member
+    /// leads the batch it lands in (possibly this one), through `commit`, which gets a batch
+    /// and returns one answer per request in order (or an error for the whole batch).
+    pub(crate) fn send(
+        &self,
+        to: &SessionId,
+        request: SendRequest,
+        commit: impl Fn(&[SendRequest]) -> Result<Vec<Result<Accepted>>>,
+    ) -> Answer {
+        let mut sessions = lock(&self.sessions);
+        let group = sessions.entry(to.clone()).or_default();
+        let ticket = group.next;
+        group.next += 1;
+        group.waiting.push((ticket, request));
+        loop {
+            let group = sessions.get_mut(to).expect("a group with a waiting member stays");
+            if let Some(answer) = group.answered.remove(&ticket) {
+                if group.waiting.is_empty() && group.answered.is_empty() && !group.leading {
+                    sessions.remove(to);
+                }
+                return answer;
+            }
+            if group.leading {
+                sessions = self.changed.wait(sessions).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Lead one batch: everything waiting now.
+            group.leading = true;
+            let batch: Vec<(u64, SendRequest)> = std::mem::take(&mut group.waiting);
+            drop(sessions);
+            let requests: Vec<SendRequest> =
+                batch.iter().map(|(_, request)| request.clone()).collect();
+            let answers: Vec<Answer> = match commit(&requests) {
+                Ok(results) => {
+                    assert_eq!(results.len(), batch.len(), "one answer per request");
+                    results.into_iter().map(Answer::Done).collect()
+                }
+                Err(error) => {
+                    // The leader keeps the batch's error; the others send alone (the batch
+                    // wrote nothing, or it poisoned the session and they are refused).
+                    let mut answers: Vec<Answer> = batch.iter().map(|_| Answer::Alone).collect();
+                    let own = batch.iter().position(|(t, _)| *t == ticket).unwrap_or(0);
+                    answers[own] = Answer::Done(Err(error));
+                    answers
+                }
+            };
+            sessions = lock(&self.sessions);
+            let group = sessions.get_mut(to).expect("a leading group stays");
+            group.leading = false;
+            for ((member, _), answer) in batch.into_iter().zip(answers) {
+                group.answered.insert(member, answer);
+            }
+            if !active(Mutant::GroupWithoutWakeup) {
+                self.changed.notify_all();
+            }
+        }
+    }
+}
