@@ -10,6 +10,7 @@
 
 pub mod fixture;
 pub mod floor;
+pub mod plot;
 pub mod sqlite;
 pub mod stats;
 

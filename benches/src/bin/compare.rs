@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use faultfs::{FaultPlan, OpKind, SimFs};
+use spex_benches::plot::{self, Chart, Series};
 use spex_benches::stats::{Samples, ratio, show};
 use spex_benches::{fixture, floor::Floor, message, open_store, sent_line, sqlite};
 use spex_engine::queue::{Dispatch, Entry};
@@ -50,9 +51,12 @@ struct Args {
     /// Only the drain rows.
     #[arg(long)]
     drain_only: bool,
-    /// Only the send rows (one sender, eight senders).
+    /// Only the send rows (one sender, eight senders, senders from one to eight).
     #[arg(long)]
     send_only: bool,
+    /// Also draw the charts of `BENCHMARKS.md` as SVG files into this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
     /// Small sizes and fewer operations (about a minute).
     #[arg(long)]
     quick: bool,
@@ -82,16 +86,80 @@ fn main() {
         backlog(&dir, &args);
         return;
     }
+    let mut figures = Figures::default();
     durable_send(&dir, &args);
     concurrent_sends(&dir, &args);
-    if args.send_only {
-        return;
+    senders(&dir, &args, &mut figures);
+    if !args.send_only {
+        drain(&dir, &args);
+        backlog(&dir, &args);
+        reads(&dir, &args, &mut figures);
+        session_index(&dir, &args);
+        sweep_throughput();
     }
-    drain(&dir, &args);
-    backlog(&dir, &args);
-    reads(&dir, &args);
-    session_index(&dir, &args);
-    sweep_throughput();
+    if let Some(plots) = &args.plots {
+        figures.draw(plots).unwrap();
+    }
+}
+
+/// The figures the charts are drawn from, gathered as the tables are measured.
+#[derive(Default)]
+struct Figures {
+    /// Sends/s against the number of senders to one session: engine, floor, SQLite.
+    senders: [Vec<(f64, f64)>; 3],
+    /// Medians in µs against the log size in MiB.
+    tail: [Vec<(f64, f64)>; 2],
+    follow: Vec<(f64, f64)>,
+    lookup: [Vec<(f64, f64)>; 2],
+}
+
+impl Figures {
+    fn draw(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let named = |name: &str, points: &Vec<(f64, f64)>| Series {
+            name: name.to_owned(),
+            points: points.clone(),
+        };
+        if !self.senders[0].is_empty() {
+            plot::draw(
+                &dir.join("senders.svg"),
+                Chart {
+                    title: "Durable sends to one session, by number of senders",
+                    x: "concurrent senders (threads)",
+                    y: "sends/s (higher is better)",
+                    log_x: true,
+                    log_y: false,
+                },
+                &[
+                    named("engine (group commit)", &self.senders[0]),
+                    named("fsync floor (one send at a time)", &self.senders[1]),
+                    named("SQLite WAL FULL", &self.senders[2]),
+                ],
+            )?;
+            progress(&format!("drew {}", dir.join("senders.svg").display()));
+        }
+        if !self.tail[0].is_empty() {
+            plot::draw(
+                &dir.join("log-size.svg"),
+                Chart {
+                    title: "Reads against log size (warm)",
+                    x: "log size (MiB)",
+                    y: "median (µs, lower is better)",
+                    log_x: true,
+                    log_y: true,
+                },
+                &[
+                    named("tail(500), engine", &self.tail[0]),
+                    named("tail(500), SQLite", &self.tail[1]),
+                    named("follow: one new event", &self.follow),
+                    named("receipt lookup, warm handle", &self.lookup[1]),
+                    named("receipt lookup, new handle", &self.lookup[0]),
+                ],
+            )?;
+            progress(&format!("drew {}", dir.join("log-size.svg").display()));
+        }
+        Ok(())
+    }
 }
 
 fn progress(text: &str) {
@@ -292,6 +360,86 @@ fn concurrent_sends(dir: &Path, args: &Args) {
     println!("| engine ÷ SQLite | {:.2}x | {:.2}x |\n", engine[0] / lite[0], engine[1] / lite[1]);
 }
 
+/// Sends/s to one session for 1, 2, 4 and 8 concurrent senders: the engine (threads on one
+/// handle: group commit), the floor (one send at a time behind a mutex: it has no lock of its
+/// own) and SQLite (a connection per thread).
+fn senders(dir: &Path, args: &Args, figures: &mut Figures) {
+    progress("durable send, one to eight senders on one session");
+    let root = dir.join("senders");
+    let store = Arc::new(open_store(&root.join("engine")));
+    let total = args.sends.max(10) * 4;
+    println!(
+        "## 1c. Durable sends to one session, by number of senders
+"
+    );
+    println!(
+        "{total} sends in all per row, spread over the senders; total throughput.
+"
+    );
+    println!(
+        "| senders | engine sends/s | fsync floor sends/s | SQLite sends/s | engine ÷ SQLite |"
+    );
+    println!("|---|---|---|---|---|");
+    for threads in [1u64, 2, 4, 8] {
+        let per_thread = total / threads;
+        let id = SessionId::new(&format!("t{threads}")).unwrap();
+        store.create_session(&id, &active(), None, None).unwrap();
+        let rate = |run: &(dyn Fn(u64, u64) + Sync)| {
+            let started = Instant::now();
+            std::thread::scope(|scope| {
+                for t in 0..threads {
+                    scope.spawn(move || {
+                        for i in 0..per_thread {
+                            run(t, i);
+                        }
+                    });
+                }
+            });
+            (threads * per_thread) as f64 / started.elapsed().as_secs_f64()
+        };
+        let engine = rate(&|t, i| {
+            let request = SendRequest { text: message(t * 100_000 + i), ..SendRequest::default() };
+            store.send(&id, &request).unwrap();
+        });
+        let floor = std::sync::Mutex::new(
+            Floor::create(&root.join("floor"), &format!("t{threads}")).unwrap(),
+        );
+        let floor = rate(&|t, i| {
+            let n = t * 100_000 + i;
+            let line = sent_line(&format_ts(1_700_000_000_000 + n), &mid(n), &message(n));
+            let entry = Entry {
+                mid: mid(n),
+                text: message(n),
+                from: None,
+                attributes: None,
+                dispatch: None,
+            };
+            floor.lock().unwrap().send(&line, entry).unwrap();
+        });
+        let path = root.join(format!("t{threads}.sqlite"));
+        drop(sqlite::open(&path).unwrap());
+        let connections: Vec<std::sync::Mutex<rusqlite::Connection>> =
+            (0..threads).map(|_| std::sync::Mutex::new(sqlite::open(&path).unwrap())).collect();
+        let lite = rate(&|t, i| {
+            let n = t * 100_000 + i;
+            let line = sent_line(&format_ts(1_700_000_000_000 + n), &mid(n), &message(n));
+            let mut connection = connections[t as usize].lock().unwrap();
+            sqlite::send(&mut connection, "s", &line, &mid(n), &message(n)).unwrap();
+        });
+        let x = threads as f64;
+        figures.senders[0].push((x, engine));
+        figures.senders[1].push((x, floor));
+        figures.senders[2].push((x, lite));
+        println!("| {threads} | {engine:.0} | {floor:.0} | {lite:.0} | {:.2}x |", engine / lite);
+    }
+    println!();
+}
+
+/// A duration in microseconds, for a chart.
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
 /// An adapter that accepts everything and does nothing.
 struct NoOp;
 
@@ -433,7 +581,7 @@ struct Sized {
     build_time: Duration,
 }
 
-fn reads(dir: &Path, args: &Args) {
+fn reads(dir: &Path, args: &Args, figures: &mut Figures) {
     let mut logs = Vec::new();
     for &mib in &args.sizes {
         progress(&format!("building a {mib} MiB log (and its SQLite mirror)"));
@@ -451,9 +599,9 @@ fn reads(dir: &Path, args: &Args) {
             build_time: started.elapsed(),
         });
     }
-    tail(&logs);
-    follow(&logs);
-    lookup(&logs);
+    tail(&logs, figures);
+    follow(&logs, figures);
+    lookup(&logs, figures);
     open_and_recover(&logs);
     full_reads(&logs);
     for log in &logs {
@@ -461,7 +609,7 @@ fn reads(dir: &Path, args: &Args) {
     }
 }
 
-fn tail(logs: &[Sized]) {
+fn tail(logs: &[Sized], figures: &mut Figures) {
     progress("tail(500)");
     println!("## 3. tail(500), warm\n");
     println!(
@@ -495,6 +643,8 @@ fn tail(logs: &[Sized]) {
         } else {
             "(skipped)".to_owned()
         };
+        figures.tail[0].push((log.mib as f64, micros(engine.median())));
+        figures.tail[1].push((log.mib as f64, micros(lite.median())));
         println!(
             "| {} MiB | {} | {} | {} | {} | {} | {naive} |",
             log.mib,
@@ -508,7 +658,7 @@ fn tail(logs: &[Sized]) {
     println!();
 }
 
-fn follow(logs: &[Sized]) {
+fn follow(logs: &[Sized], figures: &mut Figures) {
     progress("follow");
     println!("## 4. Follow: one new event\n");
     println!("`follow(cursor)` after one new `sent` line (the naive alternative is section 6b).\n");
@@ -525,12 +675,13 @@ fn follow(logs: &[Sized]) {
             assert_eq!(events.len(), 1);
             cursor = next;
         }
+        figures.follow.push((log.mib as f64, micros(samples.median())));
         println!("| {} MiB | {} |", log.mib, show(samples.median()));
     }
     println!();
 }
 
-fn lookup(logs: &[Sized]) {
+fn lookup(logs: &[Sized], figures: &mut Figures) {
     progress("keyed-send receipt lookup");
     println!("## 5. Keyed-send receipt lookup (a replay of the log's first keyed send)\n");
     println!(
@@ -555,6 +706,8 @@ fn lookup(logs: &[Sized]) {
         for _ in 0..20 {
             assert!(warm.time(|| fresh.send(&log.id, &fixture::keyed_request()).unwrap()).replayed);
         }
+        figures.lookup[0].push((log.mib as f64, micros(loaded)));
+        figures.lookup[1].push((log.mib as f64, micros(warm.median())));
         println!(
             "| {} MiB | {} | {} | {} | {} |",
             log.mib,
