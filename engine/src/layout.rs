@@ -19,7 +19,7 @@
 //! recovery), `<root>/.closing/<id>` (a session being closed, moved out of `sessions/` in one
 //! rename so a close is atomic), and `<lock>.takeover` (the flock that makes stale-lock takeover
 //! race-free), `adapter` (the drain adapter spec of a session this engine created: the existing
-//! implementation rewrites the record without keys it does not know), and `receipts.index.json` (a derived index of keyed-send receipts, rebuilt from
+//! implementation rewrites the record without keys it does not know), and `receipts.index` (a derived index of keyed-send receipts, rebuilt from
 //! the log whenever it is missing or stale).
 
 use std::fmt;
@@ -264,12 +264,12 @@ impl Layout {
 
     /// The persisted receipt index (derived; see `receipts`).
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("receipts.index.json")
+        self.session_dir(id).join("receipts.index")
     }
 
     /// The receipt index's staging file.
     pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("receipts.index.json.tmp")
+        self.session_dir(id).join("receipts.index.tmp")
     }
 
     /// The legacy first segment.

@@ -1,57 +1,49 @@
 //! Receipt lookup for keyed sends and the drain's fence.
 //!
-//! An index of receipts (operation + request digest -> message id, frozen delivery, settled?)
-//! folded from the log, kept in memory per handle and persisted per session in
-//! `receipts.index.json` (a SHA-256 of the rest on its first line, then JSON with the cursor it
-//! was folded to and a hash of the bytes just before it), so a new process does not re-read the
-//! whole log either.
+//! What the log says about a receipt (operation + request digest -> message id, frozen
+//! delivery, settled?) is found through a derived index persisted per session in
+//! `receipts.index`: a sorted run of fixed-width records, one per receipt, each holding the
+//! SHA-256 of the key, whether it was settled, and where its `sent` line starts in the log. A
+//! lookup reads the header, binary-searches the run with positioned reads of 4 KiB blocks
+//! (O(log n) blocks), and reads the one line the record points at (the mid, the payload hash
+//! and the delivery bytes come from the log itself, never from the index). Receipts and
+//! settlements appended since the run was written are folded from the log by each handle
+//! (O(new bytes)) and kept in memory beside the run.
 //!
-//! Cost of a lookup: loading the persisted index (O(receipts)) once per handle, then reading only
-//! the log bytes appended since its cursor (O(new bytes)). The index is rewritten once the lines
-//! folded since its last write reach an eighth of its receipts (amortized O(1) per line). The index is derived data: it is
-//! written without fsync (tmp + rename) and trusted only if its checksum holds (a power loss can
-//! splice chunks of two versions into one that still parses) and its cursor still points into the log
-//! and the bytes before it still hash the same; otherwise (lost, torn, stale, or a log that was
-//! truncated and regrown after a power loss) it is rebuilt from the log, which costs one full
-//! read and never a wrong answer. An index too large to load (over the state-file bound) is
-//! treated the same way, and one that would be too large is not written: a new handle then folds
-//! the log from the last copy that fit (see BENCHMARKS.md for where that starts). Lookups run under the record lock, after recovery, so every
-//! line folded is complete.
+//! # Format
+//!
+//! Block 0 is the header: magic `SPEXRCP3`, the record and block counts, the cursor the run was
+//! folded to, the hash pinning that cursor to the log (as for the session index), and a
+//! SHA-256 of all that. Blocks 1.. hold up to 72 records of 56 bytes (key digest, segment,
+//! offset, settled), sorted by key across blocks, each block with its record count and a
+//! checksum of its bytes.
+//!
+//! # Crash story
+//!
+//! The index is derived data: written whole to a staging file and renamed, without fsync. A
+//! power loss may keep the new name with blocks lost (zeros, or stale bytes), or a mix of two
+//! versions. Nothing in it is trusted unchecked: the header's checksum and the log pin (its
+//! cursor still points into the log and the bytes before it hash the same), each block's
+//! checksum on every read, and the line a record points at must be a `sent` line carrying that
+//! very key. Any failure drops the run and rebuilds it from the log (one full read, never a
+//! wrong answer). The run is rewritten once the lines folded past it reach an eighth of its
+//! receipts (amortized O(1) per line). Lookups run under the record lock, after recovery, so
+//! every line folded is complete; `Store::receipt` reads without the lock and may fold a line
+//! a power loss later takes back, which the pin then detects.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::atomic::{self, ReplaceBoundaries};
+use crate::atomic::ReplaceBoundaries;
 use crate::error::{Error, Result};
-use crate::layout::{Layout, STATE_FILE_BYTES_MAX, SegmentNo, SessionId};
+use crate::layout::{Layout, SegmentNo, SessionId};
 use crate::sync::{Mutex, lock};
-use crate::timeline::{self, Cursor, Line, Receipt, SentEvent};
+use crate::timeline::{self, Cursor, Line, Position, Receipt, SentEvent};
 
-/// Format version of the persisted index.
-const INDEX_VERSION: u32 = 2;
 /// Bytes before the cursor whose hash pins the persisted index to the log it was folded from.
 const TAIL_PIN_BYTES: u64 = 256;
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Persisted {
-    version: u32,
-    segment: u64,
-    offset: u64,
-    index: u64,
-    tail_sha256: String,
-    receipts: Vec<PersistedReceipt>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct PersistedReceipt {
-    mid: String,
-    settled: bool,
-    receipt: Receipt,
-}
 
 /// What the log says about one receipt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,14 +54,6 @@ pub struct Known {
     pub receipt: Receipt,
     /// Whether a `dispatch-settled` line names it (the adapter accepted it).
     pub settled: bool,
-}
-
-#[derive(Debug, Default)]
-struct Index {
-    cursor: Cursor,
-    receipts: HashMap<(String, String), Known>,
-    /// Lines folded since the index was last persisted.
-    unpersisted_lines: u64,
 }
 
 /// The index is persisted again once the lines folded since it was last written reach an
@@ -157,83 +141,312 @@ pub(crate) fn tail_pin<F: Fs>(
     Ok(Some(hex::encode(Sha256::digest(&bytes[pinned_from..]))))
 }
 
-/// Loads the persisted index if it is intact and still pinned to this log.
-fn load<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Option<Index>> {
-    let bytes = match atomic::read(fs, &layout.receipt_index(id)) {
-        Ok(Some(bytes)) => bytes,
-        // Derived data too large to load is treated as absent: rebuilt, never an error.
-        Ok(None) | Err(Error::TooLarge { .. }) => return Ok(None),
-        Err(error) => return Err(error),
-    };
-    // The first line is the SHA-256 of the rest: the file is written without fsync, so a
-    // power loss can leave chunks of two versions spliced into one that still parses.
-    let Some(newline) = bytes.iter().position(|&b| b == b'\n') else { return Ok(None) };
-    let (checksum, body) = (&bytes[..newline], &bytes[newline + 1..]);
-    if checksum != hex::encode(Sha256::digest(body)).as_bytes()
-        && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
-    {
-        return Ok(None);
-    }
-    let Ok(persisted) = serde_json::from_slice::<Persisted>(body) else { return Ok(None) };
-    if persisted.version != INDEX_VERSION {
-        return Ok(None);
-    }
-    let cursor =
-        Cursor { segment: persisted.segment, offset: persisted.offset, index: persisted.index };
-    if tail_pin(fs, layout, id, cursor)?.as_deref() != Some(persisted.tail_sha256.as_str()) {
-        return Ok(None);
-    }
-    let receipts = persisted
-        .receipts
-        .into_iter()
-        .map(|r| {
-            (
-                (r.receipt.operation.clone(), r.receipt.request_digest.clone()),
-                Known { mid: r.mid, receipt: r.receipt, settled: r.settled },
-            )
-        })
-        .collect();
-    Ok(Some(Index { cursor, receipts, unpersisted_lines: 0 }))
+/// Magic at the start of the header block.
+const MAGIC: &[u8; 8] = b"SPEXRCP3";
+/// The size of every block (the header is block 0).
+const BLOCK_BYTES: usize = 4096;
+/// One record: key digest (32), segment (8), offset (8), settled (1), padding (7).
+const RECORD_BYTES: usize = 56;
+/// Records per data block.
+const RECORDS_PER_BLOCK: usize = 72;
+/// Where a data block's records start (after its count and padding), and its checksum.
+const RECORDS_AT: usize = 8;
+const CHECKSUM_AT: usize = RECORDS_AT + RECORDS_PER_BLOCK * RECORD_BYTES;
+const CHECKSUM_BYTES: usize = 16;
+const _: () = assert!(CHECKSUM_AT + CHECKSUM_BYTES <= BLOCK_BYTES);
+
+/// A receipt's key as the run stores it.
+type Digest32 = [u8; 32];
+
+fn key_digest(operation: &str, request_digest: &str) -> Digest32 {
+    let mut hasher = Sha256::new();
+    hasher.update(operation.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(request_digest.as_bytes());
+    hasher.finalize().into()
 }
 
-/// Persists the index (derived data: no fsync; a lost or torn copy is rebuilt).
+/// One record of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Record {
+    key: Digest32,
+    position: Position,
+    settled: bool,
+}
+
+impl Record {
+    fn encode(&self, out: &mut [u8]) {
+        out[..32].copy_from_slice(&self.key);
+        out[32..40].copy_from_slice(&self.position.0.to_le_bytes());
+        out[40..48].copy_from_slice(&self.position.1.to_le_bytes());
+        out[48] = u8::from(self.settled);
+        out[49..RECORD_BYTES].fill(0);
+    }
+
+    fn decode(bytes: &[u8]) -> Record {
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        Record {
+            key: bytes[..32].try_into().expect("32 bytes"),
+            position: (word(32), word(40)),
+            settled: bytes[48] != 0,
+        }
+    }
+}
+
+/// The header of a persisted run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Header {
+    records: u64,
+    blocks: u64,
+    cursor: Cursor,
+    pin: String,
+}
+
+impl Header {
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; BLOCK_BYTES];
+        bytes[..8].copy_from_slice(MAGIC);
+        let words =
+            [self.records, self.blocks, self.cursor.segment, self.cursor.offset, self.cursor.index];
+        for (i, word) in words.iter().enumerate() {
+            bytes[8 + i * 8..16 + i * 8].copy_from_slice(&word.to_le_bytes());
+        }
+        let pin = self.pin.as_bytes();
+        bytes[48] = u8::try_from(pin.len()).expect("a pin is a 64-character hash or empty");
+        bytes[49..49 + pin.len()].copy_from_slice(pin);
+        let checksum = Sha256::digest(&bytes[..120]);
+        bytes[120..152].copy_from_slice(&checksum);
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Header> {
+        if bytes.len() < BLOCK_BYTES || &bytes[..8] != MAGIC {
+            return None;
+        }
+        if bytes[120..152] != Sha256::digest(&bytes[..120])[..]
+            && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
+        {
+            return None;
+        }
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes[8 + i * 8..16 + i * 8].try_into().ok()?))
+        };
+        let pin_len = usize::from(bytes[48]).min(71);
+        Some(Header {
+            records: word(0)?,
+            blocks: word(1)?,
+            cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
+            pin: String::from_utf8(bytes[49..49 + pin_len].to_vec()).ok()?,
+        })
+    }
+}
+
+/// A data block: its records, if its checksum holds.
+fn decode_block(bytes: &[u8]) -> Option<Vec<Record>> {
+    if bytes.len() < BLOCK_BYTES {
+        return None;
+    }
+    if bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES]
+        != Sha256::digest(&bytes[..CHECKSUM_AT])[..CHECKSUM_BYTES]
+        && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
+    {
+        return None;
+    }
+    let count = usize::from(u16::from_le_bytes([bytes[0], bytes[1]]));
+    if count == 0 || count > RECORDS_PER_BLOCK {
+        return None;
+    }
+    Some(
+        (0..count)
+            .map(|i| {
+                Record::decode(
+                    &bytes[RECORDS_AT + i * RECORD_BYTES..RECORDS_AT + (i + 1) * RECORD_BYTES],
+                )
+            })
+            .collect(),
+    )
+}
+
+fn encode_block(records: &[Record]) -> Vec<u8> {
+    let mut bytes = vec![0u8; BLOCK_BYTES];
+    let count = u16::try_from(records.len()).expect("at most a block of records");
+    bytes[..2].copy_from_slice(&count.to_le_bytes());
+    for (i, record) in records.iter().enumerate() {
+        record
+            .encode(&mut bytes[RECORDS_AT + i * RECORD_BYTES..RECORDS_AT + (i + 1) * RECORD_BYTES]);
+    }
+    let checksum = Sha256::digest(&bytes[..CHECKSUM_AT]);
+    bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES].copy_from_slice(&checksum[..CHECKSUM_BYTES]);
+    bytes
+}
+
+/// Makes every checksum of a persisted run valid (the header's, and each whole data block's),
+/// so a fuzzer reaches what is behind them.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn fix_checksums(bytes: &mut [u8]) {
+    if bytes.len() >= BLOCK_BYTES {
+        let checksum = Sha256::digest(&bytes[..120]);
+        bytes[120..152].copy_from_slice(&checksum);
+    }
+    for block in bytes.chunks_mut(BLOCK_BYTES).skip(1).filter(|block| block.len() == BLOCK_BYTES) {
+        let checksum = Sha256::digest(&block[..CHECKSUM_AT]);
+        block[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES]
+            .copy_from_slice(&checksum[..CHECKSUM_BYTES]);
+    }
+}
+
+/// Whether a persisted run's header is intact and pinned to this session's log as it is now
+/// (so a lookup trusts it).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn pinned<F: Fs>(fs: &F, layout: &Layout, id: &SessionId, bytes: &[u8]) -> bool {
+    let Some(header) = bytes.get(..BLOCK_BYTES).and_then(Header::decode) else { return false };
+    tail_pin(fs, layout, id, header.cursor).ok().flatten().as_deref() == Some(header.pin.as_str())
+}
+
+/// A run's header alone, claiming no records (a forgery that hides every receipt).
+#[cfg(test)]
+pub(crate) fn without_records(bytes: &[u8]) -> Vec<u8> {
+    let mut header = Header::decode(&bytes[..BLOCK_BYTES]).expect("a persisted header");
+    header.records = 0;
+    header.blocks = 0;
+    header.encode()
+}
+
+/// Changes a run's pin so it no longer matches its log.
+#[cfg(test)]
+pub(crate) fn break_pin(bytes: &mut [u8]) {
+    bytes[49] ^= 1;
+}
+
+/// Why a persisted run cannot answer: it is dropped and rebuilt from the log.
+#[derive(Debug)]
+struct Damaged;
+
+/// A persisted run this handle found intact and pinned (its records stay on disk).
+#[derive(Clone, Debug)]
+struct Run {
+    header: Header,
+}
+
+impl Run {
+    /// Opens the session's run if its header is intact and it is still pinned to the log.
+    fn open<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Option<Run>> {
+        let file =
+            match fs.open(&layout.receipt_index(id), OpenOptions::read(), Boundary::new("read")) {
+                Ok(file) => file,
+                Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
+                    return Ok(None);
+                }
+                Err(error) => return Err(error.into()),
+            };
+        let mut bytes = vec![0u8; BLOCK_BYTES];
+        if read_full(&file, 0, &mut bytes)? < BLOCK_BYTES {
+            return Ok(None);
+        }
+        let Some(header) = Header::decode(&bytes) else { return Ok(None) };
+        let len =
+            header.blocks.checked_add(1).and_then(|blocks| blocks.checked_mul(BLOCK_BYTES as u64));
+        if len != Some(file.len()?)
+            || header.records > header.blocks.saturating_mul(RECORDS_PER_BLOCK as u64)
+        {
+            return Ok(None);
+        }
+        if tail_pin(fs, layout, id, header.cursor)?.as_deref() != Some(header.pin.as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(Run { header }))
+    }
+
+    /// The record for `key`: a binary search over the blocks, each read checked.
+    fn find<F: Fs>(
+        &self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        key: &Digest32,
+    ) -> Result<std::result::Result<Option<Record>, Damaged>> {
+        let file =
+            match fs.open(&layout.receipt_index(id), OpenOptions::read(), Boundary::new("read")) {
+                Ok(file) => file,
+                Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
+                    return Ok(Err(Damaged));
+                }
+                Err(error) => return Err(error.into()),
+            };
+        let (mut low, mut high) = (0u64, self.header.blocks);
+        let mut bytes = vec![0u8; BLOCK_BYTES];
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if read_full(&file, (middle + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
+                return Ok(Err(Damaged));
+            }
+            let Some(records) = decode_block(&bytes) else { return Ok(Err(Damaged)) };
+            let (first, last) = (records[0].key, records[records.len() - 1].key);
+            if *key < first {
+                high = middle;
+            } else if *key > last {
+                low = middle + 1;
+            } else {
+                return Ok(Ok(records.into_iter().find(|record| record.key == *key)));
+            }
+        }
+        Ok(Ok(None))
+    }
+
+    /// Every record, in key order (to merge into a new run).
+    fn records<F: Fs>(
+        &self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+    ) -> Result<std::result::Result<Vec<Record>, Damaged>> {
+        let file =
+            fs.open(&layout.receipt_index(id), OpenOptions::read(), Boundary::new("read"))?;
+        let mut records = Vec::with_capacity(usize::try_from(self.header.records).unwrap_or(0));
+        let mut bytes = vec![0u8; BLOCK_BYTES];
+        for block in 0..self.header.blocks {
+            if read_full(&file, (block + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
+                return Ok(Err(Damaged));
+            }
+            let Some(mut found) = decode_block(&bytes) else { return Ok(Err(Damaged)) };
+            records.append(&mut found);
+        }
+        if records.len() as u64 != self.header.records {
+            return Ok(Err(Damaged));
+        }
+        Ok(Ok(records))
+    }
+}
+
+/// Reads into `buf` from `offset` until it is full or the file ends; returns the bytes read.
+fn read_full<T: File>(file: &T, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let read = file.read_at(offset + filled as u64, &mut buf[filled..])?;
+        if read == 0 {
+            break;
+        }
+        filled += read;
+    }
+    Ok(filled)
+}
+
+/// Writes a run of `records` (sorted by key) pinned at `cursor` (derived data: no fsync; a lost
+/// or torn copy is detected and rebuilt).
 fn persist<F: Fs>(
     fs: &F,
     layout: &Layout,
     id: &SessionId,
-    index: &Index,
+    records: &[Record],
+    cursor: Cursor,
     steps: &ReplaceBoundaries,
 ) -> Result<()> {
-    let Some(tail_sha256) = tail_pin(fs, layout, id, index.cursor)? else { return Ok(()) };
-    let mut receipts: Vec<PersistedReceipt> = index
-        .receipts
-        .values()
-        .map(|known| PersistedReceipt {
-            mid: known.mid.clone(),
-            settled: known.settled,
-            receipt: known.receipt.clone(),
-        })
-        .collect();
-    receipts.sort_by(|a, b| {
-        (&a.receipt.operation, &a.receipt.request_digest)
-            .cmp(&(&b.receipt.operation, &b.receipt.request_digest))
-    });
-    let persisted = Persisted {
-        version: INDEX_VERSION,
-        segment: index.cursor.segment,
-        offset: index.cursor.offset,
-        index: index.cursor.index,
-        tail_sha256,
-        receipts,
-    };
-    let body = serde_json::to_vec(&persisted).expect("the index always serializes");
-    let mut bytes = hex::encode(Sha256::digest(&body)).into_bytes();
-    bytes.push(b'\n');
-    bytes.extend_from_slice(&body);
-    if bytes.len() as u64 > STATE_FILE_BYTES_MAX {
-        // Too large to load again: keep whatever (older, still pinned) copy is on disk; a new
-        // handle folds the rest of the log from it.
-        return Ok(());
+    let Some(pin) = tail_pin(fs, layout, id, cursor)? else { return Ok(()) };
+    let blocks: Vec<&[Record]> = records.chunks(RECORDS_PER_BLOCK).collect();
+    let header = Header { records: records.len() as u64, blocks: blocks.len() as u64, cursor, pin };
+    let mut bytes = header.encode();
+    for block in blocks {
+        bytes.extend_from_slice(&encode_block(block));
     }
     let tmp = layout.receipt_index_tmp(id);
     let file = fs.open(&tmp, OpenOptions::create_truncate(), steps.create)?;
@@ -243,31 +456,154 @@ fn persist<F: Fs>(
     Ok(())
 }
 
+/// A receipt folded from the log past the run.
+#[derive(Clone, Debug)]
+struct Folded {
+    known: Known,
+    position: Position,
+}
+
+/// What one handle knows of one session's receipts.
+#[derive(Debug, Default)]
+struct Index {
+    /// The persisted run, if one was found intact (or written).
+    run: Option<Run>,
+    /// Folded up to here: the run's cursor, then the lines folded since.
+    cursor: Cursor,
+    /// Receipts first seen past the run, by (operation, request digest).
+    folded: HashMap<(String, String), Folded>,
+    /// Settlements past the run of receipts in the run: (key digest, mid).
+    settled: HashSet<(Digest32, String)>,
+    /// Lines folded since the run was written.
+    unpersisted_lines: u64,
+}
+
 impl Index {
-    fn fold(&mut self, lines: Vec<Line>) {
-        for line in lines {
+    /// Folds positioned lines read past `self.cursor`.
+    fn fold<F: Fs>(
+        &mut self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        lines: Vec<(Position, Line)>,
+    ) -> Result<std::result::Result<(), Damaged>> {
+        for (position, line) in lines {
             match line {
                 Line::Sent(SentEvent { mid: Some(mid), .. }, Some(receipt)) => {
                     let key = (receipt.operation.clone(), receipt.request_digest.clone());
-                    // The first receipt for a key is the one a replay must return.
-                    self.receipts.entry(key).or_insert(Known {
-                        mid,
-                        receipt: *receipt,
-                        settled: false,
-                    });
+                    if self.folded.contains_key(&key) {
+                        continue;
+                    }
+                    // The first receipt for a key is the one a replay must return: one in the
+                    // run came first.
+                    if let Some(run) = &self.run {
+                        match run.find(fs, layout, id, &key_digest(&key.0, &key.1))? {
+                            Err(damaged) => return Ok(Err(damaged)),
+                            Ok(Some(_)) => continue,
+                            Ok(None) => {}
+                        }
+                    }
+                    let known = Known { mid, receipt: *receipt, settled: false };
+                    self.folded.insert(key, Folded { known, position });
                 }
                 Line::Settled(settlement) => {
                     let key = (settlement.operation, settlement.request_digest);
-                    if let Some(known) = self.receipts.get_mut(&key)
-                        && known.mid == settlement.mid
-                    {
-                        known.settled = true;
+                    match self.folded.get_mut(&key) {
+                        Some(folded) if folded.known.mid == settlement.mid => {
+                            folded.known.settled = true;
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.settled.insert((key_digest(&key.0, &key.1), settlement.mid));
+                        }
                     }
                 }
                 // A receipt on a line without a mid (no writer made one) answers nothing.
                 Line::Sent(_, _) | Line::Status(_) => {}
             }
         }
+        Ok(Ok(()))
+    }
+
+    /// The receipt for `key` as the run and the folded lines know it.
+    fn get<F: Fs>(
+        &self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        operation: &str,
+        request_digest: &str,
+    ) -> Result<std::result::Result<Option<Known>, Damaged>> {
+        let digest = key_digest(operation, request_digest);
+        if let Some(run) = &self.run {
+            match run.find(fs, layout, id, &digest)? {
+                Err(damaged) => return Ok(Err(damaged)),
+                Ok(None) => {}
+                Ok(Some(record)) => {
+                    // The mid and the receipt come from the line itself; it must be the
+                    // receipt of this very key.
+                    let Some(Line::Sent(SentEvent { mid: Some(mid), .. }, Some(receipt))) =
+                        timeline::line_at(fs, layout, id, record.position)?
+                    else {
+                        return Ok(Err(Damaged));
+                    };
+                    if receipt.operation != operation || receipt.request_digest != request_digest {
+                        return Ok(Err(Damaged));
+                    }
+                    let settled = record.settled || self.settled.contains(&(digest, mid.clone()));
+                    return Ok(Ok(Some(Known { mid, receipt: *receipt, settled })));
+                }
+            }
+        }
+        Ok(Ok(self
+            .folded
+            .get(&(operation.to_owned(), request_digest.to_owned()))
+            .map(|folded| folded.known.clone())))
+    }
+
+    /// Receipts in all (the run's and the folded ones).
+    fn receipts(&self) -> u64 {
+        self.run.as_ref().map_or(0, |run| run.header.records) + self.folded.len() as u64
+    }
+
+    /// The records of a new run: the old run's (with settlements folded since), merged with the
+    /// folded receipts, sorted by key.
+    fn merged<F: Fs>(
+        &self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+    ) -> Result<std::result::Result<Vec<Record>, Damaged>> {
+        let mut records = match &self.run {
+            None => Vec::new(),
+            Some(run) => match run.records(fs, layout, id)? {
+                Err(damaged) => return Ok(Err(damaged)),
+                Ok(records) => records,
+            },
+        };
+        if !self.settled.is_empty() {
+            for record in &mut records {
+                if record.settled {
+                    continue;
+                }
+                // A settlement names a mid: the record's mid is on its line.
+                if self.settled.iter().any(|(key, _)| *key == record.key) {
+                    let Some(Line::Sent(SentEvent { mid: Some(mid), .. }, _)) =
+                        timeline::line_at(fs, layout, id, record.position)?
+                    else {
+                        return Ok(Err(Damaged));
+                    };
+                    record.settled = self.settled.contains(&(record.key, mid));
+                }
+            }
+        }
+        records.extend(self.folded.iter().map(|((operation, request_digest), folded)| Record {
+            key: key_digest(operation, request_digest),
+            position: folded.position,
+            settled: folded.known.settled,
+        }));
+        records.sort_by_key(|record| record.key);
+        Ok(Ok(records))
     }
 }
 
@@ -279,7 +615,8 @@ pub(crate) struct ReceiptIndexes {
 
 impl ReceiptIndexes {
     /// The receipt for (operation, request digest), after folding what the log gained (and
-    /// persisting the index if it moved).
+    /// rewriting the run once enough was folded past it). A damaged run is dropped and the
+    /// index rebuilt from the log.
     pub(crate) fn lookup<F: Fs>(
         &self,
         fs: &F,
@@ -291,33 +628,65 @@ impl ReceiptIndexes {
     ) -> Result<Option<Known>> {
         let mut indexes = lock(&self.by_session);
         if !indexes.contains_key(id) {
-            let loaded = load(fs, layout, id)?.unwrap_or_default();
-            indexes.insert(id.clone(), loaded);
+            let run = Run::open(fs, layout, id)?;
+            let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
+            indexes.insert(id.clone(), Index { run, cursor, ..Index::default() });
         }
         let index = indexes.get_mut(id).expect("inserted above");
+        for attempt in 0..2 {
+            match Self::refresh_and_get(fs, layout, id, index, operation, request_digest, steps)? {
+                Ok(found) => return Ok(found),
+                // Damaged (or a log that moved under the run): rebuild from the log, once.
+                Err(Damaged) if attempt == 0 => *index = Index::default(),
+                Err(Damaged) => break,
+            }
+        }
+        Err(Error::Corrupt {
+            path: layout.receipt_index(id),
+            offset: 0,
+            reason: crate::error::CorruptReason::BadFile(
+                "the receipt index could not be rebuilt from the log".to_owned(),
+            ),
+        })
+    }
+
+    fn refresh_and_get<F: Fs>(
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        index: &mut Index,
+        operation: &str,
+        request_digest: &str,
+        steps: &ReplaceBoundaries,
+    ) -> Result<std::result::Result<Option<Known>, Damaged>> {
         let before = index.cursor;
-        match timeline::read_from(fs, layout, id, index.cursor) {
-            Ok((lines, next)) => {
-                index.unpersisted_lines += lines.len() as u64;
-                index.fold(lines);
-                index.cursor = next;
-            }
-            Err(Error::InvalidCursor { .. }) => {
-                let (lines, next) = timeline::read_from(fs, layout, id, Cursor::START)?;
-                *index = Index { unpersisted_lines: lines.len() as u64, ..Index::default() };
-                index.fold(lines);
-                index.cursor = next;
-            }
+        let (lines, next) = match timeline::read_from_positioned(fs, layout, id, index.cursor) {
+            Ok(read) => read,
+            Err(Error::InvalidCursor { .. }) => return Ok(Err(Damaged)),
             Err(error) => return Err(error),
+        };
+        index.unpersisted_lines += lines.len() as u64;
+        if let Err(damaged) = index.fold(fs, layout, id, lines)? {
+            return Ok(Err(damaged));
         }
+        index.cursor = next;
         if index.cursor != before
-            && index.unpersisted_lines * PERSIST_EVERY_RECEIPTS_DIVISOR
-                >= index.receipts.len() as u64
+            && index.unpersisted_lines * PERSIST_EVERY_RECEIPTS_DIVISOR >= index.receipts()
         {
-            persist(fs, layout, id, index, steps)?;
-            index.unpersisted_lines = 0;
+            let records = match index.merged(fs, layout, id)? {
+                Ok(records) => records,
+                Err(damaged) => return Ok(Err(damaged)),
+            };
+            persist(fs, layout, id, &records, index.cursor, steps)?;
+            match Run::open(fs, layout, id)? {
+                Some(run) if run.header.cursor == index.cursor => {
+                    *index = Index { run: Some(run), cursor: index.cursor, ..Index::default() };
+                }
+                // Not written (no pin): keep what was folded in memory.
+                _ => index.unpersisted_lines = 0,
+            }
         }
-        Ok(index.receipts.get(&(operation.to_owned(), request_digest.to_owned())).cloned())
+        index.get(fs, layout, id, operation, request_digest)
     }
 
     /// Drops a session's index (it is closed, or its handle was poisoned).

@@ -34,5 +34,8 @@ pub use line::{
     display_word,
 };
 pub use read::{Cursor, Stamp};
-pub(crate) use read::{list_segments, read_from, scan, segment_len, stamp, tail_lines};
+pub(crate) use read::{
+    Position, line_at, list_segments, read_from, read_from_positioned, scan, segment_len, stamp,
+    tail_lines,
+};
 pub(crate) use write::{LogBoundaries, append, append_or_cut_back, repair_torn_tail, vouch};

@@ -276,6 +276,20 @@ pub(crate) fn read_from<F: Fs>(
     id: &SessionId,
     cursor: Cursor,
 ) -> Result<(Vec<Line>, Cursor)> {
+    let (lines, next) = read_from_positioned(fs, layout, id, cursor)?;
+    Ok((lines.into_iter().map(|(_, line)| line).collect(), next))
+}
+
+/// Where a line starts: its segment's key (0 for the legacy segment) and byte offset.
+pub(crate) type Position = (u64, u64);
+
+/// [`read_from`], with each line's position.
+pub(crate) fn read_from_positioned<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    cursor: Cursor,
+) -> Result<(Vec<(Position, Line)>, Cursor)> {
     let segments = list_segments(fs, layout, id)?;
     let first = if cursor == Cursor::START {
         0
@@ -308,9 +322,50 @@ pub(crate) fn read_from<F: Fs>(
         next.index += parsed.iter().filter(|(_, line)| line.is_public()).count() as u64;
         next.segment = segment.key();
         next.offset = end;
-        lines.extend(parsed.into_iter().map(|(_, line)| line));
+        let key = segment.key();
+        lines.extend(parsed.into_iter().map(|(offset, line)| ((key, offset), line)));
     }
     Ok((lines, next))
+}
+
+/// The complete line that starts at `position`, if there is one (`None`: no such segment, or no
+/// whole line there). A positioned read of at most the line's bytes.
+pub(crate) fn line_at<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    position: Position,
+) -> Result<Option<Line>> {
+    let (segment, offset) = position;
+    let path = if segment == 0 {
+        layout.legacy_segment(id)
+    } else {
+        layout.segment(id, SegmentNo(segment))
+    };
+    let file = match fs.open(&path, OpenOptions::read(), faultfs::Boundary::new("read")) {
+        Ok(file) => file,
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    // Most lines fit one page; a longer one is read a page at a time.
+    let mut bytes = Vec::new();
+    let mut block = vec![0u8; 4096];
+    loop {
+        let read = file.read_at(offset + bytes.len() as u64, &mut block)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        let start = bytes.len();
+        bytes.extend_from_slice(&block[..read]);
+        if let Some(newline) = bytes[start..].iter().position(|&b| b == b'\n') {
+            bytes.truncate(start + newline);
+            break;
+        }
+        if bytes.len() > LINE_BYTES_MAX {
+            return Ok(None);
+        }
+    }
+    Ok(Line::decode_at(&bytes, &path, offset).ok())
 }
 
 /// The last lines of the log (newest first) until `want` lines satisfy `counts`, reading
