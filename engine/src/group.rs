@@ -64,6 +64,31 @@ impl std::fmt::Debug for Answer {
     }
 }
 
+/// A batch being committed: if its commit panics, its members are told to send alone and the
+/// group gets a new leader, instead of waiting forever.
+struct Leading<'a> {
+    groups: &'a Groups,
+    to: &'a SessionId,
+    /// The members still unanswered (emptied once the commit returned).
+    tickets: Vec<u64>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if self.tickets.is_empty() {
+            return;
+        }
+        let mut sessions = lock(&self.groups.sessions);
+        if let Some(group) = sessions.get_mut(self.to) {
+            group.leading = false;
+            for ticket in self.tickets.drain(..) {
+                group.answered.insert(ticket, Answer::Alone);
+            }
+        }
+        self.groups.changed.notify_all();
+    }
+}
+
 impl Groups {
     /// Joins `to`'s group with `request` and returns its answer: committed by whichever member
     /// leads the batch it lands in (possibly this one), through `commit`, which gets a batch
@@ -97,7 +122,11 @@ impl Groups {
             drop(sessions);
             let requests: Vec<SendRequest> =
                 batch.iter().map(|(_, request)| request.clone()).collect();
-            let answers: Vec<Answer> = match commit(&requests) {
+            let mut unwinding =
+                Leading { groups: self, to, tickets: batch.iter().map(|(t, _)| *t).collect() };
+            let committed = commit(&requests);
+            unwinding.tickets.clear();
+            let answers: Vec<Answer> = match committed {
                 Ok(results) => {
                     assert_eq!(results.len(), batch.len(), "one answer per request");
                     results.into_iter().map(Answer::Done).collect()
@@ -120,6 +149,41 @@ impl Groups {
             if !active(Mutant::GroupWithoutWakeup) {
                 self.changed.notify_all();
             }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn accepted(requests: &[SendRequest]) -> Result<Vec<Result<Accepted>>> {
+        Ok(requests
+            .iter()
+            .map(|request| {
+                Ok(Accepted { mid: request.text.clone(), replayed: false, restored: false })
+            })
+            .collect())
+    }
+
+    #[test]
+    fn a_commit_that_panics_leaves_the_group_to_a_new_leader() {
+        let groups = std::sync::Arc::new(Groups::default());
+        let to = SessionId::new("s").expect("an id");
+        let request = SendRequest { text: "first".into(), ..SendRequest::default() };
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            groups.send(&to, request.clone(), |_| panic!("a bug in a commit"))
+        }));
+        assert!(panicked.is_err());
+        let (done, answer) = std::sync::mpsc::channel();
+        let (groups, to) = (std::sync::Arc::clone(&groups), to.clone());
+        std::thread::spawn(move || {
+            let second = SendRequest { text: "second".into(), ..SendRequest::default() };
+            let _ = done.send(groups.send(&to, second, accepted));
+        });
+        match answer.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(Answer::Done(Ok(accepted))) => assert_eq!(accepted.mid, "second"),
+            other => panic!("the next send must be led and answered, got {other:?}"),
         }
     }
 }
