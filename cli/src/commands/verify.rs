@@ -85,7 +85,7 @@ enum MediaArg {
 
 #[derive(Debug, clap::Args)]
 struct SweepArgs {
-    /// Only these scenarios (repeatable): send, together, drain, lifecycle, close, rollover.
+    /// Only these scenarios (repeatable): send, drain, lifecycle, close, rollover, together.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// The medium: `zero-tails` (the default: a file that grew without its data shows zeros

@@ -139,26 +139,6 @@ pub fn all() -> Vec<Scenario> {
             ],
         },
         Scenario {
-            name: std::borrow::Cow::Borrowed("together"),
-            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
-            steps: vec![
-                Step::Create { id: "s", adapter: Some("exec:cat") },
-                send("s", "hello", Some("k0")),
-                Step::SendTogether {
-                    to: "s",
-                    sends: &[
-                        Step::Send { to: "s", text: "one", from: None, key: None },
-                        Step::Send { to: "s", text: "two, keyed", from: None, key: Some("k1") },
-                        Step::Send { to: "s", text: "two, keyed", from: None, key: Some("k1") },
-                        Step::Send { to: "s", text: "hello", from: None, key: Some("k0") },
-                        Step::Send { to: "s", text: "other bytes", from: None, key: Some("k1") },
-                        Step::Send { to: "s", text: "three", from: None, key: None },
-                    ],
-                },
-                Step::Drain { id: "s" },
-            ],
-        },
-        Scenario {
             name: std::borrow::Cow::Borrowed("drain"),
             segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
             steps: vec![
@@ -242,6 +222,26 @@ pub fn all() -> Vec<Scenario> {
                     "4: the five boxing wizards jump quickly; the five boxing wizards jump quickly; the five boxing wizards jump quickly; the five boxing",
                     None,
                 ),
+                Step::Drain { id: "s" },
+            ],
+        },
+        Scenario {
+            name: std::borrow::Cow::Borrowed("together"),
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "s", adapter: Some("exec:cat") },
+                send("s", "hello", Some("k0")),
+                Step::SendTogether {
+                    to: "s",
+                    sends: &[
+                        Step::Send { to: "s", text: "one", from: None, key: None },
+                        Step::Send { to: "s", text: "two, keyed", from: None, key: Some("k1") },
+                        Step::Send { to: "s", text: "two, keyed", from: None, key: Some("k1") },
+                        Step::Send { to: "s", text: "hello", from: None, key: Some("k0") },
+                        Step::Send { to: "s", text: "other bytes", from: None, key: Some("k1") },
+                        Step::Send { to: "s", text: "three", from: None, key: None },
+                    ],
+                },
                 Step::Drain { id: "s" },
             ],
         },
