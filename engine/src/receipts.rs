@@ -116,13 +116,8 @@ pub(crate) fn tail_pin<F: Fs>(
     loop {
         let take = TAIL_PIN_BYTES.max(4096).min(start);
         let mut block = vec![0u8; usize::try_from(take).unwrap_or(usize::MAX)];
-        let mut filled = 0;
-        while filled < block.len() {
-            let read = file.read_at(start - take + filled as u64, &mut block[filled..])?;
-            if read == 0 {
-                return Ok(None);
-            }
-            filled += read;
+        if file.read_full_at(start - take, &mut block)? < block.len() {
+            return Ok(None);
         }
         start -= take;
         block.extend_from_slice(&bytes);
@@ -340,7 +335,7 @@ impl Run {
                 Err(error) => return Err(error.into()),
             };
         let mut bytes = vec![0u8; BLOCK_BYTES];
-        if read_full(&file, 0, &mut bytes)? < BLOCK_BYTES {
+        if file.read_full_at(0, &mut bytes)? < BLOCK_BYTES {
             return Ok(None);
         }
         let Some(header) = Header::decode(&bytes) else { return Ok(None) };
@@ -377,7 +372,7 @@ impl Run {
         let mut bytes = vec![0u8; BLOCK_BYTES];
         while low < high {
             let middle = low + (high - low) / 2;
-            if read_full(&file, (middle + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
+            if file.read_full_at((middle + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
                 return Ok(Err(Damaged));
             }
             let Some(records) = decode_block(&bytes) else { return Ok(Err(Damaged)) };
@@ -405,7 +400,7 @@ impl Run {
         let mut records = Vec::with_capacity(usize::try_from(self.header.records).unwrap_or(0));
         let mut bytes = vec![0u8; BLOCK_BYTES];
         for block in 0..self.header.blocks {
-            if read_full(&file, (block + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
+            if file.read_full_at((block + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
                 return Ok(Err(Damaged));
             }
             let Some(mut found) = decode_block(&bytes) else { return Ok(Err(Damaged)) };
@@ -416,19 +411,6 @@ impl Run {
         }
         Ok(Ok(records))
     }
-}
-
-/// Reads into `buf` from `offset` until it is full or the file ends; returns the bytes read.
-fn read_full<T: File>(file: &T, offset: u64, buf: &mut [u8]) -> Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let read = file.read_at(offset + filled as u64, &mut buf[filled..])?;
-        if read == 0 {
-            break;
-        }
-        filled += read;
-    }
-    Ok(filled)
 }
 
 /// Writes a run of `records` (sorted by key) pinned at `cursor` (derived data: no fsync; a lost
@@ -582,12 +564,13 @@ impl Index {
             },
         };
         if !self.settled.is_empty() {
+            let keys: HashSet<Digest32> = self.settled.iter().map(|(key, _)| *key).collect();
             for record in &mut records {
                 if record.settled {
                     continue;
                 }
                 // A settlement names a mid: the record's mid is on its line.
-                if self.settled.iter().any(|(key, _)| *key == record.key) {
+                if keys.contains(&record.key) {
                     let Some(Line::Sent(SentEvent { mid: Some(mid), .. }, _)) =
                         timeline::line_at(fs, layout, id, record.position)?
                     else {

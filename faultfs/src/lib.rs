@@ -263,6 +263,20 @@ pub trait File: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end of file).
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize>;
 
+    /// Reads at `offset` until `buf` is full or the file ends; returns how many bytes were read
+    /// (fewer than `buf.len()` only at the end of the file).
+    fn read_full_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            let read = self.read_at(offset + filled as u64, &mut buf[filled..])?;
+            if read == 0 {
+                break;
+            }
+            filled += read;
+        }
+        Ok(filled)
+    }
+
     /// The file's current length in bytes.
     fn len(&self) -> Result<u64>;
 
@@ -301,14 +315,7 @@ pub trait File: Send + Sync {
             )
         })?;
         let mut buf = vec![0u8; len];
-        let mut filled = 0;
-        while filled < buf.len() {
-            let read = self.read_at(filled as u64, &mut buf[filled..])?;
-            if read == 0 {
-                break;
-            }
-            filled += read;
-        }
+        let filled = self.read_full_at(0, &mut buf)?;
         buf.truncate(filled);
         Ok(buf)
     }

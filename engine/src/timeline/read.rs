@@ -216,14 +216,7 @@ fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
         return Ok(Vec::new());
     }
     let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
-    let mut filled = 0;
-    while filled < buf.len() {
-        let read = file.read_at(offset + filled as u64, &mut buf[filled..])?;
-        if read == 0 {
-            break;
-        }
-        filled += read;
-    }
+    let filled = file.read_full_at(offset, &mut buf)?;
     buf.truncate(filled);
     Ok(buf)
 }
@@ -487,15 +480,7 @@ impl<T: File> BackwardLines<T> {
         let take = (READ_BLOCK_BYTES as u64).min(self.pos);
         let start = self.pos - take;
         let mut block = vec![0u8; usize::try_from(take).unwrap_or(READ_BLOCK_BYTES)];
-        let mut filled = 0;
-        while filled < block.len() {
-            let read = self.file.read_at(start + filled as u64, &mut block[filled..])?;
-            if read == 0 {
-                break;
-            }
-            filled += read;
-        }
-        if filled < block.len() {
+        if self.file.read_full_at(start, &mut block)? < block.len() {
             // The file shrank under us (a torn tail was repaired): what we hold may be stale.
             return Err(Error::Corrupt {
                 path: self.segment.path.clone(),
