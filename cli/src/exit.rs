@@ -72,3 +72,35 @@ pub(crate) fn code_for(error: &anyhow::Error) -> Code {
     }
     Code::Failed
 }
+
+impl Code {
+    /// The code's name in a JSON error.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Code::Ok => "ok",
+            Code::Failed => "failed",
+            Code::Usage => "usage",
+            Code::Busy => "busy",
+            Code::Corrupt => "corrupt",
+            Code::Violation => "violation",
+        }
+    }
+}
+
+/// An error as the JSON document `--json` prints on stdout:
+/// `{"error":{"code":"usage","exit":2,"message":"..."}}`.
+pub(crate) fn error_json(code: Code, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "error": { "code": code.name(), "exit": code as u8, "message": message },
+    })
+}
+
+/// What to do next, for the errors where a person needs a pointer (empty otherwise).
+pub(crate) fn hint(error: &anyhow::Error) -> &'static str {
+    for cause in error.chain() {
+        if let Some(Error::NoSuchSession { .. }) = cause.downcast_ref::<Error>() {
+            return " (`spex session ls --all` lists the sessions; `spex where` names the store)";
+        }
+    }
+    ""
+}

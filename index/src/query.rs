@@ -24,6 +24,8 @@ pub struct Row {
     pub last_activity: Option<String>,
     /// The index version of this row's last change.
     pub version: i64,
+    /// The first line of the last message or note (at most 240 bytes).
+    pub preview: Option<String>,
 }
 
 impl Row {
@@ -40,6 +42,7 @@ impl Row {
             "createdAt": self.created_at,
             "archived": self.archived,
             "lastActivity": self.last_activity,
+            "preview": self.preview,
             "version": self.version,
         })
     }
@@ -78,8 +81,12 @@ pub struct Hit {
     pub mid: Option<String>,
     /// A snippet with the matched terms between `[` and `]`.
     pub snippet: String,
-    /// bm25 rank (lower is better).
+    /// bm25 rank (lower is better) within its kind of match.
     pub rank: f64,
+    /// `word` (every word of the query matched whole words) or `substring` (every word of at
+    /// least three characters is inside the text: CJK, parts of identifiers). Word matches are
+    /// listed first.
+    pub matched: &'static str,
 }
 
 impl Hit {
@@ -92,6 +99,7 @@ impl Hit {
             "mid": self.mid,
             "snippet": self.snippet,
             "rank": self.rank,
+            "match": self.matched,
         })
     }
 }
@@ -118,7 +126,7 @@ impl Index {
         };
         let sql = format!(
             "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
-                    version
+                    version, preview
              FROM sessions
              WHERE removed = 0 AND (?1 OR archived = 0)
                AND (?2 IS NULL OR status = ?2 OR display = ?2)
@@ -132,22 +140,50 @@ impl Index {
     }
 
     /// Full-text search, ranked by bm25 with what was said to a session weighted above the
-    /// notes it declared. The query is taken literally: every whitespace-separated word is
-    /// quoted, so FTS syntax in it is data.
+    /// notes it declared: first the texts where every word of the query is a whole word, then
+    /// (to fill the limit) those where every word of at least three characters is a substring
+    /// (text without word breaks, such as Chinese or Japanese, or part of an identifier). The
+    /// query is taken literally: every whitespace-separated word is quoted, so FTS syntax in it
+    /// is data.
     pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
         let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
+        let mut hits = self.search_in("content", &literal, filter, filter.limit)?;
+        let room = filter.limit.saturating_sub(hits.len());
+        if let (Some(grams), true) = (substring_query(query), room > 0) {
+            let found: std::collections::HashSet<i64> = hits.iter().map(|(id, _)| *id).collect();
+            // Asked for enough to fill the room after dropping what the word search found.
+            let more = self.search_in("grams", &grams, filter, room + found.len())?;
+            hits.extend(more.into_iter().filter(|(id, _)| !found.contains(id)).take(room));
+        }
+        Ok(hits.into_iter().map(|(_, hit)| hit).collect())
+    }
+
+    /// One ranked search through `table` (`content`: words; `grams`: trigrams), as content
+    /// rowids and hits.
+    fn search_in(
+        &self,
+        table: &str,
+        query: &str,
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<(i64, Hit)>> {
         // Only the filters that are set are in the statement: a per-row `?n IS NULL OR ...` or
         // a join with `sessions` for every match costs more than the ranking itself. No join
         // is needed for removed sessions: their content is deleted with them (`remove`).
-        let mut sql = "SELECT c.session, c.kind, c.ts, c.mid,
-                              snippet(content, -1, '[', ']', '…', 16),
-                              bm25(content, 2.0, 1.0) AS rank
-                       FROM content c"
-            .to_owned();
+        let (from, matched) = match table {
+            "grams" => ("grams m JOIN content c ON c.rowid = m.rowid", "substring"),
+            _ => ("content c", "word"),
+        };
+        let mut sql = format!(
+            "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
+                    snippet({table}, -1, '[', ']', '…', 16),
+                    bm25({table}, 2.0, 1.0) AS rank
+             FROM {from}"
+        );
         if filter.status.is_some() {
             sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
         }
-        sql.push_str(" WHERE content MATCH :query");
+        sql.push_str(&format!(" WHERE {table} MATCH :query"));
         if filter.session.is_some() {
             sql.push_str(" AND c.session = :session");
         }
@@ -159,9 +195,9 @@ impl Index {
         }
         sql.push_str(" ORDER BY rank LIMIT :limit");
         let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
-        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> =
-            vec![(":query", &literal), (":limit", &limit)];
+            vec![(":query", &query), (":limit", &limit)];
         for (name, value) in
             [(":session", &filter.session), (":status", &filter.status), (":since", &filter.since)]
         {
@@ -171,14 +207,18 @@ impl Index {
         }
         let hits = statement
             .query_map(bound.as_slice(), |row| {
-                Ok(Hit {
-                    session: row.get(0)?,
-                    kind: row.get(1)?,
-                    ts: row.get(2)?,
-                    mid: row.get(3)?,
-                    snippet: row.get(4)?,
-                    rank: row.get(5)?,
-                })
+                Ok((
+                    row.get(0)?,
+                    Hit {
+                        session: row.get(1)?,
+                        kind: row.get(2)?,
+                        ts: row.get(3)?,
+                        mid: row.get(4)?,
+                        snippet: row.get(5)?,
+                        rank: row.get(6)?,
+                        matched,
+                    },
+                ))
             })
             .map_err(|e| self.sqlite(e))?;
         hits.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
@@ -218,7 +258,7 @@ impl Index {
     }
 }
 
-/// A listed row from the first nine columns of a `sessions` query.
+/// A listed row from the first ten columns of a `sessions` query.
 pub(crate) fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
         id: row.get(0)?,
@@ -230,6 +270,7 @@ pub(crate) fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         archived: row.get(6)?,
         last_activity: row.get(7)?,
         version: row.get(8)?,
+        preview: row.get(9)?,
     })
 }
 
@@ -241,6 +282,18 @@ pub fn literal_query(query: &str) -> Option<String> {
     let words: Vec<String> = query
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .collect();
+    if words.is_empty() { None } else { Some(words.join(" ")) }
+}
+
+/// `query` as a trigram query: each word of at least three characters as a quoted substring
+/// (all required), or `None` when no word is that long (a trigram index cannot find shorter
+/// ones).
+pub fn substring_query(query: &str) -> Option<String> {
+    let words: Vec<String> = query
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| word.chars().count() >= 3)
         .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
         .collect();
     if words.is_empty() { None } else { Some(words.join(" ")) }

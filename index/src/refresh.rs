@@ -89,10 +89,59 @@ struct Upsert<'a> {
     created_at: Option<String>,
     archived: bool,
     last_activity: Option<String>,
+    preview: Option<&'a str>,
     cursor: Cursor,
     pin: &'a str,
     log_mtime_ns: i64,
     record: (i64, i64),
+}
+
+/// The longest preview kept: the first line of a text, cut at a character boundary.
+const PREVIEW_BYTES_MAX: usize = 240;
+
+/// The preview of a text: its first non-blank line, at most [`PREVIEW_BYTES_MAX`] bytes.
+fn preview_of(text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
+    let mut end = line.len().min(PREVIEW_BYTES_MAX);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = end < line.len() || text.trim().lines().nth(1).is_some();
+    if more { format!("{} …", &line[..end]) } else { line.to_owned() }
+}
+
+/// Indexes one text of a session for search: by word (`content`) and by trigram (`grams`, the
+/// same rowid), so a substring of text without word breaks (CJK, identifiers) is found too.
+fn insert_content(
+    transaction: &rusqlite::Transaction<'_>,
+    session: &str,
+    said: Option<&str>,
+    notes: Option<&str>,
+    kind: &str,
+    ts: &str,
+    mid: Option<&str>,
+) -> rusqlite::Result<()> {
+    transaction
+        .prepare_cached(
+            "INSERT INTO content(said, notes, session, kind, ts, mid)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![said, notes, session, kind, ts, mid])?;
+    let rowid = transaction.last_insert_rowid();
+    transaction
+        .prepare_cached("INSERT INTO grams(rowid, said, notes) VALUES (?1, ?2, ?3)")?
+        .execute(params![rowid, said, notes])?;
+    Ok(())
+}
+
+/// Drops every indexed text of a session (both tables).
+fn delete_content(transaction: &rusqlite::Transaction<'_>, session: &str) -> rusqlite::Result<()> {
+    transaction.execute(
+        "DELETE FROM grams WHERE rowid IN (SELECT rowid FROM content WHERE session = ?1)",
+        params![session],
+    )?;
+    transaction.execute("DELETE FROM content WHERE session = ?1", params![session])?;
+    Ok(())
 }
 
 /// Writes one session row under the next change version (inside the caller's transaction).
@@ -105,8 +154,8 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
     transaction.execute(
         "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
              last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
-             log_mtime_ns, record_len, record_mtime_ns, content_version, version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+             log_mtime_ns, record_len, record_mtime_ns, content_version, version, preview)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status,
              proposal = excluded.proposal, note = excluded.note,
              display = excluded.display, created_at = excluded.created_at,
@@ -116,7 +165,7 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
              cursor_pin = excluded.cursor_pin, log_mtime_ns = excluded.log_mtime_ns,
              record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
              content_version = excluded.content_version, version = excluded.version,
-             removed = 0",
+             preview = excluded.preview, removed = 0",
         params![
             row.id,
             row.status,
@@ -135,6 +184,7 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
             row.record.1,
             CONTENT_VERSION,
             version,
+            row.preview,
         ],
     )?;
     Ok(())
@@ -259,7 +309,7 @@ impl Index {
         let seen = transaction
             .query_row(
                 "SELECT cursor_segment, cursor_offset, cursor_index, cursor_pin, last_activity,
-                        content_version FROM sessions WHERE id = ?1 AND removed = 0",
+                        content_version, preview FROM sessions WHERE id = ?1 AND removed = 0",
                 params![id.as_str()],
                 |row| {
                     Ok((
@@ -273,13 +323,14 @@ impl Index {
                             last_activity: row.get(4)?,
                         },
                         row.get::<_, i64>(5)?,
+                        row.get::<_, Option<String>>(6)?,
                     ))
                 },
             )
             .optional()
             .map_err(sqlite)?;
-        let from = seen.as_ref().filter(|(_, version)| *version == CONTENT_VERSION);
-        let folded = match fold(store, id, from.map(|(mark, _)| mark)) {
+        let from = seen.as_ref().filter(|(_, version, _)| *version == CONTENT_VERSION);
+        let folded = match fold(store, id, from.map(|(mark, _, _)| mark)) {
             Ok(folded) => folded,
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
@@ -287,49 +338,35 @@ impl Index {
         // A session with no row has no content to drop (this keeps a rebuild linear: the
         // session column is not indexed, so each delete scans the content table).
         if folded.reset && seen.is_some() {
-            transaction
-                .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
-                .map_err(sqlite)?;
+            delete_content(&transaction, id.as_str()).map_err(sqlite)?;
         }
         let events = &folded.events;
+        // The preview: the last text among the events folded (a message, or a declared note),
+        // else the one the row had when the fold continued from it.
+        let preview = events
+            .iter()
+            .rev()
+            .find_map(|event| match event {
+                Event::Sent(sent) => Some(sent.text.as_str()),
+                Event::Status(status) => status.triple.note.as_deref(),
+            })
+            .map(preview_of)
+            .or_else(|| {
+                if folded.reset { None } else { seen.as_ref().and_then(|(_, _, p)| p.clone()) }
+            });
         let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
-        {
-            let mut insert = transaction
-                .prepare_cached(
-                    "INSERT INTO content(said, notes, session, kind, ts, mid)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(sqlite)?;
-            for event in events {
-                match event {
-                    Event::Sent(sent) => {
-                        insert
-                            .execute(params![
-                                sent.text,
-                                None::<String>,
-                                id.as_str(),
-                                "said",
-                                sent.ts,
-                                sent.mid
-                            ])
-                            .map_err(sqlite)?;
-                    }
-                    Event::Status(status) => {
-                        if let Some(note) = &status.triple.note {
-                            insert
-                                .execute(params![
-                                    None::<String>,
-                                    note,
-                                    id.as_str(),
-                                    "note",
-                                    status.ts,
-                                    None::<String>
-                                ])
-                                .map_err(sqlite)?;
-                        }
-                    }
+        for event in events {
+            let (said, notes, kind, ts, mid) = match event {
+                Event::Sent(sent) => {
+                    (Some(sent.text.as_str()), None, "said", &sent.ts, sent.mid.as_deref())
                 }
-            }
+                Event::Status(status) => match &status.triple.note {
+                    Some(note) => (None, Some(note.as_str()), "note", &status.ts, None),
+                    None => continue,
+                },
+            };
+            insert_content(&transaction, id.as_str(), said, notes, kind, ts, mid)
+                .map_err(sqlite)?;
         }
         let record_now = match store.record(id) {
             Ok(record) => record,
@@ -348,6 +385,7 @@ impl Index {
                 created_at: record_now.created_at(),
                 archived: record_now.archived(),
                 last_activity,
+                preview: preview.as_deref(),
                 cursor,
                 pin: &pin,
                 log_mtime_ns: stamp.newest_modified_ns as i64,
@@ -388,9 +426,7 @@ impl Index {
         if note.flatten().as_deref() == Some(reason.as_str()) {
             return Ok(false);
         }
-        transaction
-            .execute("DELETE FROM content WHERE session = ?1", params![id.as_str()])
-            .map_err(sqlite)?;
+        delete_content(&transaction, id.as_str()).map_err(sqlite)?;
         let record = (
             i64::try_from(record.0).unwrap_or(i64::MAX),
             i64::try_from(record.1).unwrap_or(i64::MAX),
@@ -406,6 +442,7 @@ impl Index {
                 created_at: None,
                 archived: false,
                 last_activity: None,
+                preview: None,
                 cursor: Cursor::START,
                 pin: "",
                 log_mtime_ns: 0,
@@ -424,9 +461,7 @@ impl Index {
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite)?;
-        transaction
-            .execute("DELETE FROM content WHERE session = ?1", params![id])
-            .map_err(sqlite)?;
+        delete_content(&transaction, id).map_err(sqlite)?;
         // A tombstone, so a watcher learns of the removal with its own version.
         transaction
             .execute(
@@ -444,7 +479,7 @@ impl Index {
     /// Empties the index and folds every log again.
     pub fn rebuild<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
         self.connection
-            .execute_batch("BEGIN IMMEDIATE; DELETE FROM content; DELETE FROM sessions; COMMIT;")
+            .execute_batch("BEGIN IMMEDIATE; DELETE FROM grams; DELETE FROM content; DELETE FROM sessions; COMMIT;")
             .map_err(|e| self.sqlite(e))?;
         self.refresh(store)
     }

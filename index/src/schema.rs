@@ -61,6 +61,7 @@ impl Index {
                 "BEGIN IMMEDIATE;
                  DROP TABLE IF EXISTS sessions;
                  DROP TABLE IF EXISTS content;
+                 DROP TABLE IF EXISTS grams;
                  DROP TABLE IF EXISTS meta;
                  CREATE TABLE sessions(
                      id TEXT PRIMARY KEY,
@@ -73,6 +74,7 @@ impl Index {
                      record_len INTEGER NOT NULL, record_mtime_ns INTEGER NOT NULL,
                      content_version INTEGER NOT NULL,
                      version INTEGER NOT NULL,
+                     preview TEXT,
                      removed INTEGER NOT NULL DEFAULT 0);
                  CREATE INDEX sessions_version ON sessions(version);
                  CREATE INDEX sessions_activity
@@ -80,6 +82,7 @@ impl Index {
                  CREATE VIRTUAL TABLE content USING fts5(
                      said, notes, session UNINDEXED, kind UNINDEXED, ts UNINDEXED,
                      mid UNINDEXED, tokenize = 'unicode61');
+                 CREATE VIRTUAL TABLE grams USING fts5(said, notes, tokenize = 'trigram');
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
                  INSERT INTO meta VALUES ('generation', 0);

@@ -2,8 +2,9 @@
 //!
 //! - `exec:CMD` (headless): runs `sh -c CMD` with the message text on stdin and `SPEX_MID`,
 //!   `SPEX_FROM` (empty for a human) and `SPEX_SESSION_ID` in the environment; exit status 0
-//!   accepts the message. The command's stdout goes to stderr, so `spex`'s own stdout carries
-//!   only its result. A command that runs past the timeout is killed and counts as a refusal.
+//!   accepts the message. The command's stdout is shown on stderr, labelled with the message id
+//!   and framed, so `spex`'s own stdout carries only its result. A command that runs past
+//!   the timeout is killed and counts as a refusal.
 //! - `tmux:PANE` (pane-backed): pastes the message into a real tmux pane (as one bracketed paste,
 //!   so a multi-line message arrives whole) and presses Enter. Accepted when tmux accepted both.
 //!   Only literal characters reach the pane (see [`super::literal`]): nothing in a message can end the
@@ -86,7 +87,7 @@ impl Adapter for Exec {
             .env("SPEX_FROM", message.from.unwrap_or(""))
             .env("SPEX_SESSION_ID", &self.session)
             .stdin(Stdio::piped())
-            .stdout(Stdio::from(std::io::stderr()))
+            .stdout(Stdio::piped())
             .spawn()
             .map_err(|error| format!("cannot run sh -c {:?}: {error}", self.command))?;
         // Written from a thread so a command that never reads its stdin cannot block the wait
@@ -98,6 +99,16 @@ impl Adapter for Exec {
                 let _ignored = stdin.write_all(&text);
             }
         });
+        // What the command prints is read as it runs (a full pipe would stall it) and shown
+        // afterwards on stderr, framed, so `spex`'s own stdout carries only its result.
+        let stdout = child.stdout.take();
+        let reader = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut stdout) = stdout {
+                let _ignored = std::io::Read::read_to_end(&mut stdout, &mut bytes);
+            }
+            bytes
+        });
         let started = Instant::now();
         let status = loop {
             match child.try_wait() {
@@ -105,6 +116,8 @@ impl Adapter for Exec {
                 Ok(None) if started.elapsed() >= self.timeout => {
                     let _ignored = child.kill();
                     let _ignored = child.wait();
+                    // The reader is left behind: a process the command started may still hold
+                    // the pipe open.
                     return Err(format!(
                         "{:?} ran past {} s and was killed",
                         self.command,
@@ -116,12 +129,31 @@ impl Adapter for Exec {
             }
         };
         let _ignored = writer.join();
+        if let Ok(output) = reader.join() {
+            show_output(&self.command, message.mid, &output);
+        }
         if status.success() {
             Ok(())
         } else {
             Err(format!("{:?} exited with {status}", self.command))
         }
     }
+}
+
+/// An exec command's output on stderr, labelled with the message and framed line by line (its
+/// last line always ends), literal characters only.
+fn show_output(command: &str, mid: &str, output: &[u8]) {
+    if output.is_empty() {
+        return;
+    }
+    let text = crate::render::literal(&String::from_utf8_lossy(output));
+    let mut framed = format!("spex: output of {command:?} for {mid}:\n");
+    for line in text.trim_end_matches('\n').split('\n') {
+        framed.push_str("  | ");
+        framed.push_str(line);
+        framed.push('\n');
+    }
+    let _ignored = std::io::stderr().lock().write_all(framed.as_bytes());
 }
 
 /// `tmux:PANE`.
@@ -161,7 +193,7 @@ impl Adapter for Tmux {
         // One named buffer per message, deleted by the paste, so concurrent drains into
         // different panes never paste each other's text.
         let buffer = format!("spex-{}", message.mid);
-        let text = super::literal(message.text);
+        let text = crate::render::literal(message.text);
         self.tmux(&["load-buffer", "-b", &buffer, "-"], Some(text.as_bytes()))?;
         if let Err(error) =
             self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &self.pane], None)
@@ -180,7 +212,7 @@ struct Stdout;
 impl Adapter for Stdout {
     fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
         let line = serde_json::json!({
-            "schema": super::SCHEMA_VERSION,
+            "schema": crate::render::SCHEMA_VERSION,
             "mid": message.mid,
             "from": message.from,
             "text": message.text,

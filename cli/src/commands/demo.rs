@@ -12,8 +12,9 @@ use serde_json::json;
 use spex_verification::demo::{self, Report, Writer};
 use spex_verification::seed;
 
-use super::ModeArg;
-use crate::exit::Code;
+use crate::args::{Global, ModeArg, RootSource};
+use crate::render::{out, outln};
+use crate::exit::{BadInput, Code};
 
 /// JSON schema version of `spex demo --json`.
 const SCHEMA_VERSION: u32 = 1;
@@ -48,7 +49,13 @@ struct LitmusRow {
     without: litmus::Outcome,
 }
 
-pub(crate) fn run(args: &Args) -> anyhow::Result<Code> {
+pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
+    if global.root.is_some() && global.root().is_ok_and(|root| root.source == RootSource::Flag) {
+        return Err(BadInput(
+            "demo runs on simulated disks only and takes no --root (nothing is written)".to_owned(),
+        )
+        .into());
+    }
     let seed = seed::resolve(args.seed).map_err(anyhow::Error::msg)?;
     eprintln!("spex demo: seed {seed} (replay with --seed {seed} or {}={seed})", seed::SEED_ENV);
 
@@ -87,9 +94,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<Code> {
         .all(|report| report.violations().next().is_some());
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(seed, &litmus_rows, &reports))?);
+        outln!("{}", serde_json::to_string_pretty(&to_json(seed, &litmus_rows, &reports))?)?;
     } else {
-        print!("{}", render(seed, args, &litmus_rows, &reports));
+        out!("{}", render(seed, args, &litmus_rows, &reports))?;
     }
 
     let code = match args.writer {
@@ -189,7 +196,7 @@ fn render(seed: u64, args: &Args, litmus_rows: &[LitmusRow], reports: &[Report])
 fn to_json(seed: u64, litmus_rows: &[LitmusRow], reports: &[Report]) -> serde_json::Value {
     json!({
         "schema": SCHEMA_VERSION,
-        "seed": seed,
+        "seed": crate::render::json_u64(seed),
         "litmus": litmus_rows.iter().map(|row| json!({
             "name": row.litmus.name,
             "scenario": row.litmus.scenario,

@@ -5,7 +5,8 @@
 use serde_json::json;
 use spex_engine::SessionId;
 
-use super::{Global, print_json, session_id};
+use crate::args::{Global, session_id};
+use crate::render::{outln, print_json};
 use crate::exit::Code;
 
 /// Arguments of `spex doctor`.
@@ -35,15 +36,15 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             .collect();
         print_json(json!({ "damaged": damaged, "found": items }))?;
     } else if found.is_empty() {
-        println!("no damage found");
+        outln!("no damage found")?;
     } else {
         for damage in &found {
             let severity = if damage.is_warning() { "warning" } else { "damage" };
-            println!("{severity}: {damage}");
-            println!("  repair: {}", damage.repair());
+            outln!("{severity}: {damage}")?;
+            outln!("  repair: {}", damage.repair())?;
         }
         let count = found.iter().filter(|damage| !damage.is_warning()).count();
-        println!("{count} damaged, {} warnings", found.len() - count);
+        outln!("{count} damaged, {} warnings", found.len() - count)?;
     }
     Ok(if damaged { Code::Corrupt } else { Code::Ok })
 }

@@ -3,7 +3,8 @@
 
 use serde_json::json;
 
-use super::{Global, print_json};
+use crate::args::Global;
+use crate::render::{out, outln, print_json};
 use crate::exit::Code;
 
 /// Arguments of `spex index`.
@@ -32,7 +33,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Command::Rebuild => index.rebuild(&store)?,
         Command::Dump => {
             index.refresh(&store)?;
-            print!("{}", index.dump()?);
+            out!("{}", index.dump()?)?;
             return Ok(Code::Ok);
         }
     };
@@ -45,10 +46,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             "version": index.version()?,
         }))?;
     } else {
-        println!(
+        outln!(
             "{} sessions: {} updated ({} events folded), {} removed",
             refreshed.sessions, refreshed.updated, refreshed.events, refreshed.removed
-        );
+        )?;
     }
     Ok(Code::Ok)
 }

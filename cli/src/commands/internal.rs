@@ -16,8 +16,7 @@
 
 use spex_engine::{Lifecycle, Status, Triple};
 
-use super::Global;
-use super::session::{Declarer, ProposalArg, declare};
+use crate::args::{Declarer, Global, ProposalArg};
 use crate::exit::{BadInput, Code};
 
 /// Arguments of `spex internal`.
@@ -87,17 +86,17 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             }
             let proposal = args.propose.map(ProposalArg::proposal);
             let triple = Triple::new(args.status, proposal, args.note.clone());
-            (&args.declarer.session, Lifecycle::Set(triple))
+            (&args.declarer, Lifecycle::Set(triple))
         }
         Command::SessionIdle(declarer) => (
-            &declarer.session,
+            declarer,
             Lifecycle::SetFrom {
                 from: vec![Status::Active],
                 triple: Triple::new(Status::Idle, None, None),
             },
         ),
         Command::SessionFail(args) => (
-            &args.declarer.session,
+            &args.declarer,
             Lifecycle::SetFrom {
                 from: vec![Status::Active],
                 triple: Triple::new(Status::Error, None, args.note.clone()),
@@ -107,7 +106,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let note =
                 format!("turn failed: {}", args.note.as_deref().unwrap_or("no reason given"));
             (
-                &args.declarer.session,
+                &args.declarer,
                 Lifecycle::SetFrom {
                     from: vec![Status::Active],
                     triple: Triple::new(Status::Error, None, Some(note)),
@@ -115,5 +114,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             )
         }
     };
-    declare(&store, session, &write, global)
+    let id = session.id()?;
+    let applied = store.append(&id, &write)?;
+    crate::render::applied(&id, &applied, global.json)?;
+    Ok(Code::Ok)
 }

@@ -2,77 +2,98 @@
 //! through the session index (refreshed first).
 
 use serde_json::json;
-use spex_engine::SessionId;
 
-use super::{Global, print_json, session_id};
+use crate::args::{Global, StatusArg, resolve};
+use crate::render::{self, Paint, outln, print_json};
 use crate::exit::{BadInput, Code};
 
 /// Arguments of `spex search`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The words to find (taken literally: FTS syntax is searched for, not obeyed).
+    /// The words to find (taken literally: FTS syntax is searched for, not obeyed). Whole words
+    /// match first; then texts holding each word of 3+ characters anywhere (for Chinese or
+    /// Japanese text, or part of an identifier).
     query: String,
-    /// Only this session.
-    #[arg(long, value_parser = session_id)]
-    session: Option<SessionId>,
+    /// Only this session (its id or a unique prefix).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
     /// Only sessions in this status (stored name or display word).
-    #[arg(long)]
-    status: Option<String>,
-    /// Only events since this time: an ISO-8601 timestamp (or its prefix, e.g. 2026-11-30), or
-    /// a duration back from now (e.g. 2h, 7days).
-    #[arg(long)]
+    #[arg(long, value_enum)]
+    status: Option<StatusArg>,
+    /// Only events since this time: RFC 3339 (2026-12-01T07:00:00+01:00), a local date or time
+    /// (2026-12-01, 2026-12-01T07:00), or a duration back from now (90m, 2h, 7days).
+    #[arg(long, value_name = "WHEN")]
     since: Option<String>,
     /// At most this many hits.
     #[arg(long, default_value_t = 20)]
     limit: usize,
 }
 
-/// A `--since` value as a timestamp prefix to compare with event times.
-pub(crate) fn since(text: &str, now_ms: u64) -> Result<String, BadInput> {
-    if let Ok(duration) = humantime::parse_duration(text) {
-        let back = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-        return Ok(spex_engine::env::format_ts(now_ms.saturating_sub(back)));
-    }
-    let digits = text.chars().take(4).all(|c| c.is_ascii_digit());
-    if text.len() >= 4 && digits && text.is_ascii() {
-        return Ok(text.to_owned());
-    }
-    Err(BadInput(format!(
-        "--since {text:?} is neither a timestamp (2026-11-30T12:00:00Z) nor a duration (2h)"
-    )))
-}
-
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     if args.query.trim().is_empty() {
         return Err(BadInput("the search query is empty".to_owned()).into());
     }
-    let store = global.open_store()?;
-    let mut index = spex_index::Index::open(store.layout().root())?;
-    index.refresh(&store)?;
-    let now_ms = spex_engine::env::Clock::now_ms(&spex_engine::env::SystemClock);
-    let filter = spex_index::SearchFilter {
-        session: args.session.as_ref().map(ToString::to_string),
-        status: args.status.clone(),
-        since: args.since.as_deref().map(|text| since(text, now_ms)).transpose()?,
-        limit: args.limit,
+    let zone = render::zone(false);
+    let since = args
+        .since
+        .as_deref()
+        .map(|text| crate::args::since(text, jiff::Timestamp::now(), &zone))
+        .transpose()?;
+    let hits = match global.existing_store()? {
+        None => Vec::new(),
+        Some(store) => {
+            let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
+            let mut index = spex_index::Index::open(store.layout().root())?;
+            index.refresh(&store)?;
+            let filter = spex_index::SearchFilter {
+                session: session.as_ref().map(ToString::to_string),
+                status: args.status.map(|status| status.word().to_owned()),
+                since,
+                limit: args.limit,
+            };
+            index.search(&args.query, &filter)?
+        }
     };
-    let hits = index.search(&args.query, &filter)?;
     if global.json {
         let hits: Vec<_> = hits.iter().map(spex_index::Hit::to_json).collect();
         print_json(json!({ "query": args.query, "hits": hits }))?;
-    } else {
-        for hit in &hits {
-            println!(
-                "{}  {}  {:<4}  {}",
-                super::literal(&hit.ts),
-                hit.session,
-                hit.kind,
-                super::literal(&hit.snippet).replace('\n', " ")
-            );
-        }
-        if hits.is_empty() {
-            eprintln!("spex: no matches for {:?}", args.query);
-        }
+        return Ok(Code::Ok);
+    }
+    let paint = Paint::for_stdout(global.color);
+    for hit in &hits {
+        let when = render::parse_ts(&hit.ts).map_or_else(
+            || render::literal(&hit.ts),
+            |ts| ts.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M").to_string(),
+        );
+        let snippet = render::literal(&hit.snippet).replace('\n', " ");
+        outln!(
+            "{}  {}  {:<4}  {}",
+            paint.dim(&when),
+            paint.bold(&render::literal(&hit.session)),
+            hit.kind,
+            highlight(&snippet, paint)
+        )?;
+    }
+    if hits.is_empty() && !global.quiet {
+        eprintln!("spex: no matches for {:?}", args.query);
     }
     Ok(Code::Ok)
+}
+
+/// A snippet with its `[match]` marks shown in colour (kept as brackets without colour).
+fn highlight(snippet: &str, paint: Paint) -> String {
+    let plain = paint.bold("x") == "x";
+    if plain {
+        return snippet.to_owned();
+    }
+    let mut out = String::new();
+    let mut rest = snippet;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']') else { break };
+        out.push_str(&rest[..open]);
+        out.push_str(&paint.color(&rest[open + 1..open + close], anstyle::AnsiColor::Yellow));
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
 }

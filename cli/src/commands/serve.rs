@@ -51,8 +51,8 @@ use spex_engine::{Error, Event, Key, SendRequest, SessionId, Store};
 use tokio::sync::{broadcast, watch};
 
 use super::guard::{Guard, Seen, Verdict};
-use super::session::ReplyArg;
-use super::{Global, print_json};
+use crate::args::{Global, ReplyArg};
+use crate::render::{outln, print_json};
 use crate::exit::Code;
 
 /// The operation of a keyed HTTP input (the `Idempotency-Key` header's namespace).
@@ -137,7 +137,7 @@ async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyho
     if global.json {
         print_json(json!({ "url": url, "token": guard.token() }))?;
     } else {
-        println!("{url}");
+        outln!("{url}")?;
     }
     std::io::Write::flush(&mut std::io::stdout())?;
     eprintln!("spex serve: store {}; Ctrl-C stops", store.layout().root().display());
@@ -420,8 +420,9 @@ fn search_blocking(store: &Store<RealFs>, query: &str) -> Reply {
             "session" => filter.session = Some(value.into_owned()),
             "status" => filter.status = Some(value.into_owned()),
             "since" => {
-                let now_ms = spex_engine::env::Clock::now_ms(&spex_engine::env::SystemClock);
-                match super::search::since(&value, now_ms) {
+                // A time without an offset is read in UTC: the server's zone is not the client's.
+                let zone = jiff::tz::TimeZone::UTC;
+                match crate::args::since(&value, jiff::Timestamp::now(), &zone) {
                     Ok(since) => filter.since = Some(since),
                     Err(error) => return Reply::error(400, error.0),
                 }

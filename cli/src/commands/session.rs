@@ -9,15 +9,17 @@ use std::time::Duration;
 use anyhow::Context as _;
 use faultfs::RealFs;
 use serde_json::json;
-use spex_engine::reply::ReplyChannel;
 use spex_engine::{
-    Cursor, DrainReport, Error, Event, Key, Lifecycle, Proposal, SendRequest, SessionId, Status,
+    Cursor, DrainReport, Error, Event, Key, Lifecycle, SendRequest, SessionId, Status,
     Store, Triple,
 };
 
 use super::adapter::Spec;
-use super::{Global, print_json, session_id};
+use crate::args::{
+    Declarer, Global, ProposalArg, ReplyArg, SortArg, StatusArg, resolve, session_id,
+};
 use crate::exit::{BadInput, Code};
+use crate::render::{self, Conversation, Paint, outln, print_json};
 
 /// How often `--follow` and `--watch` look for new work.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -77,9 +79,8 @@ struct NewArgs {
 
 #[derive(Debug, clap::Args)]
 struct SendArgs {
-    /// The receiving session.
-    #[arg(value_parser = session_id)]
-    id: SessionId,
+    /// The receiving session (its id or a unique prefix).
+    id: String,
     /// The message; `-` reads it from stdin (UTF-8; one trailing newline is dropped).
     text: String,
     /// The sending session (default: a human).
@@ -94,29 +95,6 @@ struct SendArgs {
     /// The operation the key belongs to.
     #[arg(long, requires = "key", default_value = CLI_OPERATION)]
     operation: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ReplyArg {
-    Note,
-    Terminal,
-}
-
-impl ReplyArg {
-    pub(crate) fn channel(self) -> ReplyChannel {
-        match self {
-            ReplyArg::Note => ReplyChannel::Note,
-            ReplyArg::Terminal => ReplyChannel::Terminal,
-        }
-    }
-}
-
-/// The declaring session: `--session`, else `SPEX_SESSION_ID`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct Declarer {
-    /// The session declaring (default: SPEX_SESSION_ID).
-    #[arg(long, env = "SPEX_SESSION_ID", value_parser = session_id)]
-    pub(crate) session: SessionId,
 }
 
 #[derive(Debug, clap::Args)]
@@ -140,48 +118,31 @@ struct NoteArgs {
     declarer: Declarer,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ProposalArg {
-    Merge,
-    Nothing,
-    Close,
-}
-
-impl ProposalArg {
-    pub(crate) fn proposal(self) -> Proposal {
-        match self {
-            ProposalArg::Merge => Proposal::Merge,
-            ProposalArg::Nothing => Proposal::Nothing,
-            ProposalArg::Close => Proposal::Close,
-        }
-    }
-}
-
 #[derive(Debug, clap::Args)]
 struct IdArgs {
-    /// The session.
-    #[arg(value_parser = session_id)]
-    id: SessionId,
+    /// The session (its id or a unique prefix).
+    id: String,
 }
 
 #[derive(Debug, clap::Args)]
 struct TimelineArgs {
-    /// The session.
-    #[arg(value_parser = session_id)]
-    id: SessionId,
+    /// The session (its id or a unique prefix).
+    id: String,
     /// Print at most the last N events.
     #[arg(long, default_value_t = 500)]
     limit: usize,
     /// Keep printing new events as they arrive (NDJSON with --json).
     #[arg(long)]
     follow: bool,
+    /// Times in UTC (default: local time).
+    #[arg(long)]
+    utc: bool,
 }
 
 #[derive(Debug, clap::Args)]
 struct DrainArgs {
-    /// The session.
-    #[arg(value_parser = session_id)]
-    id: SessionId,
+    /// The session (its id or a unique prefix).
+    id: String,
     /// The adapter (default: the session's own).
     #[arg(long, value_name = "SPEC")]
     adapter: Option<String>,
@@ -199,49 +160,84 @@ struct LsArgs {
     #[arg(long, value_enum, default_value_t = SortArg::Activity)]
     sort: SortArg,
     /// Only sessions in this status (stored name, e.g. awaiting, or display word, e.g. review).
-    #[arg(long)]
-    status: Option<String>,
+    #[arg(long, value_enum)]
+    status: Option<StatusArg>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    let store = global.open_store()?;
+    // Reads never create a store: a missing one has no sessions.
+    let reading = |reference: &str| -> anyhow::Result<(Store<RealFs>, SessionId)> {
+        let store = global.store_for_session(reference)?;
+        let id = resolve(&store, reference)?;
+        Ok((store, id))
+    };
+    let writing = |reference: &str| -> anyhow::Result<(Store<RealFs>, SessionId)> {
+        let store = global.open_store()?;
+        let id = resolve(&store, reference)?;
+        Ok((store, id))
+    };
     match &args.command {
-        Command::New(args) => new(&store, args, global),
-        Command::Send(args) => send(&store, args, global),
+        Command::New(args) => new(&global.open_store()?, args, global),
+        Command::Send(args) => {
+            let (store, id) = writing(&args.id)?;
+            send(&store, &id, args, global)
+        }
         Command::Done(args) => {
             let note = args.note.clone();
             let triple = Triple::new(Status::Awaiting, Some(args.propose.proposal()), note);
-            declare(&store, &args.declarer.session, &Lifecycle::Set(triple), global)
+            declare(global, &args.declarer, &Lifecycle::Set(triple))
         }
         Command::Park(args) => {
             let triple = Triple::new(Status::Parked, None, Some(args.note.clone()));
-            declare(&store, &args.declarer.session, &Lifecycle::Set(triple), global)
+            declare(global, &args.declarer, &Lifecycle::Set(triple))
         }
         Command::Ask(args) => {
             let triple = Triple::new(Status::Asking, None, Some(args.note.clone()));
-            declare(&store, &args.declarer.session, &Lifecycle::Set(triple), global)
+            declare(global, &args.declarer, &Lifecycle::Set(triple))
         }
-        Command::Show(args) => show(&store, &args.id, global),
-        Command::Timeline(args) => timeline(&store, args, global),
-        Command::Drain(args) => drain(&store, args, global),
+        Command::Show(args) => {
+            let (store, id) = reading(&args.id)?;
+            show(&store, &id, global)
+        }
+        Command::Timeline(args) => {
+            let (store, id) = reading(&args.id)?;
+            timeline(&store, &id, args, global)
+        }
+        Command::Drain(args) => {
+            let (store, id) = writing(&args.id)?;
+            drain(&store, &id, args, global)
+        }
         Command::Archive(args) => {
-            store.archive(&args.id)?;
-            done(global, "archived", &args.id)
+            let (store, id) = writing(&args.id)?;
+            store.archive(&id)?;
+            done(global, "archived", &id)
         }
         Command::Close(args) => {
-            store.close(&args.id)?;
-            done(global, "closed", &args.id)
+            let (store, id) = writing(&args.id)?;
+            store.close(&id)?;
+            done(global, "closed", &id)
         }
-        Command::Ls(args) => ls(&store, args, global),
-        Command::Repair(args) => repair(&store, &args.id, global),
+        Command::Ls(args) => ls(args, global),
+        Command::Repair(args) => {
+            let (store, id) = writing(&args.id)?;
+            repair(&store, &id, global)
+        }
     }
+}
+
+/// A worker's declaration: one lifecycle write by the declaring session.
+fn declare(global: &Global, declarer: &Declarer, write: &Lifecycle) -> anyhow::Result<Code> {
+    let id = declarer.id()?;
+    let applied = global.open_store()?.append(&id, write)?;
+    render::applied(&id, &applied, global.json)?;
+    Ok(Code::Ok)
 }
 
 fn done(global: &Global, verb: &str, id: &SessionId) -> anyhow::Result<Code> {
     if global.json {
         print_json(json!({ "session": id.as_str(), "result": verb }))?;
     } else {
-        println!("{verb} {id}");
+        outln!("{verb} {id}")?;
     }
     Ok(Code::Ok)
 }
@@ -268,7 +264,7 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
     if global.json {
         print_json(json!({ "session": id.as_str(), "status": "active", "adapter": args.adapter }))?;
     } else {
-        println!("{id}");
+        outln!("{id}")?;
     }
     Ok(Code::Ok)
 }
@@ -305,7 +301,12 @@ pub(crate) fn message_text(arg: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn send(store: &Store<RealFs>, args: &SendArgs, global: &Global) -> anyhow::Result<Code> {
+fn send(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    args: &SendArgs,
+    global: &Global,
+) -> anyhow::Result<Code> {
     let text = message_text(&args.text)?;
     if text.is_empty() {
         return Err(BadInput("the message is empty; nothing was sent".to_owned()).into());
@@ -320,59 +321,21 @@ fn send(store: &Store<RealFs>, args: &SendArgs, global: &Global) -> anyhow::Resu
             .map(|key| Key { operation: args.operation.clone(), key: key.clone() }),
         attributes: None,
     };
-    let accepted = store.send(&args.id, &request)?;
+    let accepted = store.send(id, &request)?;
     if global.json {
         print_json(json!({
-            "session": args.id.as_str(),
+            "session": id.as_str(),
             "mid": accepted.mid,
             "replayed": accepted.replayed,
             "restored": accepted.restored,
         }))?;
     } else if accepted.replayed {
         let restored = if accepted.restored { " (restored to the queue)" } else { "" };
-        println!("{} replayed{restored}", accepted.mid);
+        outln!("{} replayed{restored}", accepted.mid)?;
     } else {
-        println!("{} sent", accepted.mid);
+        outln!("{} sent", accepted.mid)?;
     }
     Ok(Code::Ok)
-}
-
-/// Applies a lifecycle write and prints what moved.
-pub(crate) fn declare(
-    store: &Store<RealFs>,
-    id: &SessionId,
-    write: &Lifecycle,
-    global: &Global,
-) -> anyhow::Result<Code> {
-    let applied = store.append(id, write)?;
-    if global.json {
-        print_json(json!({
-            "session": id.as_str(),
-            "before": triple_json(&applied.before),
-            "after": triple_json(&applied.after),
-            "logged": applied.logged,
-            "written": applied.written,
-        }))?;
-    } else if !applied.written {
-        println!(
-            "{id} unchanged: {} (the write does not apply from it)",
-            applied.before.status.name()
-        );
-    } else if applied.logged {
-        println!("{id} {} -> {}", applied.before.display_word(), applied.after.display_word());
-    } else {
-        println!("{id} {} (no move)", applied.after.display_word());
-    }
-    Ok(Code::Ok)
-}
-
-pub(crate) fn triple_json(triple: &Triple) -> serde_json::Value {
-    json!({
-        "status": triple.status,
-        "proposal": triple.proposal,
-        "note": triple.note,
-        "display": triple.display_word(),
-    })
 }
 
 fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
@@ -388,7 +351,7 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     if global.json {
         print_json(json!({
             "session": id.as_str(),
-            "state": triple_json(&triple),
+            "state": render::triple_json(&triple),
             "adapter": adapter,
             "createdAt": record.created_at(),
             "archived": record.archived(),
@@ -398,20 +361,20 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
         }))?;
         return Ok(Code::Ok);
     }
-    println!("session   {id}");
-    println!("status    {} ({})", triple.display_word(), triple.status.name());
+    outln!("session   {id}")?;
+    outln!("status    {} ({})", triple.display_word(), triple.status.name())?;
     if let Some(proposal) = triple.proposal {
-        println!("proposal  {}", proposal.name());
+        outln!("proposal  {}", proposal.name())?;
     }
     if let Some(note) = &triple.note {
-        println!("note      {}", indent(note, 10));
+        outln!("note      {}", indent(note, 10))?;
     }
-    println!("adapter   {}", adapter.as_deref().unwrap_or("-"));
-    println!("created   {}", record.created_at().as_deref().unwrap_or("-"));
-    println!("archived  {}", if record.archived() { "yes" } else { "no" });
-    println!("owed      {owed}");
+    outln!("adapter   {}", adapter.as_deref().unwrap_or("-"))?;
+    outln!("created   {}", record.created_at().as_deref().unwrap_or("-"))?;
+    outln!("archived  {}", if record.archived() { "yes" } else { "no" })?;
+    outln!("owed      {owed}")?;
     if let Some(event) = last.first() {
-        println!("last      {}", event.ts());
+        outln!("last      {}", event.ts())?;
     }
     Ok(Code::Ok)
 }
@@ -430,16 +393,16 @@ fn repair(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Res
         return Ok(Code::Ok);
     }
     let Some(kept) = &repair.kept else {
-        println!("{id}: the delivery queue is sound; nothing to repair");
+        outln!("{id}: the delivery queue is sound; nothing to repair")?;
         return Ok(Code::Ok);
     };
-    println!("{id}: the delivery queue was damaged ({})", repair.damage.as_deref().unwrap_or("?"));
-    println!("  kept the damaged file as {}", kept.display());
-    println!("  carried over {} valid entries", repair.carried);
-    println!("  restored {} keyed messages the log proves owed", repair.restored.len());
-    println!(
+    outln!("{id}: the delivery queue was damaged ({})", repair.damage.as_deref().unwrap_or("?"))?;
+    outln!("  kept the damaged file as {}", kept.display())?;
+    outln!("  carried over {} valid entries", repair.carried)?;
+    outln!("  restored {} keyed messages the log proves owed", repair.restored.len())?;
+    outln!(
         "  not recoverable: unkeyed messages the damaged file held beyond its valid entries (read the kept file to resend them)"
-    );
+    )?;
     Ok(Code::Ok)
 }
 
@@ -456,65 +419,69 @@ fn show_closed(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow
             "closedAt": closure.closed_at,
         }))?;
     } else {
-        println!("session   {}", closure.id);
-        println!("status    closed");
-        println!("closed    {}", closure.closed_at);
+        outln!("session   {}", closure.id)?;
+        outln!("status    closed")?;
+        outln!("closed    {}", closure.closed_at)?;
     }
     Ok(Code::Ok)
 }
 
 /// `text` with every line after the first indented by `width` spaces.
 fn indent(text: &str, width: usize) -> String {
-    super::literal(text).replace('\n', &format!("\n{}", " ".repeat(width)))
+    render::literal(text).replace('\n', &format!("\n{}", " ".repeat(width)))
 }
 
-/// One event as a human-readable line (continuation lines indented).
-pub(crate) fn render_event(event: &Event) -> String {
-    match event {
-        Event::Status(status) => {
-            let triple = &status.triple;
-            let ts = super::literal(&status.ts);
-            let mut line = format!("{ts}  {:<13}", triple.display_word());
-            if let Some(note) = &triple.note {
-                line.push_str(&indent(note, 40));
-            }
-            line.trim_end().to_owned()
-        }
-        Event::Sent(sent) => {
-            let from = sent.from.as_deref().unwrap_or("human");
-            let via = if sent.reply_via.is_some() { " (reply via note)" } else { "" };
-            let ts = super::literal(&sent.ts);
-            format!("{ts}  sent by {from}{via}: {}", indent(&sent.text, 26))
-        }
-    }
+/// The message ids owed to a session (empty when its queue cannot be read: the marks are then
+/// missing, never wrong).
+fn owed_mids(store: &Store<RealFs>, id: &SessionId) -> std::collections::HashSet<String> {
+    store.queue(id).map(|queue| queue.into_iter().map(|entry| entry.mid).collect()).unwrap_or_default()
 }
 
-fn timeline(store: &Store<RealFs>, args: &TimelineArgs, global: &Global) -> anyhow::Result<Code> {
+fn timeline(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    args: &TimelineArgs,
+    global: &Global,
+) -> anyhow::Result<Code> {
+    let mut conversation = Conversation::new(
+        Paint::for_stdout(global.color),
+        render::zone(args.utc),
+        id.as_str(),
+        owed_mids(store, id),
+    );
     if !args.follow {
-        let events = store.tail(&args.id, args.limit)?;
+        let events = store.tail(id, args.limit)?;
         if global.json {
             let events: Vec<_> = events.iter().map(Event::to_public_json).collect();
-            print_json(json!({ "session": args.id.as_str(), "events": events }))?;
+            print_json(json!({ "session": id.as_str(), "events": events }))?;
         } else {
             for event in &events {
-                println!("{}", render_event(event));
+                render::out!("{}", conversation.event(event))?;
+            }
+            if events.is_empty() && !global.quiet {
+                eprintln!("spex: {id} has no events yet");
             }
         }
         return Ok(Code::Ok);
     }
     // Following starts from the whole log once (to know the cursor), then reads only growth.
-    let (events, mut cursor) = store.follow(&args.id, Cursor::START)?;
+    let (events, mut cursor) = store.follow(id, Cursor::START)?;
     let skip = events.len().saturating_sub(args.limit);
-    print_events(&events[skip..], global.json)?;
+    print_events(&events[skip..], global.json, &mut conversation)?;
     loop {
         std::thread::sleep(POLL_INTERVAL);
-        match store.follow(&args.id, cursor) {
+        match store.follow(id, cursor) {
             Ok((events, next)) => {
-                print_events(&events, global.json)?;
+                if !events.is_empty() {
+                    conversation.set_owed(owed_mids(store, id));
+                }
+                print_events(&events, global.json, &mut conversation)?;
                 cursor = next;
             }
             Err(Error::NoSuchSession { .. }) => {
-                eprintln!("spex: session {} was closed", args.id);
+                if !global.quiet {
+                    eprintln!("spex: session {id} was closed");
+                }
                 return Ok(Code::Ok);
             }
             Err(error) => return Err(error.into()),
@@ -522,53 +489,64 @@ fn timeline(store: &Store<RealFs>, args: &TimelineArgs, global: &Global) -> anyh
     }
 }
 
-fn print_events(events: &[Event], json: bool) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
+fn print_events(
+    events: &[Event],
+    json: bool,
+    conversation: &mut Conversation,
+) -> anyhow::Result<()> {
     for event in events {
         if json {
-            writeln!(out, "{}", event.to_public_json())?;
+            outln!("{}", event.to_public_json())?;
         } else {
-            writeln!(out, "{}", render_event(event))?;
+            render::out!("{}", conversation.event(event))?;
         }
     }
-    out.flush()?;
     Ok(())
 }
 
-fn drain(store: &Store<RealFs>, args: &DrainArgs, global: &Global) -> anyhow::Result<Code> {
+fn drain(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    args: &DrainArgs,
+    global: &Global,
+) -> anyhow::Result<Code> {
     let spec = match &args.adapter {
         Some(spec) => spec.clone(),
-        None => store.adapter(&args.id, &store.record(&args.id)?)?.ok_or_else(|| {
-            BadInput(format!("session {} has no adapter; pass --adapter SPEC", args.id))
+        None => store.adapter(id, &store.record(id)?)?.ok_or_else(|| {
+            BadInput(format!("session {id} has no adapter; pass --adapter SPEC"))
         })?,
     };
-    let mut adapter = Spec::parse(&spec)?.adapter(&args.id);
+    let spec = Spec::parse(&spec)?;
+    // The stdout adapter's messages are the results on stdout; the report then goes to stderr.
+    let report_to_stderr = spec == Spec::Stdout;
+    let mut adapter = spec.adapter(id);
     if !args.watch {
-        let report = store.drain(&args.id, adapter.as_mut())?;
-        print_drain(&args.id, &report, global)?;
+        let report = store.drain(id, adapter.as_mut())?;
+        print_drain(id, &report, global, report_to_stderr)?;
         return Ok(if report.stopped.is_some() { Code::Failed } else { Code::Ok });
     }
-    if std::io::stderr().is_terminal() {
-        eprintln!("spex: draining {} into {spec} as messages arrive (Ctrl-C stops)", args.id);
+    if std::io::stderr().is_terminal() && !global.quiet {
+        eprintln!("spex: draining {id} as messages arrive (Ctrl-C stops)");
     }
     let mut last_stop = None;
     loop {
-        match store.queue(&args.id) {
+        match store.queue(id) {
             Ok(queue) if queue.is_empty() => {}
             Ok(_) => {
-                let report = store.drain(&args.id, adapter.as_mut())?;
+                let report = store.drain(id, adapter.as_mut())?;
                 if !report.delivered.is_empty()
                     || !report.consumed.is_empty()
                     || !report.dropped.is_empty()
                     || (report.stopped.is_some() && report.stopped != last_stop)
                 {
-                    print_drain(&args.id, &report, global)?;
+                    print_drain(id, &report, global, report_to_stderr)?;
                 }
                 last_stop = report.stopped;
             }
             Err(Error::NoSuchSession { .. }) => {
-                eprintln!("spex: session {} was closed", args.id);
+                if !global.quiet {
+                    eprintln!("spex: session {id} was closed");
+                }
                 return Ok(Code::Ok);
             }
             Err(error) => return Err(error.into()),
@@ -577,27 +555,45 @@ fn drain(store: &Store<RealFs>, args: &DrainArgs, global: &Global) -> anyhow::Re
     }
 }
 
-fn print_drain(id: &SessionId, report: &DrainReport, global: &Global) -> anyhow::Result<()> {
+fn print_drain(
+    id: &SessionId,
+    report: &DrainReport,
+    global: &Global,
+    to_stderr: bool,
+) -> anyhow::Result<()> {
+    let mut lines = Vec::new();
     if global.json {
-        print_json(json!({
+        let mut document = json!({
             "session": id.as_str(),
             "delivered": report.delivered,
             "consumed": report.consumed,
             "dropped": report.dropped,
             "stopped": report.stopped.as_ref().map(ToString::to_string),
             "remaining": report.remaining,
-        }))?;
+        });
+        if !to_stderr {
+            return print_json(document);
+        }
+        if let Some(map) = document.as_object_mut() {
+            map.insert("schema".to_owned(), render::SCHEMA_VERSION.into());
+        }
+        lines.push(document.to_string());
     } else {
-        for mid in &report.delivered {
-            println!("delivered {mid}");
+        lines.extend(report.delivered.iter().map(|mid| format!("delivered {mid}")));
+        lines.extend(report.consumed.iter().map(|mid| format!("consumed {mid} (already settled)")));
+        lines.extend(report.dropped.iter().map(|mid| format!("dropped {mid} (sender closed)")));
+        lines.push(format!("{} owed to {id}", report.remaining));
+    }
+    if to_stderr {
+        if !global.quiet {
+            for line in &lines {
+                eprintln!("{line}");
+            }
         }
-        for mid in &report.consumed {
-            println!("consumed {mid} (already settled)");
+    } else {
+        for line in &lines {
+            outln!("{line}")?;
         }
-        for mid in &report.dropped {
-            println!("dropped {mid} (sender closed)");
-        }
-        println!("{} owed to {id}", report.remaining);
     }
     if let Some(stop) = &report.stopped {
         eprintln!("spex: drain of {id} stopped: {stop}");
@@ -605,40 +601,89 @@ fn print_drain(id: &SessionId, report: &DrainReport, global: &Global) -> anyhow:
     Ok(())
 }
 
-/// The listing order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum SortArg {
-    Activity,
-    Created,
-}
-
-fn ls(store: &Store<RealFs>, args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
+fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
+    let Some(store) = global.existing_store()? else {
+        if global.json {
+            print_json(json!({ "sessions": [] }))?;
+        } else if !global.quiet {
+            eprintln!(
+                "spex: no sessions: there is no store at {} yet (`spex where` says how it was chosen)",
+                global.root()?.path.display()
+            );
+        }
+        return Ok(Code::Ok);
+    };
     let mut index = spex_index::Index::open(store.layout().root())?;
-    index.refresh(store)?;
+    index.refresh(&store)?;
     let filter = spex_index::Filter {
         sort: match args.sort {
             SortArg::Activity => spex_index::Sort::Activity,
             SortArg::Created => spex_index::Sort::Created,
         },
-        status: args.status.clone(),
+        status: args.status.map(|status| status.word().to_owned()),
         all: args.all,
     };
     let rows = index.sessions(&filter)?;
+    // The owed count is the queue's length now (a queue is small; a damaged one reads as unknown).
+    let owed: Vec<Option<usize>> = rows
+        .iter()
+        .map(|row| {
+            let id = SessionId::new(&row.id).ok()?;
+            store.queue(&id).ok().map(|queue| queue.len())
+        })
+        .collect();
     if global.json {
-        let sessions: Vec<_> = rows.iter().map(spex_index::Row::to_json).collect();
+        let sessions: Vec<_> = rows
+            .iter()
+            .zip(&owed)
+            .map(|(row, owed)| {
+                let mut value = row.to_json();
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("owed".to_owned(), json!(owed));
+                }
+                value
+            })
+            .collect();
         print_json(json!({ "sessions": sessions }))?;
         return Ok(Code::Ok);
     }
-    for row in &rows {
-        let archived = if row.archived { "  (archived)" } else { "" };
-        let when = row.last_activity.as_deref().or(row.created_at.as_deref()).unwrap_or("-");
-        if row.status == "corrupt" {
-            // The reason names the damaged file (`spex doctor` says what a repair does).
-            let reason = super::literal(row.note.as_deref().unwrap_or("damaged"));
-            println!("{:<38} {:<14} {reason}", row.id, row.display);
-            continue;
+    if rows.is_empty() {
+        if !global.quiet {
+            let which = match args.status {
+                Some(status) => format!(" in status {}", status.word()),
+                None if args.all => String::new(),
+                None => " (archived ones are hidden: --all shows them)".to_owned(),
+            };
+            eprintln!("spex: no sessions{which} in {}", store.layout().root().display());
         }
-        println!("{:<38} {:<14} {when}{archived}", row.id, row.display);
+        return Ok(Code::Ok);
     }
+    let table: Vec<render::SessionRow> = rows
+        .iter()
+        .zip(owed)
+        .map(|(row, owed)| render::SessionRow {
+            id: row.id.clone(),
+            display: row.display.clone(),
+            when: row.last_activity.clone().or_else(|| row.created_at.clone()),
+            owed,
+            preview: if row.status == "corrupt" {
+                // The reason names the damaged file (`spex doctor` says what a repair does).
+                render::first_line(row.note.as_deref().unwrap_or("damaged"))
+            } else {
+                render::first_line(row.preview.as_deref().or(row.note.as_deref()).unwrap_or(""))
+            },
+            archived: row.archived,
+        })
+        .collect();
+    render::out!(
+        "{}",
+        render::session_table(
+            &table,
+            jiff::Timestamp::now(),
+            &render::zone(false),
+            Paint::for_stdout(global.color),
+            render::terminal_columns(),
+        )
+    )?;
     Ok(Code::Ok)
 }

@@ -17,7 +17,8 @@ use spex_verification::realproc::{self, Kill};
 use spex_verification::seed;
 use spex_verification::sweep::{self, Options, Report, Token};
 
-use super::{Global, ModeArg, SCHEMA_VERSION};
+use crate::args::{Global, ModeArg};
+use crate::render::{SCHEMA_VERSION, out, outln};
 use crate::exit::Code;
 
 /// Arguments of `spex verify`.
@@ -248,9 +249,9 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         bar.finish_and_clear();
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&sweep_json(seed, &report))?);
+        outln!("{}", serde_json::to_string_pretty(&sweep_json(seed, &report))?)?;
     } else {
-        print!("{}", render_sweep(&report));
+        out!("{}", render_sweep(&report))?;
     }
     Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
 }
@@ -335,7 +336,7 @@ fn render_sweep(report: &Report) -> String {
 fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
     json!({
         "schema": SCHEMA_VERSION,
-        "seed": seed,
+        "seed": crate::render::json_u64(seed),
         "crashPoints": report.crash_points,
         "images": report.images,
         "elapsedMs": report.elapsed.as_millis() as u64,
@@ -380,19 +381,19 @@ fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
             "traceHash": replay.trace_hash,
             "violations": replay.messages,
         });
-        println!("{}", serde_json::to_string_pretty(&document)?);
+        outln!("{}", serde_json::to_string_pretty(&document)?)?;
     } else {
-        println!("token      {token}");
-        println!("boundary   {}", replay.boundary);
-        println!("trace hash {}", replay.trace_hash);
+        outln!("token      {token}")?;
+        outln!("boundary   {}", replay.boundary)?;
+        outln!("trace hash {}", replay.trace_hash)?;
         if replay.messages.is_empty() {
-            println!("result     no violation");
+            outln!("result     no violation")?;
         }
         for message in &replay.messages {
-            println!("violation  {message}");
+            outln!("violation  {message}")?;
         }
         if args.trace {
-            println!("\n{}", replay.trace);
+            outln!("\n{}", replay.trace)?;
         }
     }
     Ok(if replay.messages.is_empty() { Code::Ok } else { Code::Violation })
@@ -471,21 +472,21 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
                 Some(violation) => {
                     let message = violation.messages.first().map_or("", String::as_str);
                     let message: String = message.chars().take(90).collect();
-                    println!(
+                    outln!(
                         "{:<30} caught in {:>8.1?} after {:>6} images at {}: {message}",
                         mutant.name(),
                         caught.elapsed,
                         caught.images,
                         violation.boundary
-                    );
-                    println!(
+                    )?;
+                    outln!(
                         "{:<30} replay: {} --mutant {}",
                         "",
                         violation.replay_command(),
                         mutant.name()
-                    );
+                    )?;
                 }
-                None => println!("{:<30} NOT CAUGHT after {} images", mutant.name(), caught.images),
+                None => outln!("{:<30} NOT CAUGHT after {} images", mutant.name(), caught.images)?,
             }
         }
         results.push(caught);
@@ -498,7 +499,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     if json {
         let document = json!({
             "schema": SCHEMA_VERSION,
-            "seed": seed,
+            "seed": crate::render::json_u64(seed),
             "mutants": results.iter().map(|caught| json!({
                 "name": caught.mutant.name(),
                 "caught": caught.first.is_some(),
@@ -508,7 +509,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
                 "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&document)?);
+        outln!("{}", serde_json::to_string_pretty(&document)?)?;
     }
     if !missed.is_empty() {
         anyhow::bail!("mutants not caught by the sweep: {}", missed.join(", "));
@@ -551,14 +552,14 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
                 .with_context(|| format!("creating {}", work.display()))?;
             let outcome = realproc::run_once(&binary, scenario, seed, kill, &work)
                 .map_err(anyhow::Error::msg)?;
-            println!(
+            outln!(
                 "{} {kill:?}: died {}, {} violation(s)",
                 scenario.name,
                 outcome.died,
                 outcome.violations.len()
-            );
+            )?;
             for message in &outcome.violations {
-                println!("  {message}");
+                outln!("  {message}")?;
                 code = Code::Violation;
             }
         }
@@ -566,19 +567,19 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
     }
     let report = realproc::sweep(&binary, &scenarios, seed, args.soak, &scratch)
         .map_err(anyhow::Error::msg)?;
-    println!(
+    outln!(
         "{} runs of the real binary ({} killed mid-way), {} violations in {:.1?}",
         report.runs,
         report.kills,
         report.violations.len(),
         report.elapsed
-    );
+    )?;
     for violation in &report.violations {
-        println!("\nviolation in {} ({:?}):", violation.scenario, violation.kill);
+        outln!("\nviolation in {} ({:?}):", violation.scenario, violation.kill)?;
         for message in &violation.messages {
-            println!("  {message}");
+            outln!("  {message}")?;
         }
-        println!("  replay: {}", violation.replay);
+        outln!("  replay: {}", violation.replay)?;
     }
     Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
 }
@@ -590,17 +591,17 @@ fn run_shrink(args: &ShrinkArgs) -> anyhow::Result<Code> {
     select_mutant(None)?;
     let shrunk = shrunk?;
     let scenario = sweep::scenario::named(&shrunk.token.scenario).context("the shrunk scenario")?;
-    println!("minimal reproducer: {} step(s) of {}", scenario.steps.len(), token.scenario);
+    outln!("minimal reproducer: {} step(s) of {}", scenario.steps.len(), token.scenario)?;
     for (index, step) in scenario.steps.iter().enumerate() {
-        println!("  {index}. {step:?}");
+        outln!("  {index}. {step:?}")?;
     }
     if shrunk.image_distance != u64::MAX {
-        println!("image: {} bytes from what the kernel held at the crash", shrunk.image_distance);
+        outln!("image: {} bytes from what the kernel held at the crash", shrunk.image_distance)?;
     }
     for message in &shrunk.messages {
-        println!("violation: {message}");
+        outln!("violation: {message}")?;
     }
     let mutant = args.mutant.map(|m| format!(" --mutant {}", m.name())).unwrap_or_default();
-    println!("replay: spex verify replay '{}'{mutant}", shrunk.token);
+    outln!("replay: spex verify replay '{}'{mutant}", shrunk.token)?;
     Ok(Code::Violation)
 }

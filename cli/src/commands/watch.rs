@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use spex_engine::Store;
 use spex_index::{Filter, Index, Sort};
 
-use super::{Global, SCHEMA_VERSION};
+use crate::args::Global;
+use crate::render::SCHEMA_VERSION;
 use crate::exit::Code;
 
 /// Arguments of `spex watch`.

@@ -1,0 +1,401 @@
+//! The argument types every command shares: the global options and the store they choose, session
+//! references (a whole id or a unique prefix), the status vocabulary, `--since` times, and the
+//! small value enums several commands take. Commands use these; they never import each other.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use faultfs::{CrashMode, RealFs};
+use spex_engine::layout::{self, SEGMENT_BYTES_ENV};
+use spex_engine::reply::ReplyChannel;
+use spex_engine::{Config, Proposal, SessionId, Store};
+
+use crate::exit::BadInput;
+
+/// Overrides how long a command waits for a session's lock before exiting busy (default 10 s).
+pub(crate) const LOCK_WAIT_ENV: &str = "SPEX_LOCK_WAIT_MS";
+
+/// The environment variable naming the store root.
+pub(crate) const ROOT_ENV: &str = "SPEX_ROOT";
+
+/// The environment variable a harness sets to the session its agent runs in.
+pub(crate) const SESSION_ENV: &str = "SPEX_SESSION_ID";
+
+/// Options every command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Global {
+    /// The store root (default: $SPEXCODE_HOME, else ~/.spexcode, + /projects/<project>;
+    /// `spex where` prints it).
+    #[arg(long, global = true, env = ROOT_ENV, value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
+    /// Print JSON on stdout (one document; NDJSON for streams), with a schema version; an error
+    /// is a JSON document too.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always or never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorArg::Auto, value_name = "WHEN")]
+    pub(crate) color: ColorArg,
+    /// Print only results and errors (no reports on stderr).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// Say more on stderr: the store chosen, what each step did (-vv: debug detail).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+}
+
+/// How the store root was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootSource {
+    /// `--root DIR`.
+    Flag,
+    /// `SPEX_ROOT`.
+    Env,
+    /// `$SPEXCODE_HOME/projects/<project>`.
+    SpexcodeHome,
+    /// `~/.spexcode/projects/<project>`.
+    Home,
+}
+
+impl RootSource {
+    /// How to say it.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            RootSource::Flag => "--root",
+            RootSource::Env => "SPEX_ROOT",
+            RootSource::SpexcodeHome => "SPEXCODE_HOME and the current project",
+            RootSource::Home => "~/.spexcode and the current project",
+        }
+    }
+
+    /// Its name under `--json`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            RootSource::Flag => "flag",
+            RootSource::Env => "env",
+            RootSource::SpexcodeHome => "spexcode-home",
+            RootSource::Home => "home",
+        }
+    }
+}
+
+/// The store root and how it was chosen.
+#[derive(Clone, Debug)]
+pub(crate) struct Root {
+    pub(crate) path: PathBuf,
+    pub(crate) source: RootSource,
+    /// The project a default root belongs to.
+    pub(crate) project: Option<PathBuf>,
+}
+
+impl Global {
+    /// The store root: `--root`/`SPEX_ROOT`, else the default of the current project.
+    pub(crate) fn root(&self) -> anyhow::Result<Root> {
+        if let Some(root) = &self.root {
+            let flag = std::env::args_os().any(|arg| {
+                arg == "--root" || arg.to_str().is_some_and(|arg| arg.starts_with("--root="))
+            });
+            let source = if flag { RootSource::Flag } else { RootSource::Env };
+            return Ok(Root { path: root.clone(), source, project: None });
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .context("HOME is not set; pass --root DIR or set SPEX_ROOT")?;
+        let spexcode_home = std::env::var_os("SPEXCODE_HOME").map(PathBuf::from);
+        let project = project_dir()?;
+        let source =
+            if spexcode_home.is_some() { RootSource::SpexcodeHome } else { RootSource::Home };
+        Ok(Root {
+            path: layout::default_root(spexcode_home.as_deref(), &home, &project),
+            source,
+            project: Some(project),
+        })
+    }
+
+    /// Opens the store at the root on real files (creating it), with the system clock and
+    /// random ids: for the commands that write.
+    pub(crate) fn open_store(&self) -> anyhow::Result<Store<RealFs>> {
+        let root = self.root()?;
+        tracing::info!(root = %root.path.display(), chosen_by = root.source.describe(), "store");
+        let segment_bytes = std::env::var(SEGMENT_BYTES_ENV).ok();
+        let mut config = Config {
+            segment_bytes_max: layout::segment_bytes_from_env(segment_bytes.as_deref()),
+            ..Config::default()
+        };
+        if let Ok(text) = std::env::var(LOCK_WAIT_ENV) {
+            config.lock_wait_ms = text.trim().parse().map_err(|_| {
+                BadInput(format!("{LOCK_WAIT_ENV}={text:?} is not a number of milliseconds"))
+            })?;
+        }
+        Store::open(
+            RealFs,
+            &root.path,
+            Arc::new(spex_engine::env::SystemClock),
+            Arc::new(spex_engine::env::RandomIds),
+            config,
+        )
+        .with_context(|| format!("cannot open the store at {}", root.path.display()))
+    }
+
+    /// The store, if one exists at the root (`None`: nothing was ever written there): for the
+    /// commands that only read, which never create one.
+    pub(crate) fn existing_store(&self) -> anyhow::Result<Option<Store<RealFs>>> {
+        let root = self.root()?;
+        let sessions = layout::Layout::new(&root.path).sessions_dir();
+        match std::fs::symlink_metadata(&sessions) {
+            Ok(_) => self.open_store().map(Some),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                tracing::info!(root = %root.path.display(), "no store there yet");
+                Ok(None)
+            }
+            Err(error) => {
+                Err(error).with_context(|| format!("cannot read {}", sessions.display()))
+            }
+        }
+    }
+
+    /// The store a read of one session needs: a missing store is a missing session.
+    pub(crate) fn store_for_session(&self, reference: &str) -> anyhow::Result<Store<RealFs>> {
+        match self.existing_store()? {
+            Some(store) => Ok(store),
+            None => Err(spex_engine::Error::NoSuchSession { id: reference.to_owned() }.into()),
+        }
+    }
+}
+
+/// The project a default root belongs to: the parent of the absolute git common directory (so
+/// every worktree of a repository shares one store), or the current directory outside git.
+fn project_dir() -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let output = std::process::Command::new("git")
+        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    if let Ok(output) = output
+        && output.status.success()
+        && let Ok(text) = String::from_utf8(output.stdout)
+        && let Some(parent) = Path::new(text.trim_end()).parent()
+    {
+        return Ok(parent.to_path_buf());
+    }
+    Ok(cwd)
+}
+
+/// Parses a new session id given on the command line (validated before any path is built).
+pub(crate) fn session_id(text: &str) -> Result<SessionId, String> {
+    SessionId::new(text).map_err(|error| error.to_string())
+}
+
+/// Resolves a session reference: a whole id, or a prefix that only one session's id starts with.
+/// An ambiguous prefix is bad input naming the candidates; no match at all is left to the engine
+/// (a closed session, or no such session) when the text is a valid id.
+pub(crate) fn resolve(store: &Store<RealFs>, reference: &str) -> anyhow::Result<SessionId> {
+    let ids = store.session_ids()?;
+    if ids.iter().any(|id| id.as_str() == reference) {
+        return Ok(SessionId::new(reference)?);
+    }
+    let mut matches: Vec<&SessionId> =
+        ids.iter().filter(|id| id.as_str().starts_with(reference)).collect();
+    matches.sort();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Ok(SessionId::new(reference)?),
+        many => {
+            let shown: Vec<&str> = many.iter().take(8).map(|id| id.as_str()).collect();
+            let more = if many.len() > shown.len() {
+                format!(" and {} more", many.len() - shown.len())
+            } else {
+                String::new()
+            };
+            Err(BadInput(format!(
+                "{reference:?} is the start of {} session ids: {}{more}; type more of the id",
+                many.len(),
+                shown.join(", ")
+            ))
+            .into())
+        }
+    }
+}
+
+/// Every status a filter accepts: the stored names, then the display words people read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum StatusArg {
+    Active,
+    Idle,
+    Awaiting,
+    Parked,
+    Error,
+    Asking,
+    Queued,
+    Working,
+    Review,
+    Done,
+    ClosePending,
+    Corrupt,
+}
+
+impl StatusArg {
+    /// The word the index matches (a stored name or a display word).
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            StatusArg::Active => "active",
+            StatusArg::Idle => "idle",
+            StatusArg::Awaiting => "awaiting",
+            StatusArg::Parked => "parked",
+            StatusArg::Error => "error",
+            StatusArg::Asking => "asking",
+            StatusArg::Queued => "queued",
+            StatusArg::Working => "working",
+            StatusArg::Review => "review",
+            StatusArg::Done => "done",
+            StatusArg::ClosePending => "close-pending",
+            StatusArg::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// Parses `--since`: an RFC 3339 time (`2026-12-01T07:00:00+01:00`), a local date or date and
+/// time (`2026-12-01`, `2026-12-01T07:00`), or a duration back from now (`2h`, `7days`). The
+/// answer is the instant in the stored form (UTC, milliseconds), so comparing it with stored
+/// times as text compares instants.
+pub(crate) fn since(text: &str, now: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> Result<String, BadInput> {
+    let instant = parse_instant(text, now, zone).ok_or_else(|| {
+        BadInput(format!(
+            "--since {text:?} is not a time: give an RFC 3339 time (2026-12-01T07:00:00+01:00), \
+             a local date or time (2026-12-01, 2026-12-01T07:00) or a duration (90m, 2h, 7days)"
+        ))
+    })?;
+    Ok(crate::render::stored_ts(instant))
+}
+
+fn parse_instant(
+    text: &str,
+    now: jiff::Timestamp,
+    zone: &jiff::tz::TimeZone,
+) -> Option<jiff::Timestamp> {
+    let text = text.trim();
+    if let Ok(duration) = humantime::parse_duration(text) {
+        let back = jiff::SignedDuration::try_from(duration).ok()?;
+        return now.checked_sub(back).ok();
+    }
+    if let Ok(instant) = text.parse::<jiff::Timestamp>() {
+        return Some(instant);
+    }
+    if let Ok(civil) = text.parse::<jiff::civil::DateTime>() {
+        return civil.to_zoned_datetime(zone.clone()).ok().map(|zoned| zoned.timestamp());
+    }
+    if let Ok(date) = text.parse::<jiff::civil::Date>() {
+        return date.to_zoned_datetime(zone.clone()).ok().map(|zoned| zoned.timestamp());
+    }
+    None
+}
+
+/// When to colour output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Which crash modes a command sweeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ModeArg {
+    Kill,
+    Power,
+    All,
+}
+
+impl ModeArg {
+    /// The crash modes selected.
+    pub(crate) fn modes(self) -> &'static [CrashMode] {
+        match self {
+            ModeArg::Kill => &[CrashMode::ProcessKill],
+            ModeArg::Power => &[CrashMode::PowerLoss],
+            ModeArg::All => &[CrashMode::ProcessKill, CrashMode::PowerLoss],
+        }
+    }
+}
+
+/// Where the agent should reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ReplyArg {
+    Note,
+    Terminal,
+}
+
+impl ReplyArg {
+    pub(crate) fn channel(self) -> ReplyChannel {
+        match self {
+            ReplyArg::Note => ReplyChannel::Note,
+            ReplyArg::Terminal => ReplyChannel::Terminal,
+        }
+    }
+}
+
+/// What a worker proposes to do with its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ProposalArg {
+    Merge,
+    Nothing,
+    Close,
+}
+
+impl ProposalArg {
+    pub(crate) fn proposal(self) -> Proposal {
+        match self {
+            ProposalArg::Merge => Proposal::Merge,
+            ProposalArg::Nothing => Proposal::Nothing,
+            ProposalArg::Close => Proposal::Close,
+        }
+    }
+}
+
+/// The declaring session: `--session`, else `SPEX_SESSION_ID`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Declarer {
+    /// The session declaring (default: SPEX_SESSION_ID, which a harness sets for its agent).
+    #[arg(long, env = SESSION_ENV, value_name = "ID")]
+    session: Option<String>,
+}
+
+impl Declarer {
+    /// The declaring session's id.
+    pub(crate) fn id(&self) -> anyhow::Result<SessionId> {
+        let text = self.session.as_deref().ok_or_else(|| {
+            BadInput(format!(
+                "no declaring session: set {SESSION_ENV} (a harness sets it for its agent) or pass --session ID"
+            ))
+        })?;
+        SessionId::new(text).map_err(|error| BadInput(error.to_string()).into())
+    }
+}
+
+/// The listing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SortArg {
+    Activity,
+    Created,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_compares_instants_whatever_the_offset() {
+        let now: jiff::Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let paris = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
+        let utc = jiff::tz::TimeZone::UTC;
+        assert_eq!(since("2026-12-01T07:00:00+01:00", now, &utc).unwrap(), "2026-12-01T06:00:00.000Z");
+        assert_eq!(since("2026-12-01T06:00:00Z", now, &utc).unwrap(), "2026-12-01T06:00:00.000Z");
+        assert_eq!(since("2h", now, &utc).unwrap(), "2026-12-01T10:00:00.000Z");
+        assert_eq!(since("90m", now, &utc).unwrap(), "2026-12-01T10:30:00.000Z");
+        // A date or a time without an offset is local.
+        assert_eq!(since("2026-12-01", now, &paris).unwrap(), "2026-11-30T23:00:00.000Z");
+        assert_eq!(since("2026-07-01T08:00", now, &paris).unwrap(), "2026-07-01T06:00:00.000Z");
+        for bad in ["yesterday-ish", "2026-13-01", "", "12"] {
+            assert!(since(bad, now, &utc).is_err(), "{bad:?} is refused");
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! What `spex` prints, for people and for machines: the one way to stdout (a closed pipe is an
+//! error the caller ends quietly on, never a panic), JSON documents with their schema version and
+//! JSON errors, colour, times (local, relative), tables measured in terminal columns, the session
+//! table and the conversation view. Commands render through here and never print raw control
+//! characters of stored text.
+
+use std::fmt;
+use std::io::Write as _;
+
+use anstyle::{AnsiColor, Style};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
+
+use crate::args::ColorArg;
+
+/// JSON schema version of every `--json` document and stream line `spex` prints.
+pub(crate) const SCHEMA_VERSION: u32 = 1;
+
+/// Writes to stdout; an error (a closed pipe above all) is returned, not a panic.
+pub(crate) fn write_out(args: fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)?;
+    out.flush()
+}
+
+/// `println!` that returns the write's error (use with `?`).
+macro_rules! outln {
+    () => { $crate::render::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::render::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` that returns the write's error (use with `?`).
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::render::write_out(format_args!($($arg)*)) };
+}
+
+pub(crate) use {out, outln};
+
+/// Whether `error` is a write to a closed pipe (`spex ... | head`): the reader has what it
+/// wanted, so the command ends quietly with success.
+pub(crate) fn is_closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints `document` as one JSON line, with the schema version first.
+pub(crate) fn print_json(mut document: serde_json::Value) -> anyhow::Result<()> {
+    if let Some(map) = document.as_object_mut() {
+        let mut versioned = serde_json::Map::new();
+        versioned.insert("schema".to_owned(), SCHEMA_VERSION.into());
+        versioned.extend(std::mem::take(map));
+        document = serde_json::Value::Object(versioned);
+    }
+    outln!("{}", serde_json::to_string(&document)?)?;
+    Ok(())
+}
+
+/// A 64-bit number as JSON: a string, so that no reader rounds it through a double (a seed above
+/// 2^53 must replay exactly).
+pub(crate) fn json_u64(value: u64) -> serde_json::Value {
+    serde_json::Value::String(value.to_string())
+}
+
+/// `text` with only literal characters: what a tmux pane receives and what human-readable output
+/// prints. Every control character but newline and tab (C0, DEL, C1; ESC above all, which could
+/// end the bracketed paste and type the rest as keys) is shown as its Unicode control picture
+/// (ESC as `␛`, DEL as `␡`) or, for C1, as `\u{..}`; a carriage return is a newline.
+pub(crate) fn literal(text: &str) -> String {
+    let text = text.replace("\r\n", "\n");
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            '\r' => "\n".to_owned(),
+            '\u{0}'..='\u{1f}' => {
+                char::from_u32(0x2400 + c as u32).map_or_else(String::new, String::from)
+            }
+            '\u{7f}' => "\u{2421}".to_owned(),
+            '\u{80}'..='\u{9f}' => format!("\\u{{{:x}}}", c as u32),
+            _ => c.to_string(),
+        })
+        .collect()
+}
+
+/// The first line of `text`, literal, with a mark when more follows.
+pub(crate) fn first_line(text: &str) -> String {
+    let text = text.trim_start();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("");
+    let more = lines.any(|line| !line.trim().is_empty());
+    let first = literal(first).replace('\t', " ");
+    if more { format!("{first} …") } else { first }
+}
+
+// ---- transitions --------------------------------------------------------------------------
+
+/// A lifecycle state as JSON: the raw lifecycle, and the display word beside it.
+pub(crate) fn triple_json(triple: &spex_engine::Triple) -> serde_json::Value {
+    serde_json::json!({
+        "status": triple.status,
+        "proposal": triple.proposal,
+        "note": triple.note,
+        "display": triple.display_word(),
+    })
+}
+
+/// What a lifecycle write did.
+pub(crate) fn applied(
+    id: &spex_engine::SessionId,
+    applied: &spex_engine::Applied,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        return print_json(serde_json::json!({
+            "session": id.as_str(),
+            "before": triple_json(&applied.before),
+            "after": triple_json(&applied.after),
+            "logged": applied.logged,
+            "written": applied.written,
+        }));
+    }
+    if !applied.written {
+        outln!(
+            "{id} unchanged: {} (the write does not apply from it)",
+            applied.before.display_word()
+        )?;
+    } else if applied.logged {
+        outln!("{id} {} -> {}", applied.before.display_word(), applied.after.display_word())?;
+    } else {
+        outln!("{id} {} (no move)", applied.after.display_word())?;
+    }
+    Ok(())
+}
+
+// ---- colour -------------------------------------------------------------------------------
+
+/// Paints text when colour is on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    /// Colour for stdout under `--color` (auto: stdout is a terminal, `NO_COLOR` is unset or
+    /// empty, and `TERM` is not `dumb`).
+    pub(crate) fn for_stdout(color: ColorArg) -> Paint {
+        use std::io::IsTerminal as _;
+        let on = match color {
+            ColorArg::Always => true,
+            ColorArg::Never => false,
+            ColorArg::Auto => {
+                std::io::stdout().is_terminal()
+                    && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+                    && std::env::var_os("TERM").is_none_or(|term| term != "dumb")
+            }
+        };
+        Paint { on }
+    }
+
+    /// `text` in `style`.
+    pub(crate) fn style(self, text: &str, style: Style) -> String {
+        if self.on && !text.is_empty() { format!("{style}{text}{style:#}") } else { text.to_owned() }
+    }
+
+    /// `text` dimmed.
+    pub(crate) fn dim(self, text: &str) -> String {
+        self.style(text, Style::new().dimmed())
+    }
+
+    /// `text` in bold.
+    pub(crate) fn bold(self, text: &str) -> String {
+        self.style(text, Style::new().bold())
+    }
+
+    /// `text` in a colour.
+    pub(crate) fn color(self, text: &str, color: AnsiColor) -> String {
+        self.style(text, Style::new().fg_color(Some(color.into())))
+    }
+
+    /// A display status word in the colour people read it by.
+    pub(crate) fn status(self, word: &str) -> String {
+        let style = match word {
+            "working" | "active" => Style::new().fg_color(Some(AnsiColor::Green.into())),
+            "asking" => Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold(),
+            "review" | "close-pending" => Style::new().fg_color(Some(AnsiColor::Magenta.into())),
+            "done" => Style::new().fg_color(Some(AnsiColor::Cyan.into())),
+            "error" | "corrupt" => Style::new().fg_color(Some(AnsiColor::Red.into())).bold(),
+            "queued" => Style::new().fg_color(Some(AnsiColor::Blue.into())),
+            "parked" | "idle" | "closed" => Style::new().dimmed(),
+            _ => Style::new(),
+        };
+        self.style(word, style)
+    }
+}
+
+// ---- time ---------------------------------------------------------------------------------
+
+/// A stored timestamp (`2026-12-01T07:00:00.000Z`) as an instant, if it is one.
+pub(crate) fn parse_ts(text: &str) -> Option<Timestamp> {
+    text.parse().ok()
+}
+
+/// An instant in the stored form: UTC, milliseconds, `Z`.
+pub(crate) fn stored_ts(instant: Timestamp) -> String {
+    instant.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// The zone people read times in: the system's (`TZ` honoured), or UTC with `--utc`.
+pub(crate) fn zone(utc: bool) -> TimeZone {
+    if utc { TimeZone::UTC } else { TimeZone::system() }
+}
+
+/// How long ago `then` was, for people: "just now", "42 s ago", "3 min ago", "5 h ago",
+/// "2 days ago", then the date.
+pub(crate) fn relative(now: Timestamp, then: Timestamp, zone: &TimeZone) -> String {
+    let seconds = now.as_second() - then.as_second();
+    match seconds {
+        i64::MIN..=-1 => "in the future".to_owned(),
+        0..=4 => "just now".to_owned(),
+        5..=59 => format!("{seconds} s ago"),
+        60..=3_599 => format!("{} min ago", seconds / 60),
+        3_600..=86_399 => format!("{} h ago", seconds / 3_600),
+        86_400..=172_799 => "yesterday".to_owned(),
+        172_800..=2_591_999 => format!("{} days ago", seconds / 86_400),
+        _ => then.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d").to_string(),
+    }
+}
+
+// ---- columns ------------------------------------------------------------------------------
+
+/// The width of `text` in terminal columns (wide characters count two, escapes none).
+pub(crate) fn width(text: &str) -> usize {
+    strip_escapes(text).width()
+}
+
+fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ ... final byte in @..~
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `text` cut to at most `columns` terminal columns, with `…` when cut (never inside a wide
+/// character).
+pub(crate) fn truncate(text: &str, columns: usize) -> String {
+    if text.width() <= columns {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > columns {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push('…');
+    out
+}
+
+/// `text` padded with spaces to `columns` terminal columns.
+pub(crate) fn pad(text: &str, columns: usize) -> String {
+    let w = width(text);
+    format!("{text}{}", " ".repeat(columns.saturating_sub(w)))
+}
+
+/// The width of the terminal on stdout, when it is one (`COLUMNS`, else 100).
+pub(crate) fn terminal_columns() -> Option<usize> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    Some(std::env::var("COLUMNS").ok().and_then(|text| text.parse().ok()).unwrap_or(100))
+}
+
+/// A table: a header and rows of cells, each column as wide as its widest cell; the last column
+/// is cut to what fits in `columns`, when given.
+pub(crate) fn table(header: &[String], rows: &[Vec<String>], columns: Option<usize>) -> String {
+    let count = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|cell| width(cell)).collect();
+    for row in rows {
+        for (index, cell) in row.iter().enumerate().take(count) {
+            widths[index] = widths[index].max(width(cell));
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let mut text = String::new();
+        let mut used = 0;
+        for (index, cell) in cells.iter().enumerate() {
+            if index + 1 == cells.len() {
+                let room = columns.map_or(usize::MAX, |columns| columns.saturating_sub(used));
+                // Only plain text is ever in the last column, so it can be cut by columns.
+                text.push_str(&truncate(cell, room.max(8)));
+            } else {
+                text.push_str(&pad(cell, widths[index]));
+                text.push_str("  ");
+                used += widths[index] + 2;
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header);
+    for row in rows {
+        line(row);
+    }
+    out
+}
+
+/// The shortest prefix of each id that no other id starts with (at least `min` characters).
+pub(crate) fn unique_prefixes(ids: &[&str], min: usize) -> Vec<usize> {
+    let mut sorted: Vec<(usize, &str)> = ids.iter().copied().enumerate().collect();
+    sorted.sort_by(|a, b| a.1.cmp(b.1));
+    let mut lengths = vec![0; ids.len()];
+    for (position, (index, id)) in sorted.iter().enumerate() {
+        let shared = |other: Option<&(usize, &str)>| {
+            other.map_or(0, |(_, other)| {
+                id.chars().zip(other.chars()).take_while(|(a, b)| a == b).count()
+            })
+        };
+        let before = if position == 0 { None } else { sorted.get(position - 1) };
+        let need = shared(before).max(shared(sorted.get(position + 1))) + 1;
+        lengths[*index] = need.max(min).min(id.chars().count());
+    }
+    lengths
+}
+
+/// The first `chars` characters of `text`.
+pub(crate) fn prefix(text: &str, chars: usize) -> &str {
+    text.char_indices().nth(chars).map_or(text, |(at, _)| &text[..at])
+}
+
+// ---- the session table --------------------------------------------------------------------
+
+/// One row of the session table.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionRow {
+    pub(crate) id: String,
+    /// The display status word (`corrupt` for a damaged session).
+    pub(crate) display: String,
+    /// Last activity, else creation (stored form).
+    pub(crate) when: Option<String>,
+    /// Messages owed (`None`: unknown, e.g. a damaged queue).
+    pub(crate) owed: Option<usize>,
+    /// The first line of the last message or note (the reason, for a damaged session).
+    pub(crate) preview: String,
+    pub(crate) archived: bool,
+}
+
+/// The session table: a header, the shortest unique id prefixes, the status in colour, last
+/// activity as relative time, owed count and a preview cut to the terminal.
+pub(crate) fn session_table(
+    rows: &[SessionRow],
+    now: Timestamp,
+    zone: &TimeZone,
+    paint: Paint,
+    columns: Option<usize>,
+) -> String {
+    let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
+    let lengths = unique_prefixes(&ids, 4);
+    let header: Vec<String> =
+        ["ID", "STATUS", "ACTIVE", "OWED", "LAST"].iter().map(|h| paint.dim(h)).collect();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .zip(&lengths)
+        .map(|(row, &length)| {
+            let id = literal(&row.id);
+            // The prefix is what a command takes; `--json` has the whole id.
+            let id = paint.bold(prefix(&id, length));
+            let mut status = paint.status(&row.display);
+            if row.archived {
+                status.push_str(&paint.dim(" (archived)"));
+            }
+            let when = row
+                .when
+                .as_deref()
+                .and_then(parse_ts)
+                .map_or_else(|| "-".to_owned(), |then| relative(now, then, zone));
+            let owed = match row.owed {
+                Some(0) => paint.dim("0"),
+                Some(count) => paint.color(&count.to_string(), AnsiColor::Yellow),
+                None => "?".to_owned(),
+            };
+            vec![id, status, when, owed, row.preview.clone()]
+        })
+        .collect();
+    table(&header, &cells, columns)
+}
+
+// ---- the conversation ---------------------------------------------------------------------
+
+/// A session's timeline as a conversation: day separators, local times, who wrote to whom, the
+/// agent's declarations as its replies, the reply channel, and whether each message was
+/// delivered or is still owed.
+#[derive(Debug)]
+pub(crate) struct Conversation {
+    paint: Paint,
+    zone: TimeZone,
+    session: String,
+    /// The message ids still owed to the session.
+    owed: std::collections::HashSet<String>,
+    day: Option<jiff::civil::Date>,
+}
+
+impl Conversation {
+    pub(crate) fn new(
+        paint: Paint,
+        zone: TimeZone,
+        session: &str,
+        owed: std::collections::HashSet<String>,
+    ) -> Conversation {
+        Conversation { paint, zone, session: session.to_owned(), owed, day: None }
+    }
+
+    /// The message ids owed changed (a follow re-reads the queue).
+    pub(crate) fn set_owed(&mut self, owed: std::collections::HashSet<String>) {
+        self.owed = owed;
+    }
+
+    /// One event: its heading line (after a day separator when the day changed), then its text
+    /// indented under it.
+    pub(crate) fn event(&mut self, event: &spex_engine::Event) -> String {
+        let paint = self.paint;
+        let mut out = String::new();
+        let when = parse_ts(event.ts()).map(|ts| ts.to_zoned_datetime(self.zone.clone()));
+        match &when {
+            Some(zoned) => {
+                if self.day != Some(zoned.date()) {
+                    self.day = Some(zoned.date());
+                    let label = zoned.strftime("%A %-d %B %Y").to_string();
+                    out.push_str(&paint.dim(&format!("── {label} ──")));
+                    out.push('\n');
+                }
+            }
+            None => self.day = None,
+        }
+        let time = when.map_or_else(
+            || literal(event.ts()),
+            |zoned| {
+                if self.zone == TimeZone::UTC {
+                    zoned.strftime("%H:%M:%SZ").to_string()
+                } else {
+                    zoned.strftime("%H:%M:%S").to_string()
+                }
+            },
+        );
+        let (heading, mark, text) = match event {
+            spex_engine::Event::Sent(sent) => {
+                let from = match &sent.from {
+                    Some(id) => paint.bold(&literal(id)),
+                    None => paint.bold("you"),
+                };
+                let mut heading = format!("{from} → {}", literal(&self.session));
+                if sent.reply_via.as_deref() == Some("note") {
+                    heading.push_str(&paint.dim(" · reply via note"));
+                }
+                let mark = match &sent.mid {
+                    Some(mid) if self.owed.contains(mid) => paint.color("owed", AnsiColor::Yellow),
+                    Some(_) => paint.dim("delivered"),
+                    None => String::new(),
+                };
+                (heading, mark, Some(sent.text.as_str()))
+            }
+            spex_engine::Event::Status(status) => {
+                let triple = &status.triple;
+                let mut heading = format!(
+                    "{} · {}",
+                    paint.bold(&literal(&self.session)),
+                    paint.status(triple.display_word())
+                );
+                if let Some(proposal) = triple.proposal {
+                    heading.push_str(&paint.dim(&format!(" (proposes {})", proposal.name())));
+                }
+                (heading, String::new(), triple.note.as_deref())
+            }
+        };
+        out.push_str(&paint.dim(&time));
+        out.push_str("  ");
+        out.push_str(&heading);
+        if !mark.is_empty() {
+            out.push_str("  ");
+            out.push_str(&mark);
+        }
+        out.push('\n');
+        if let Some(text) = text {
+            let indent = " ".repeat(width(&time) + 2);
+            for line in literal(text).split('\n') {
+                out.push_str(&indent);
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_literal_characters_reach_a_pane() {
+        assert_eq!(literal("a\u{1b}[201~rm -rf ~\r\n"), "a\u{241b}[201~rm -rf ~\n");
+        assert_eq!(literal("tab\tnew\nline"), "tab\tnew\nline");
+        assert_eq!(literal("\u{3}\u{7f}\u{9b}x"), "\u{2403}\u{2421}\\u{9b}x");
+        assert!(literal("\u{1b}\u{9b}\u{7}").chars().all(|c| !c.is_control()));
+    }
+
+    #[test]
+    fn columns_count_wide_characters_twice_and_escapes_never() {
+        assert_eq!(width("デプロイ"), 8);
+        assert_eq!(width("\u{1b}[32mok\u{1b}[0m"), 2);
+        assert_eq!(truncate("デプロイする", 7), "デプロ…");
+        assert_eq!(truncate("short", 7), "short");
+        assert_eq!(pad("デ", 4), "デ  ");
+        let text = table(
+            &["ID".to_owned(), "NOTE".to_owned()],
+            &[vec!["デプロイ".to_owned(), "x".to_owned()], vec!["a".to_owned(), "y".to_owned()]],
+            None,
+        );
+        assert_eq!(text, "ID        NOTE\nデプロイ  x\na         y\n");
+    }
+
+    #[test]
+    fn unique_prefixes_are_the_shortest_that_tell_ids_apart() {
+        let ids = ["abc123", "abd999", "zzz", "abc124"];
+        assert_eq!(unique_prefixes(&ids, 1), [6, 3, 1, 6]);
+        assert_eq!(unique_prefixes(&ids, 4), [6, 4, 3, 6]);
+        assert_eq!(unique_prefixes(&["only"], 1), [1]);
+    }
+
+    #[test]
+    fn relative_times_read_as_people_say_them() {
+        let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let ago = |seconds: i64| {
+            relative(now, now - jiff::SignedDuration::from_secs(seconds), &TimeZone::UTC)
+        };
+        assert_eq!(ago(2), "just now");
+        assert_eq!(ago(42), "42 s ago");
+        assert_eq!(ago(180), "3 min ago");
+        assert_eq!(ago(5 * 3600), "5 h ago");
+        assert_eq!(ago(30 * 3600), "yesterday");
+        assert_eq!(ago(3 * 86_400), "3 days ago");
+        assert_eq!(ago(60 * 86_400), "2026-10-02");
+        assert_eq!(first_line("  first\nsecond"), "first …");
+        assert_eq!(first_line("one\n\n"), "one");
+        assert_eq!(stored_ts(now), "2026-12-01T12:00:00.000Z");
+    }
+}
