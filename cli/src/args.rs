@@ -148,9 +148,7 @@ impl Global {
                 tracing::info!(root = %root.path.display(), "no store there yet");
                 Ok(None)
             }
-            Err(error) => {
-                Err(error).with_context(|| format!("cannot read {}", sessions.display()))
-            }
+            Err(error) => Err(error).with_context(|| format!("cannot read {}", sessions.display())),
         }
     }
 
@@ -190,16 +188,18 @@ pub(crate) fn session_id(text: &str) -> Result<SessionId, String> {
 /// An ambiguous prefix is bad input naming the candidates; no match at all is left to the engine
 /// (a closed session, or no such session) when the text is a valid id.
 pub(crate) fn resolve(store: &Store<RealFs>, reference: &str) -> anyhow::Result<SessionId> {
+    // A prefix is held to the rules of a whole id (never empty, never a path).
+    let whole = SessionId::new(reference)?;
     let ids = store.session_ids()?;
-    if ids.iter().any(|id| id.as_str() == reference) {
-        return Ok(SessionId::new(reference)?);
+    if ids.contains(&whole) {
+        return Ok(whole);
     }
     let mut matches: Vec<&SessionId> =
         ids.iter().filter(|id| id.as_str().starts_with(reference)).collect();
     matches.sort();
     match matches.as_slice() {
         [one] => Ok((*one).clone()),
-        [] => Ok(SessionId::new(reference)?),
+        [] => Ok(whole),
         many => {
             let shown: Vec<&str> = many.iter().take(8).map(|id| id.as_str()).collect();
             let more = if many.len() > shown.len() {
@@ -258,7 +258,11 @@ impl StatusArg {
 /// time (`2026-12-01`, `2026-12-01T07:00`), or a duration back from now (`2h`, `7days`). The
 /// answer is the instant in the stored form (UTC, milliseconds), so comparing it with stored
 /// times as text compares instants.
-pub(crate) fn since(text: &str, now: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> Result<String, BadInput> {
+pub(crate) fn since(
+    text: &str,
+    now: jiff::Timestamp,
+    zone: &jiff::tz::TimeZone,
+) -> Result<String, BadInput> {
     let instant = parse_instant(text, now, zone).ok_or_else(|| {
         BadInput(format!(
             "--since {text:?} is not a time: give an RFC 3339 time (2026-12-01T07:00:00+01:00), \
@@ -387,7 +391,10 @@ mod tests {
         let now: jiff::Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
         let paris = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
         let utc = jiff::tz::TimeZone::UTC;
-        assert_eq!(since("2026-12-01T07:00:00+01:00", now, &utc).unwrap(), "2026-12-01T06:00:00.000Z");
+        assert_eq!(
+            since("2026-12-01T07:00:00+01:00", now, &utc).unwrap(),
+            "2026-12-01T06:00:00.000Z"
+        );
         assert_eq!(since("2026-12-01T06:00:00Z", now, &utc).unwrap(), "2026-12-01T06:00:00.000Z");
         assert_eq!(since("2h", now, &utc).unwrap(), "2026-12-01T10:00:00.000Z");
         assert_eq!(since("90m", now, &utc).unwrap(), "2026-12-01T10:30:00.000Z");

@@ -162,7 +162,11 @@ impl Paint {
 
     /// `text` in `style`.
     pub(crate) fn style(self, text: &str, style: Style) -> String {
-        if self.on && !text.is_empty() { format!("{style}{text}{style:#}") } else { text.to_owned() }
+        if self.on && !text.is_empty() {
+            format!("{style}{text}{style:#}")
+        } else {
+            text.to_owned()
+        }
     }
 
     /// `text` dimmed.

@@ -32,7 +32,7 @@ fn json_output_is_one_document_with_a_schema_version() {
     assert_eq!(output.status.code(), Some(5));
     let document: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(document["schema"], 1);
-    assert_eq!(document["seed"], 2);
+    assert_eq!(document["seed"], "2", "a seed is a string in JSON (no reader rounds it)");
     let violations = &document["sweeps"][0]["modes"][1]["violations"];
     assert!(violations.as_array().is_some_and(|list| !list.is_empty()));
     assert!(violations[0]["replay"].as_str().unwrap().contains("--crash-at"));

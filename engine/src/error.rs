@@ -81,13 +81,15 @@ pub enum Error {
     },
     /// A keyed send reused a key with a different payload. Nothing was written.
     #[error(
-        "idempotency key conflict for operation {operation:?}: the key was used with a different payload"
+        "idempotency key conflict for operation {operation:?}: the key was first used for message {mid} with a different payload; nothing was sent (use a new key for a new message)"
     )]
     KeyConflict {
         /// The operation.
         operation: String,
         /// The request digest (never the raw key).
         request_digest: String,
+        /// The message the key was first used for.
+        mid: String,
     },
     /// An input exceeds a limit.
     #[error("{what} is {bytes} bytes; the limit is {bytes_max}")]

@@ -229,15 +229,16 @@ impl<F: Fs> Store<F> {
             (key.operation.clone(), request_digest, payload_hash)
         });
         if let Some((operation, request_digest, payload_hash)) = &keyed {
-            let conflict = || Error::KeyConflict {
+            let conflict = |mid: &str| Error::KeyConflict {
                 operation: operation.clone(),
                 request_digest: request_digest.clone(),
+                mid: mid.to_owned(),
             };
             // Accepted earlier in this batch: its line is not in the log yet.
             if let Some((hash, mid)) = batch.keys.get(&(operation.clone(), request_digest.clone()))
             {
                 if hash != payload_hash {
-                    return Ok(Err(conflict()));
+                    return Ok(Err(conflict(mid)));
                 }
                 return Ok(Ok(Accepted { mid: mid.clone(), replayed: true, restored: false }));
             }
@@ -250,7 +251,7 @@ impl<F: Fs> Store<F> {
                 &SEND.index,
             )? {
                 if known.receipt.payload_hash != *payload_hash {
-                    return Ok(Err(conflict()));
+                    return Ok(Err(conflict(&known.mid)));
                 }
                 let restored = restore_debt(&mut batch.entries, &known);
                 batch.restored |= restored;

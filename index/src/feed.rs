@@ -65,13 +65,13 @@ impl Index {
             .connection
             .prepare_cached(
                 "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
-                        version, removed
+                        version, preview, removed
                  FROM sessions WHERE version > ?1 ORDER BY version",
             )
             .map_err(|e| self.sqlite(e))?;
         let changes = statement
             .query_map(params![version], |row| {
-                let removed: bool = row.get(9)?;
+                let removed: bool = row.get(10)?;
                 let row = row_of(row)?;
                 Ok(if removed {
                     Change::Removed { id: row.id, version: row.version }

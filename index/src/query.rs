@@ -254,6 +254,19 @@ impl Index {
         for row in rows {
             out.push_str(&row.map_err(|e| self.sqlite(e))?);
         }
+        // The trigram table mirrors the word table row for row: any entry of one without the
+        // other is a difference.
+        let (grams, unmatched): (i64, i64) = self
+            .connection
+            .query_row(
+                "SELECT (SELECT count(*) FROM grams),
+                        (SELECT count(*) FROM grams g LEFT JOIN content c ON c.rowid = g.rowid
+                          WHERE c.rowid IS NULL OR c.said IS NOT g.said OR c.notes IS NOT g.notes)",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(|e| self.sqlite(e))?;
+        out.push_str(&format!("grams {grams}, unmatched {unmatched}\n"));
         Ok(out)
     }
 }

@@ -13,8 +13,8 @@ use spex_verification::demo::{self, Report, Writer};
 use spex_verification::seed;
 
 use crate::args::{Global, ModeArg, RootSource};
-use crate::render::{out, outln};
 use crate::exit::{BadInput, Code};
+use crate::render::{out, outln};
 
 /// JSON schema version of `spex demo --json`.
 const SCHEMA_VERSION: u32 = 1;

@@ -6,8 +6,8 @@ use serde_json::json;
 use spex_engine::SessionId;
 
 use crate::args::{Global, session_id};
-use crate::render::{outln, print_json};
 use crate::exit::Code;
+use crate::render::{outln, print_json};
 
 /// Arguments of `spex doctor`.
 #[derive(Debug, clap::Args)]

@@ -4,8 +4,8 @@
 use serde_json::json;
 
 use crate::args::Global;
-use crate::render::{out, outln, print_json};
 use crate::exit::Code;
+use crate::render::{out, outln, print_json};
 
 /// Arguments of `spex index`.
 #[derive(Debug, clap::Args)]
@@ -48,7 +48,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     } else {
         outln!(
             "{} sessions: {} updated ({} events folded), {} removed",
-            refreshed.sessions, refreshed.updated, refreshed.events, refreshed.removed
+            refreshed.sessions,
+            refreshed.updated,
+            refreshed.events,
+            refreshed.removed
         )?;
     }
     Ok(Code::Ok)

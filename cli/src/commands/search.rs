@@ -4,8 +4,8 @@
 use serde_json::json;
 
 use crate::args::{Global, StatusArg, resolve};
-use crate::render::{self, Paint, outln, print_json};
 use crate::exit::{BadInput, Code};
+use crate::render::{self, Paint, outln, print_json};
 
 /// Arguments of `spex search`.
 #[derive(Debug, clap::Args)]

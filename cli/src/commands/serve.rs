@@ -52,8 +52,8 @@ use tokio::sync::{broadcast, watch};
 
 use super::guard::{Guard, Seen, Verdict};
 use crate::args::{Global, ReplyArg};
-use crate::render::{outln, print_json};
 use crate::exit::Code;
+use crate::render::{outln, print_json};
 
 /// The operation of a keyed HTTP input (the `Idempotency-Key` header's namespace).
 pub(crate) const HTTP_OPERATION: &str = "http-input";

@@ -10,8 +10,8 @@ use anyhow::Context as _;
 use faultfs::RealFs;
 use serde_json::json;
 use spex_engine::{
-    Cursor, DrainReport, Error, Event, Key, Lifecycle, SendRequest, SessionId, Status,
-    Store, Triple,
+    Cursor, DrainReport, Error, Event, Key, Lifecycle, SendRequest, SessionId, Status, Store,
+    Triple,
 };
 
 use super::adapter::Spec;
@@ -362,7 +362,7 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
         return Ok(Code::Ok);
     }
     outln!("session   {id}")?;
-    outln!("status    {} ({})", triple.display_word(), triple.status.name())?;
+    outln!("status    {}", Paint::for_stdout(global.color).status(triple.display_word()))?;
     if let Some(proposal) = triple.proposal {
         outln!("proposal  {}", proposal.name())?;
     }
@@ -370,11 +370,11 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
         outln!("note      {}", indent(note, 10))?;
     }
     outln!("adapter   {}", adapter.as_deref().unwrap_or("-"))?;
-    outln!("created   {}", record.created_at().as_deref().unwrap_or("-"))?;
+    outln!("created   {}", local_time(record.created_at().as_deref()))?;
     outln!("archived  {}", if record.archived() { "yes" } else { "no" })?;
     outln!("owed      {owed}")?;
     if let Some(event) = last.first() {
-        outln!("last      {}", event.ts())?;
+        outln!("last      {}", local_time(Some(event.ts())))?;
     }
     Ok(Code::Ok)
 }
@@ -426,6 +426,20 @@ fn show_closed(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow
     Ok(Code::Ok)
 }
 
+/// A stored time as people read it: local, with how long ago.
+fn local_time(ts: Option<&str>) -> String {
+    let Some(ts) = ts else { return "-".to_owned() };
+    let zone = render::zone(false);
+    match render::parse_ts(ts) {
+        Some(instant) => format!(
+            "{} ({})",
+            instant.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M:%S %Z"),
+            render::relative(jiff::Timestamp::now(), instant, &zone)
+        ),
+        None => render::literal(ts),
+    }
+}
+
 /// `text` with every line after the first indented by `width` spaces.
 fn indent(text: &str, width: usize) -> String {
     render::literal(text).replace('\n', &format!("\n{}", " ".repeat(width)))
@@ -434,7 +448,10 @@ fn indent(text: &str, width: usize) -> String {
 /// The message ids owed to a session (empty when its queue cannot be read: the marks are then
 /// missing, never wrong).
 fn owed_mids(store: &Store<RealFs>, id: &SessionId) -> std::collections::HashSet<String> {
-    store.queue(id).map(|queue| queue.into_iter().map(|entry| entry.mid).collect()).unwrap_or_default()
+    store
+        .queue(id)
+        .map(|queue| queue.into_iter().map(|entry| entry.mid).collect())
+        .unwrap_or_default()
 }
 
 fn timeline(
@@ -512,9 +529,9 @@ fn drain(
 ) -> anyhow::Result<Code> {
     let spec = match &args.adapter {
         Some(spec) => spec.clone(),
-        None => store.adapter(id, &store.record(id)?)?.ok_or_else(|| {
-            BadInput(format!("session {id} has no adapter; pass --adapter SPEC"))
-        })?,
+        None => store
+            .adapter(id, &store.record(id)?)?
+            .ok_or_else(|| BadInput(format!("session {id} has no adapter; pass --adapter SPEC")))?,
     };
     let spec = Spec::parse(&spec)?;
     // The stdout adapter's messages are the results on stdout; the report then goes to stderr.

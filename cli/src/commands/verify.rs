@@ -18,8 +18,8 @@ use spex_verification::seed;
 use spex_verification::sweep::{self, Options, Report, Token};
 
 use crate::args::{Global, ModeArg};
-use crate::render::{SCHEMA_VERSION, out, outln};
 use crate::exit::Code;
+use crate::render::{SCHEMA_VERSION, out, outln};
 
 /// Arguments of `spex verify`.
 #[derive(Debug, clap::Args)]
@@ -122,6 +122,9 @@ struct SweepArgs {
     /// Seed of every plan and sampled image (default: SPEX_SEED, else random; always printed).
     #[arg(long)]
     seed: Option<u64>,
+    /// Also print the matrix: every scenario x transition x mode row (`--json` has every cell).
+    #[arg(long)]
+    matrix: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -234,7 +237,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             MediaArg::StaleTails => faultfs::Media::StaleTails,
         },
     };
-    let bar = progress_bar();
+    let bar = progress_bar("crash points");
     let report = sweep::sweep(&options, &mut |progress| {
         if let Some(bar) = &bar {
             bar.set_length(progress.total);
@@ -251,19 +254,23 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&sweep_json(seed, &report))?)?;
     } else {
-        out!("{}", render_sweep(&report))?;
+        if args.matrix {
+            out!("{}\n", render_matrix(&report))?;
+        }
+        out!("{}", render_summary(seed, args, &options, &report))?;
     }
     Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
 }
 
-fn progress_bar() -> Option<indicatif::ProgressBar> {
+/// A progress bar on stderr counting `unit`, when stderr is a terminal.
+fn progress_bar(unit: &str) -> Option<indicatif::ProgressBar> {
     if !std::io::stderr().is_terminal() {
         return None;
     }
     let bar = indicatif::ProgressBar::new(0);
-    let style = indicatif::ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:40}] {pos}/{len} crash points, {msg}",
-    )
+    let style = indicatif::ProgressStyle::with_template(&format!(
+        "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{msg}}"
+    ))
     .map(|style| style.progress_chars("=> "));
     if let Ok(style) = style {
         bar.set_style(style);
@@ -274,10 +281,10 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
 /// Boundaries, crash points, images and violations of one summary row.
 type RowTotals = (u64, u64, u64, u64);
 
-fn render_sweep(report: &Report) -> String {
+fn render_matrix(report: &Report) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    // Roll the matrix up to scenario x transition x mode for the summary; the JSON has every cell.
+    // Roll the matrix up to scenario x transition x mode; the JSON has every cell.
     let mut rows: BTreeMap<(String, String, &'static str), RowTotals> = BTreeMap::new();
     for ((scenario, transition, _, mode), cell) in &report.cells {
         let row = rows.entry((scenario.clone(), transition.clone(), mode.name())).or_default();
@@ -297,28 +304,72 @@ fn render_sweep(report: &Report) -> String {
             "{scenario:<10} {transition:<22} {mode:<6} {boundaries:>10} {points:>12} {images:>8} {violations:>10}"
         );
     }
+    out
+}
+
+/// The one-screen summary of a sweep: what was swept, how far it got, how the power-loss images
+/// were chosen, and each violation with the command that replays it.
+fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let names: Vec<&str> = options.scenarios.iter().map(|s| s.name.as_ref()).collect();
+    let modes: Vec<&str> = options.modes.iter().map(|mode| mode.name()).collect();
     let _ = writeln!(
         out,
-        "\npower-loss crashes enumerated exhaustively / sampled (most pending pieces):"
+        "swept {} scenario{} ({}) under {}, depth {}, seed {seed}",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        names.join(", "),
+        modes.join(" and "),
+        args.depth
     );
-    for (scenario, enumeration) in &report.enumeration {
-        let _ = writeln!(
-            out,
-            "  {scenario:<10} {:>8} / {:<8} ({})",
-            enumeration.exhaustive, enumeration.sampled, enumeration.pieces_max
-        );
-    }
+    let shard = match options.shard {
+        (_, 1) => String::new(),
+        (index, count) => format!(" (shard {index}/{count})"),
+    };
+    let stopped = if report.truncated {
+        match args.budget {
+            Some(budget) => format!(
+                "stopped early: the budget of {} ran out",
+                humantime::format_duration(budget)
+            ),
+            None => "stopped early".to_owned(),
+        }
+    } else {
+        "every point visited".to_owned()
+    };
     let _ = writeln!(
         out,
-        "\n{} crash points, {} images ({} more skipped: already judged against the same run), {} cells, {} violations in {:.1?}{}",
-        report.crash_points,
+        "crash points: {} of {}{shard}, {stopped}",
+        report.crash_points, report.planned_points
+    );
+    let (exhaustive, sampled) = report
+        .enumeration
+        .values()
+        .fold((0, 0), |(e, s), counts| (e + counts.exhaustive, s + counts.sampled));
+    let sampled_in: Vec<String> = report
+        .enumeration
+        .iter()
+        .filter(|(_, counts)| counts.sampled > 0)
+        .map(|(scenario, counts)| format!("{scenario} {}", counts.sampled))
+        .collect();
+    let _ = writeln!(
+        out,
+        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive), {sampled} sampled{}",
+        if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
+    );
+    let _ = writeln!(
+        out,
+        "images judged: {} ({} more skipped: the same image against the same run), in {}",
         report.images,
         report.repeated,
-        report.cells.len(),
-        report.violations.len(),
-        report.elapsed,
-        if report.truncated { " (budget ran out: not every point was visited)" } else { "" }
+        humantime::format_duration(Duration::from_secs(report.elapsed.as_secs()))
     );
+    if report.violations.is_empty() {
+        let _ = writeln!(out, "violations: none");
+    } else {
+        let _ = writeln!(out, "violations: {}", report.violations.len());
+    }
     for violation in &report.violations {
         let _ = writeln!(
             out,
@@ -330,6 +381,9 @@ fn render_sweep(report: &Report) -> String {
         }
         let _ = writeln!(out, "  replay: {}", violation.replay_command());
     }
+    if !args.matrix {
+        let _ = writeln!(out, "(--matrix prints every scenario x transition x mode row)");
+    }
     out
 }
 
@@ -338,6 +392,7 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
         "schema": SCHEMA_VERSION,
         "seed": crate::render::json_u64(seed),
         "crashPoints": report.crash_points,
+        "plannedPoints": report.planned_points,
         "images": report.images,
         "elapsedMs": report.elapsed.as_millis() as u64,
         "truncated": report.truncated,
@@ -443,25 +498,39 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let workers = std::thread::available_parallelism().map_or(1, usize::from).min(catalogue.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
+    let bar = progress_bar("mutants").inspect(|bar| bar.set_length(catalogue.len() as u64));
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
                 loop {
                     let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&mutant) = catalogue.get(index) else { break };
+                    if let Some(bar) = &bar {
+                        bar.set_message(format!("sweeping {}", mutant.name()));
+                    }
                     let caught = sweep::catch(mutant, &options);
-                    if !json {
-                        eprintln!(
-                            "{} {}",
-                            mutant.name(),
-                            if caught.first.is_some() { "caught" } else { "NOT CAUGHT" }
-                        );
+                    let line = format!(
+                        "{} {} in {}",
+                        mutant.name(),
+                        if caught.first.is_some() { "caught" } else { "NOT CAUGHT" },
+                        humantime::format_duration(Duration::from_secs(caught.elapsed.as_secs()))
+                    );
+                    match &bar {
+                        Some(bar) => {
+                            bar.println(line);
+                            bar.inc(1);
+                        }
+                        None if !json => eprintln!("{line}"),
+                        None => {}
                     }
                     found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(caught);
                 }
             });
         }
     });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
     let mut found = found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     found.sort_by_key(|caught| Mutant::ALL.iter().position(|m| *m == caught.mutant));
     let mut results = Vec::new();
@@ -471,14 +540,14 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
             match &caught.first {
                 Some(violation) => {
                     let message = violation.messages.first().map_or("", String::as_str);
-                    let message: String = message.chars().take(90).collect();
                     outln!(
-                        "{:<30} caught in {:>8.1?} after {:>6} images at {}: {message}",
+                        "{:<30} caught in {:>8.1?} after {:>6} images at {}",
                         mutant.name(),
                         caught.elapsed,
                         caught.images,
                         violation.boundary
                     )?;
+                    outln!("{:<30} {message}", "")?;
                     outln!(
                         "{:<30} replay: {} --mutant {}",
                         "",

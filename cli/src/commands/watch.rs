@@ -6,10 +6,14 @@
 //! on a reset, replace everything you hold; apply an increment only if its version is newer than
 //! the last one applied. A rebuild of the index sends a new reset.
 //!
+//! On a terminal (without `--json`), the stream is not printed: it is applied by that rule to
+//! the session table, which is redrawn in place.
+//!
 //! Driven by filesystem notifications on the sessions directory (inotify), with a polling
 //! fallback (every `--interval-ms`) that also catches what notifications miss.
 
-use std::io::Write as _;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal as _, Write as _};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
@@ -21,8 +25,8 @@ use spex_engine::Store;
 use spex_index::{Filter, Index, Sort};
 
 use crate::args::Global;
-use crate::render::SCHEMA_VERSION;
 use crate::exit::Code;
+use crate::render::{self, SCHEMA_VERSION};
 
 /// Arguments of `spex watch`.
 #[derive(Debug, clap::Args)]
@@ -147,9 +151,18 @@ pub(crate) fn snapshot(store: &Store<RealFs>, index: &mut Index) -> anyhow::Resu
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    let store = Arc::new(global.open_store()?);
+    let Some(store) = global.existing_store()? else {
+        return Err(anyhow::anyhow!(
+            "there is no store at {} yet, so there is nothing to watch (`spex where` says how it was chosen)",
+            global.root()?.path.display()
+        ));
+    };
+    let store = Arc::new(store);
     let interval = Duration::from_millis(args.interval_ms.max(10));
-    let (mut watch, reset) = Watch::start(store, interval)?;
+    let (mut watch, reset) = Watch::start(Arc::clone(&store), interval)?;
+    if !global.json && std::io::stdout().is_terminal() {
+        return live_table(&store, &mut watch, reset, global);
+    }
     let mut out = std::io::stdout().lock();
     if global.json {
         writeln!(out, "{reset}")?;
@@ -176,6 +189,111 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         }
         out.flush()?;
     }
+}
+
+/// On a terminal: the session table, redrawn in place whenever the stream changes it (and every
+/// few seconds, so relative times stay true). The stream is applied by the consumer rule: a reset
+/// replaces every row; an increment applies only when newer than the last one applied.
+fn live_table(
+    store: &Store<RealFs>,
+    watch: &mut Watch,
+    reset: Value,
+    global: &Global,
+) -> anyhow::Result<Code> {
+    let paint = render::Paint::for_stdout(global.color);
+    let zone = render::zone(false);
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    let mut applied = i64::MIN;
+    let mut pending = vec![reset];
+    loop {
+        for value in pending.drain(..) {
+            apply(&mut rows, &mut applied, value);
+        }
+        let mut sessions: Vec<&Value> =
+            rows.values().filter(|row| row["archived"] != Value::Bool(true)).collect();
+        sessions.sort_by(|a, b| {
+            when(b).cmp(&when(a)).then_with(|| a["id"].as_str().cmp(&b["id"].as_str()))
+        });
+        let table: Vec<render::SessionRow> = sessions
+            .iter()
+            .map(|row| {
+                let id = row["id"].as_str().unwrap_or("?").to_owned();
+                let owed = spex_engine::SessionId::new(&id)
+                    .ok()
+                    .and_then(|id| store.queue(&id).ok())
+                    .map(|queue| queue.len());
+                let display = row["state"]["display"].as_str().unwrap_or("?").to_owned();
+                let text = if display == "corrupt" {
+                    row["state"]["note"].as_str()
+                } else {
+                    row["preview"].as_str().or(row["state"]["note"].as_str())
+                };
+                render::SessionRow {
+                    id,
+                    display,
+                    when: when(row).map(str::to_owned),
+                    owed,
+                    preview: render::first_line(text.unwrap_or("")),
+                    archived: false,
+                }
+            })
+            .collect();
+        let now = jiff::Timestamp::now();
+        let mut screen = String::from("\u{1b}[H\u{1b}[2J");
+        screen.push_str(&paint.dim(&format!(
+            "spex watch · {} · {} sessions · Ctrl-C stops",
+            store.layout().root().display(),
+            table.len()
+        )));
+        screen.push_str("\n\n");
+        if table.is_empty() {
+            screen.push_str("no sessions yet\n");
+        } else {
+            screen.push_str(&render::session_table(
+                &table,
+                now,
+                &zone,
+                paint,
+                render::terminal_columns(),
+            ));
+        }
+        crate::render::out!("{screen}")?;
+        pending = watch.next(Duration::from_secs(5))?;
+    }
+}
+
+/// Applies one stream value to the rows held, by the consumer rule.
+fn apply(rows: &mut BTreeMap<String, Value>, applied: &mut i64, value: Value) {
+    let version = value["version"].as_i64().unwrap_or(0);
+    match value["type"].as_str() {
+        Some("reset") => {
+            rows.clear();
+            for session in value["sessions"].as_array().into_iter().flatten() {
+                if let Some(id) = session["id"].as_str() {
+                    rows.insert(id.to_owned(), session.clone());
+                }
+            }
+            *applied = version;
+        }
+        Some("update") if version > *applied => {
+            if let Some(id) = value["session"]["id"].as_str() {
+                rows.insert(id.to_owned(), value["session"].clone());
+            }
+            *applied = version;
+        }
+        Some("remove") if version > *applied => {
+            if let Some(id) = value["id"].as_str() {
+                rows.remove(id);
+            }
+            *applied = version;
+        }
+        _ => {}
+    }
+}
+
+/// A row's last activity, else its creation.
+fn when(row: &Value) -> Option<&str> {
+    row["lastActivity"].as_str().or(row["createdAt"].as_str())
 }
 
 /// Whether a filesystem event is a change (not a read, an open or an access-time update).

@@ -127,6 +127,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
         .iter()
         .map(|(_, _, ops)| (0..=*ops).filter(|k| k % shards == shard).count() as u64)
         .sum();
+    report.planned_points = total;
     let mut done = 0;
     'scenarios: for (scenario, boundaries, ops) in &passes {
         for k in (0..=*ops).filter(|k| k % shards == shard) {

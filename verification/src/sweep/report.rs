@@ -67,6 +67,8 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Crash points visited.
     pub crash_points: u64,
+    /// Crash points the sweep set out to visit (of its shard).
+    pub planned_points: u64,
     /// Images checked (first and second crashes).
     pub images: u64,
     /// Whether the budget ran out before every point was visited.
