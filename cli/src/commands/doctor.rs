@@ -3,23 +3,37 @@
 //! alone, such as a recovered glued line or a stale staging file, exit 0).
 
 use serde_json::json;
-use spex_engine::SessionId;
 
-use crate::args::{Global, session_id};
+use crate::args::{Global, resolve};
 use crate::exit::Code;
 use crate::render::{outln, print_json};
 
 /// Arguments of `spex doctor`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Only this session (default: every session and the close ledger).
-    #[arg(value_parser = session_id)]
-    id: Option<SessionId>,
+    /// Only this session, by its id or a unique prefix (default: every session and the close
+    /// ledger).
+    id: Option<String>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    let store = global.open_store()?;
-    let found = store.doctor(args.id.as_ref())?;
+    // A scan never creates a store: without one there is nothing to scan.
+    let Some(store) = global.existing_store()? else {
+        if global.json {
+            print_json(json!({ "damaged": false, "found": [] }))?;
+        } else {
+            outln!("no damage found")?;
+            if !global.quiet {
+                eprintln!(
+                    "spex: there is no store at {} yet (`spex where` says how it was chosen)",
+                    global.root()?.path.display()
+                );
+            }
+        }
+        return Ok(Code::Ok);
+    };
+    let id = args.id.as_deref().map(|text| resolve(&store, text)).transpose()?;
+    let found = store.doctor(id.as_ref())?;
     let damaged = found.iter().any(|damage| !damage.is_warning());
     if global.json {
         let items: Vec<serde_json::Value> = found

@@ -17,8 +17,13 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Fold what the logs gained since the last refresh (every listing does this first).
+    #[command(after_help = "Examples:
+  spex index refresh
+  spex --json index refresh | jq .updated")]
     Refresh,
     /// Empty the index and fold every log again (the index is derived: nothing is lost).
+    #[command(after_help = "Examples:
+  spex index rebuild")]
     Rebuild,
     /// Print every row and content entry in a canonical order (to compare two indexes).
     #[command(hide = true)]
@@ -26,7 +31,14 @@ enum Command {
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    let store = global.open_store()?;
+    // The index is derived from a store: without one there is nothing to index (and a refresh
+    // never creates a store).
+    let Some(store) = global.existing_store()? else {
+        return Err(anyhow::anyhow!(
+            "there is no store at {} yet, so there is nothing to index (`spex where` says how it was chosen)",
+            global.root()?.path.display()
+        ));
+    };
     let mut index = spex_index::Index::open(store.layout().root())?;
     let refreshed = match args.command {
         Command::Refresh => index.refresh(&store)?,

@@ -37,30 +37,71 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Create a session (a governed record, status active; no event).
+    #[command(after_help = "Examples:
+  spex session new                                  a fresh UUID id
+  spex session new --id fix-login --adapter tmux:work.0
+  spex session new --adapter 'exec:./agent.sh' --worktree ../fix-login")]
     New(NewArgs),
     /// Send a message to a session: record it in the timeline, then owe it to the session.
+    #[command(after_help = "Examples:
+  spex session send fix 'run the tests again'       fix: a unique id prefix
+  git diff | spex session send fix -                the message from stdin
+  spex session send fix 'ship it' --key deploy-42   a retry with the same key sends nothing new
+  spex session send fix 'what changed?' --from lead --reply-via note")]
     Send(SendArgs),
     /// Declare the work done, with a proposal (worker declaration).
+    #[command(after_help = "Examples:
+  spex session done --propose merge --note 'Fixed the login race; tests pass.'
+  SPEX_SESSION_ID=fix-login spex session done --propose nothing")]
     Done(DoneArgs),
     /// Declare the work parked (worker declaration).
+    #[command(after_help = "Examples:
+  spex session park --note 'Blocked on the staging database.'")]
     Park(NoteArgs),
     /// Ask the human something, or answer them (worker declaration).
+    #[command(after_help = "Examples:
+  spex session ask --note 'Which branch should I rebase on?'")]
     Ask(NoteArgs),
     /// Show a session's record and how many messages it is owed.
+    #[command(after_help = "Examples:
+  spex session show fix
+  spex --json session show fix | jq .owed")]
     Show(IdArgs),
-    /// Print a session's timeline (oldest first), optionally following it.
+    /// Print a session's conversation (oldest first), optionally following it.
+    #[command(after_help = "Examples:
+  spex session timeline fix                         local times, delivered or owed marks
+  spex session timeline fix --utc --limit 20
+  spex session timeline fix --follow                new events as they arrive
+  spex --json session timeline fix | jq -c '.events[]'")]
     Timeline(TimelineArgs),
     /// Hand a session's owed messages to its adapter.
+    #[command(after_help = "Examples:
+  spex session drain fix                            into the session's own adapter
+  spex session drain fix --adapter stdout | jq .text
+  spex session drain fix --watch                    keep delivering as messages arrive")]
     Drain(DrainArgs),
     /// Archive a session (its timeline is kept).
+    #[command(after_help = "Examples:
+  spex session archive fix
+  spex session ls --all                             archived sessions are listed again")]
     Archive(IdArgs),
     /// Close a session: record the close, revoke it as a sender, remove its directory.
+    #[command(after_help = "Examples:
+  spex session close fix")]
     Close(IdArgs),
     /// List sessions, most recently worked in first (through the session index).
+    #[command(after_help = "Examples:
+  spex session ls
+  spex session ls --status review                   stored names or display words
+  spex session ls --all --sort created
+  spex --json session ls | jq -r '.sessions[].id'")]
     Ls(LsArgs),
     /// Repair a damaged delivery queue: keep the damaged file beside, rebuild the queue from its
     /// valid entries and the keyed messages the log proves owed, and say what cannot be
     /// recovered.
+    #[command(after_help = "Examples:
+  spex doctor fix                                   what is damaged, and what a repair does
+  spex session repair fix")]
     Repair(IdArgs),
 }
 

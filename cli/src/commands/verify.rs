@@ -31,15 +31,29 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Crash every scenario at every boundary, recover, and check every oracle rule.
+    #[command(after_help = "Examples:
+  spex verify sweep --budget 2m                     every scenario, at most two minutes
+  spex verify sweep --scenario send --matrix        one scenario, and every matrix row
+  spex verify sweep --media stale-tails --seed 7    the harsher medium, a fixed seed
+  spex verify sweep --shard 0/4                     a quarter of the crash points")]
     Sweep(SweepArgs),
     /// Re-run the one crash image a violation's token names.
+    #[command(after_help = "Examples:
+  spex verify replay 'v1:send:power:...' --trace    the token a violation printed")]
     Replay(ReplayArgs),
     /// Reduce a violation to a minimal reproducer: fewest workload steps, closest image.
+    #[command(after_help = "Examples:
+  spex verify shrink 'v1:send:power:...'")]
     Shrink(ShrinkArgs),
     /// Sweep each deliberately broken engine variant; every one must be caught.
+    #[command(after_help = "Examples:
+  cargo run -p spex --features mutants -- verify mutants --seed 3
+  cargo run -p spex --features mutants -- verify mutants --mutant no-log-sync")]
     Mutants(MutantsArgs),
     /// Kill the real binary at every boundary of each scenario (and at random moments with
     /// SIGKILL), then recover the real directory and check every oracle rule.
+    #[command(after_help = "Examples:
+  spex verify real-sweep --scenario send --soak 50")]
     RealSweep(RealSweepArgs),
     /// Run one scenario on a real directory (the child of `real-sweep`; honours SPEX_KILL_AT).
     #[command(hide = true)]
