@@ -241,9 +241,10 @@ fn live_table(
         let now = jiff::Timestamp::now();
         let mut screen = String::from("\u{1b}[H\u{1b}[2J");
         screen.push_str(&paint.dim(&format!(
-            "spex watch · {} · {} sessions · Ctrl-C stops",
+            "spex watch · {} · {} session{} · Ctrl-C stops",
             store.layout().root().display(),
-            table.len()
+            table.len(),
+            if table.len() == 1 { "" } else { "s" }
         )));
         screen.push_str("\n\n");
         if table.is_empty() {

@@ -1,0 +1,143 @@
+//! What a person at a terminal sees, captured from a real tmux pane: the coloured conversation,
+//! and the live session table of `spex watch`, redrawn in place when a session changes.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{SPEX, Store};
+
+/// A private tmux server (its socket under the test's directory), killed on drop.
+struct Tmux {
+    socket_dir: std::path::PathBuf,
+}
+
+impl Tmux {
+    fn start(store: &Store) -> Tmux {
+        let socket_dir = store.path("tmux");
+        std::fs::create_dir(&socket_dir).unwrap();
+        Tmux { socket_dir }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("tmux");
+        command.args(args).env("TMUX_TMPDIR", &self.socket_dir).env_remove("TMUX");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let output = self.command(args).output().expect("tmux is installed (.ci/run installs it)");
+        assert!(
+            output.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Runs `spex args` in a new 120x30 pane with colour on (TERM as a terminal has it).
+    fn spex_in_pane(&self, store: &Store, name: &str, args: &str) {
+        let program = format!(
+            "env -u NO_COLOR TERM=xterm-256color TZ=UTC SPEX_ROOT='{}' '{SPEX}' {args}; sleep 600",
+            store.root().display()
+        );
+        self.run(&["new-session", "-d", "-s", name, "-x", "120", "-y", "30", &program]);
+    }
+
+    /// The pane's screen, with its colour escapes (`-e`) or as plain text.
+    fn capture(&self, name: &str, escapes: bool) -> String {
+        let target = format!("{name}:0.0");
+        let mut args = vec!["capture-pane", "-p", "-t", &target];
+        if escapes {
+            args.push("-e");
+        }
+        self.run(&args)
+    }
+
+    /// Waits until the pane's plain screen satisfies `ready`.
+    fn wait_for(&self, name: &str, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let screen = self.capture(name, false);
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(Instant::now() < deadline, "waiting for {what}; the pane shows:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ignored = self.command(&["kill-server"]).output();
+    }
+}
+
+#[test]
+fn the_conversation_is_coloured_on_a_terminal() {
+    let store = Store::new();
+    let tmux = Tmux::start(&store);
+    store.run(&["session", "new", "--id", "worker"]).ok();
+    store.run(&["session", "send", "worker", "please rebase"]).ok();
+    store
+        .command(&["session", "ask", "--note", "onto which branch?"])
+        .env("SPEX_SESSION_ID", "worker")
+        .output()
+        .unwrap();
+    tmux.spex_in_pane(&store, "talk", "session timeline worker");
+    let screen = tmux.wait_for("talk", "the conversation", |s| s.contains("onto which branch?"));
+    let lines: Vec<&str> = screen.lines().filter(|line| !line.trim().is_empty()).collect();
+    assert!(lines[0].starts_with("── ") && lines[0].ends_with(" ──"), "{screen}");
+    assert!(lines[1].ends_with("you → worker  owed"), "{screen}");
+    assert_eq!(lines[2].trim(), "please rebase");
+    assert!(lines[3].ends_with("worker · asking"), "{screen}");
+    assert_eq!(lines[4].trim(), "onto which branch?");
+    // In colour: the asking status in yellow, the owed mark in yellow.
+    let coloured = tmux.capture("talk", true);
+    assert!(coloured.contains('\u{1b}'), "colour on a terminal: {coloured:?}");
+    let yellow_asking =
+        ["\u{1b}[1m\u{1b}[33masking", "\u{1b}[33m\u{1b}[1masking", "\u{1b}[1;33masking"];
+    assert!(
+        yellow_asking.iter().any(|form| coloured.contains(form)) || coloured.contains("33masking"),
+        "asking in bold yellow: {coloured:?}"
+    );
+    println!("the conversation as the pane shows it:\n{screen}");
+}
+
+#[test]
+fn watch_redraws_the_table_in_place() {
+    let store = Store::new();
+    let tmux = Tmux::start(&store);
+    store.run(&["session", "new", "--id", "first-session"]).ok();
+    store.run(&["session", "new", "--id", "second-session"]).ok();
+    tmux.spex_in_pane(&store, "board", "watch --interval-ms 200");
+    let screen = tmux.wait_for("board", "the table", |s| s.contains("ID") && s.contains("seco"));
+    assert!(!screen.contains("reset"), "a terminal gets the table, not the stream: {screen}");
+    assert!(screen.contains("2 sessions"), "{screen}");
+    // A message and a declaration change the table in place: the session moves to the top, its
+    // owed count and preview appear, its status word changes.
+    store.run(&["session", "send", "first-session", "ship the fix"]).ok();
+    store
+        .command(&["session", "done", "--propose", "merge", "--note", "shipped it"])
+        .env("SPEX_SESSION_ID", "first-session")
+        .output()
+        .unwrap();
+    let screen = tmux.wait_for("board", "the update", |s| s.contains("shipped it"));
+    let rows: Vec<&str> = screen
+        .lines()
+        .filter(|line| line.starts_with("firs") || line.starts_with("seco"))
+        .collect();
+    assert_eq!(rows.len(), 2, "one row per session, redrawn in place:\n{screen}");
+    assert!(rows[0].starts_with("firs") && rows[0].contains("review"), "{screen}");
+    assert!(rows[0].contains(" 1 "), "one message owed: {screen}");
+    assert_eq!(screen.matches("ID ").count(), 1, "one table on the screen:\n{screen}");
+    // A closed session leaves the table.
+    store.run(&["session", "close", "second-session"]).ok();
+    let screen = tmux.wait_for("board", "the removal", |s| s.contains("· 1 session ·"));
+    assert!(!screen.lines().any(|line| line.starts_with("seco")), "{screen}");
+    println!("the live table as the pane shows it:\n{screen}");
+}
