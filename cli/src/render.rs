@@ -233,6 +233,24 @@ pub(crate) fn relative(now: Timestamp, then: Timestamp, zone: &TimeZone) -> Stri
     }
 }
 
+// ---- progress ---------------------------------------------------------------------------
+
+/// A progress bar on stderr counting `unit`, when stderr is a terminal.
+pub(crate) fn progress_bar(unit: &str) -> Option<indicatif::ProgressBar> {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    let style = indicatif::ProgressStyle::with_template(&format!(
+        "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{msg}}"
+    ))
+    .map(|style| style.progress_chars("=> "));
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
 // ---- columns ------------------------------------------------------------------------------
 
 /// The width of `text` in terminal columns (wide characters count two, escapes none).

@@ -193,17 +193,31 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
 impl Index {
     /// Brings the index up to date with the store: see the module header.
     pub fn refresh<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
+        self.refresh_with(store, &mut |_, _| {})
+    }
+
+    /// [`Index::refresh`], reporting (sessions read, sessions to read) after each session it
+    /// reads (a fresh one costs nothing and is not counted).
+    pub fn refresh_with<F: Fs>(
+        &mut self,
+        store: &Store<F>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Refreshed> {
         let mut refreshed = Refreshed::default();
         let mut present = std::collections::BTreeSet::new();
         let ids = store.session_ids()?;
         let rows = self.all_seen()?;
         let fresh = freshness(store, &ids, &rows)?;
+        let to_read = fresh.iter().filter(|fresh| !**fresh).count() as u64;
+        let mut read = 0;
         for (id, fresh) in ids.into_iter().zip(fresh) {
             refreshed.sessions += 1;
             present.insert(id.to_string());
             if fresh {
                 continue;
             }
+            read += 1;
+            progress(read, to_read);
             let seen = rows.get(id.as_str());
             let result = self.refresh_session(store, &id, seen);
             match result {
@@ -478,9 +492,21 @@ impl Index {
 
     /// Empties the index and folds every log again.
     pub fn rebuild<F: Fs>(&mut self, store: &Store<F>) -> Result<Refreshed> {
+        self.rebuild_with(store, &mut |_, _| {})
+    }
+
+    /// [`Index::rebuild`], reporting progress as [`Index::refresh_with`] does.
+    pub fn rebuild_with<F: Fs>(
+        &mut self,
+        store: &Store<F>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Refreshed> {
         self.connection
-            .execute_batch("BEGIN IMMEDIATE; DELETE FROM grams; DELETE FROM content; DELETE FROM sessions; COMMIT;")
+            .execute_batch(
+                "BEGIN IMMEDIATE; DELETE FROM grams; DELETE FROM content; DELETE FROM sessions;
+                 COMMIT;",
+            )
             .map_err(|e| self.sqlite(e))?;
-        self.refresh(store)
+        self.refresh_with(store, progress)
     }
 }

@@ -297,6 +297,7 @@ pub fn sweep(
     seed: u64,
     soak: u64,
     scratch: &Path,
+    progress: &mut dyn FnMut(RealProgress),
 ) -> Result<RealReport, String> {
     let started = Instant::now();
     let mut report = RealReport::default();
@@ -314,6 +315,12 @@ pub fn sweep(
         let ops = count_ops(binary, scenario, seed, &counting)?;
         full_run_ms.push((scenario.clone(), timer.elapsed()));
         for k in 0..=ops {
+            progress(RealProgress {
+                scenario: scenario.name.to_string(),
+                done: k,
+                total: ops + 1,
+                violations: report.violations.len(),
+            });
             let outcome = run_once(binary, scenario, seed, Kill::AtOp(k), &fresh()?)?;
             tally(&mut report, scenario, seed, outcome, binary);
         }
@@ -326,12 +333,31 @@ pub fn sweep(
         state ^= state << 17;
         let (scenario, full) = &full_run_ms[(state % full_run_ms.len() as u64) as usize];
         let delay = Duration::from_micros((state >> 16) % (full.as_micros() as u64).max(1));
-        let _ = iteration;
+        progress(RealProgress {
+            scenario: "soak".to_owned(),
+            done: iteration,
+            total: soak,
+            violations: report.violations.len(),
+        });
         let outcome = run_once(binary, scenario, seed, Kill::After(delay), &fresh()?)?;
         tally(&mut report, scenario, seed, outcome, binary);
     }
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// Where a real sweep is, for a progress bar: runs done of a phase (one scenario's kills at each
+/// boundary, then the soak).
+#[derive(Clone, Debug)]
+pub struct RealProgress {
+    /// The scenario whose boundaries are being killed, or `soak`.
+    pub scenario: String,
+    /// Runs done in this phase.
+    pub done: u64,
+    /// Runs in this phase.
+    pub total: u64,
+    /// Violations so far.
+    pub violations: usize,
 }
 
 fn tally(report: &mut RealReport, scenario: &Scenario, seed: u64, outcome: Outcome, binary: &Path) {

@@ -41,8 +41,24 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     };
     let mut index = spex_index::Index::open(store.layout().root())?;
     let refreshed = match args.command {
-        Command::Refresh => index.refresh(&store)?,
-        Command::Rebuild => index.rebuild(&store)?,
+        Command::Refresh | Command::Rebuild => {
+            let bar = crate::render::progress_bar("sessions folded");
+            let mut progress = |done: u64, total: u64| {
+                if let Some(bar) = &bar {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                }
+            };
+            let refreshed = if matches!(args.command, Command::Rebuild) {
+                index.rebuild_with(&store, &mut progress)
+            } else {
+                index.refresh_with(&store, &mut progress)
+            };
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            refreshed?
+        }
         Command::Dump => {
             index.refresh(&store)?;
             out!("{}", index.dump()?)?;

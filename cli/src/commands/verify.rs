@@ -7,7 +7,6 @@
 //! - `mutants`: run the sweep against each deliberately broken engine; every one must be caught.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -251,7 +250,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             MediaArg::StaleTails => faultfs::Media::StaleTails,
         },
     };
-    let bar = progress_bar("crash points");
+    let bar = crate::render::progress_bar("crash points");
     let report = sweep::sweep(&options, &mut |progress| {
         if let Some(bar) = &bar {
             bar.set_length(progress.total);
@@ -274,22 +273,6 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         out!("{}", render_summary(seed, args, &options, &report))?;
     }
     Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
-}
-
-/// A progress bar on stderr counting `unit`, when stderr is a terminal.
-fn progress_bar(unit: &str) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(0);
-    let style = indicatif::ProgressStyle::with_template(&format!(
-        "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{msg}}"
-    ))
-    .map(|style| style.progress_chars("=> "));
-    if let Ok(style) = style {
-        bar.set_style(style);
-    }
-    Some(bar)
 }
 
 /// Boundaries, crash points, images and violations of one summary row.
@@ -512,7 +495,8 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let workers = std::thread::available_parallelism().map_or(1, usize::from).min(catalogue.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
-    let bar = progress_bar("mutants").inspect(|bar| bar.set_length(catalogue.len() as u64));
+    let bar = crate::render::progress_bar("mutants")
+        .inspect(|bar| bar.set_length(catalogue.len() as u64));
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
@@ -648,8 +632,19 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
         }
         return Ok(code);
     }
-    let report = realproc::sweep(&binary, &scenarios, seed, args.soak, &scratch)
-        .map_err(anyhow::Error::msg)?;
+    let bar = crate::render::progress_bar("runs of the real binary");
+    let report = realproc::sweep(&binary, &scenarios, seed, args.soak, &scratch, &mut |progress| {
+        if let Some(bar) = &bar {
+            bar.set_length(progress.total);
+            bar.set_position(progress.done);
+            bar.set_message(format!("{}, {} violations", progress.scenario, progress.violations));
+        }
+    })
+    .map_err(anyhow::Error::msg);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
     outln!(
         "{} runs of the real binary ({} killed mid-way), {} violations in {:.1?}",
         report.runs,
