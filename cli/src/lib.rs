@@ -18,14 +18,13 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::exit::Code;
 
-/// spex: durable agent sessions. Send messages to a session, drain what it is owed into its
-/// terminal or a command, read its conversation, list and search every session, and prove the
-/// engine crash-safe.
+/// spex keeps the conversations of your coding agents safe: send to a session, deliver what it is
+/// owed, read it as a conversation, list, search and watch every session, and crash-test the
+/// engine under it.
 #[derive(Debug, Parser)]
 #[command(
     name = "spex",
     version,
-    about,
     after_help = "Examples:
   spex session new --adapter tmux:work.0      create a session; prints its id
   spex session send 3f2a 'run the tests'      send to it (an id prefix is enough)
@@ -45,6 +44,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Create, send to, declare, read, drain, archive, close and list sessions.
+    #[command(after_help = "Examples:
+  spex session new --id fix-login --adapter tmux:work.0
+  spex session send fix 'run the tests again'
+  spex session timeline fix
+  spex session ls --status review")]
     Session(commands::session::Args),
     /// Search what was said to sessions and the notes they declared.
     #[command(after_help = "Examples:
