@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use faultfs::{CrashMode, RealFs};
 use spex_engine::layout::{self, SEGMENT_BYTES_ENV};
 use spex_engine::reply::ReplyChannel;
-use spex_engine::{Config, Proposal, SessionId, Store};
+use spex_engine::{Config, Proposal, SessionId, Status, Store};
 
 use crate::exit::BadInput;
 
@@ -217,41 +217,27 @@ pub(crate) fn resolve(store: &Store<RealFs>, reference: &str) -> anyhow::Result<
     }
 }
 
-/// Every status a filter accepts: the stored names, then the display words people read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum StatusArg {
-    Active,
-    Idle,
-    Awaiting,
-    Parked,
-    Error,
-    Asking,
-    Queued,
-    Working,
-    Review,
-    Done,
-    ClosePending,
-    Corrupt,
-}
-
-impl StatusArg {
-    /// The word the index matches (a stored name or a display word).
-    pub(crate) fn word(self) -> &'static str {
-        match self {
-            StatusArg::Active => "active",
-            StatusArg::Idle => "idle",
-            StatusArg::Awaiting => "awaiting",
-            StatusArg::Parked => "parked",
-            StatusArg::Error => "error",
-            StatusArg::Asking => "asking",
-            StatusArg::Queued => "queued",
-            StatusArg::Working => "working",
-            StatusArg::Review => "review",
-            StatusArg::Done => "done",
-            StatusArg::ClosePending => "close-pending",
-            StatusArg::Corrupt => "corrupt",
+/// Every status word a filter accepts: the stored names, the display words people read (from the
+/// engine's own vocabulary), and `corrupt` (a session whose record cannot be read).
+pub(crate) fn status_words() -> Vec<&'static str> {
+    use spex_engine::timeline::display_word;
+    let mut words: Vec<&'static str> = Status::ALL.iter().map(|status| status.name()).collect();
+    let proposals = [None, Some(Proposal::Merge), Some(Proposal::Nothing), Some(Proposal::Close)];
+    for status in Status::ALL {
+        for proposal in proposals {
+            let word = display_word(status, proposal);
+            if !words.contains(&word) {
+                words.push(word);
+            }
         }
     }
+    words.push("corrupt");
+    words
+}
+
+/// The `--status` argument's parser: one of [`status_words`], else a usage error listing them.
+pub(crate) fn status_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(status_words())
 }
 
 /// Parses `--since`: an RFC 3339 time (`2026-12-01T07:00:00+01:00`), a local date or date and
@@ -385,6 +371,27 @@ pub(crate) enum SortArg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_vocabulary_is_the_engines() {
+        assert_eq!(
+            status_words(),
+            [
+                "active",
+                "idle",
+                "awaiting",
+                "parked",
+                "error",
+                "asking",
+                "queued",
+                "working",
+                "done",
+                "review",
+                "close-pending",
+                "corrupt"
+            ]
+        );
+    }
 
     #[test]
     fn since_compares_instants_whatever_the_offset() {

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::args::{Global, StatusArg, resolve};
+use crate::args::{Global, resolve, status_parser};
 use crate::exit::{BadInput, Code};
 use crate::render::{self, Paint, outln, print_json};
 
@@ -18,8 +18,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ID")]
     session: Option<String>,
     /// Only sessions in this status (stored name or display word).
-    #[arg(long, value_enum)]
-    status: Option<StatusArg>,
+    #[arg(long, value_name = "STATUS", value_parser = status_parser())]
+    status: Option<String>,
     /// Only events since this time: RFC 3339 (2026-12-01T07:00:00+01:00), a local date or time
     /// (2026-12-01, 2026-12-01T07:00), or a duration back from now (90m, 2h, 7days).
     #[arg(long, value_name = "WHEN")]
@@ -47,7 +47,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             index.refresh(&store)?;
             let filter = spex_index::SearchFilter {
                 session: session.as_ref().map(ToString::to_string),
-                status: args.status.map(|status| status.word().to_owned()),
+                status: args.status.clone(),
                 since,
                 limit: args.limit,
             };

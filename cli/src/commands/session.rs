@@ -16,7 +16,7 @@ use spex_engine::{
 
 use super::adapter::Spec;
 use crate::args::{
-    Declarer, Global, ProposalArg, ReplyArg, SortArg, StatusArg, resolve, session_id,
+    Declarer, Global, ProposalArg, ReplyArg, SortArg, resolve, session_id, status_parser,
 };
 use crate::exit::{BadInput, Code};
 use crate::render::{self, Conversation, Paint, outln, print_json};
@@ -201,8 +201,8 @@ struct LsArgs {
     #[arg(long, value_enum, default_value_t = SortArg::Activity)]
     sort: SortArg,
     /// Only sessions in this status (stored name, e.g. awaiting, or display word, e.g. review).
-    #[arg(long, value_enum)]
-    status: Option<StatusArg>,
+    #[arg(long, value_name = "STATUS", value_parser = status_parser())]
+    status: Option<String>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -678,7 +678,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
             SortArg::Activity => spex_index::Sort::Activity,
             SortArg::Created => spex_index::Sort::Created,
         },
-        status: args.status.map(|status| status.word().to_owned()),
+        status: args.status.clone(),
         all: args.all,
     };
     let rows = index.sessions(&filter)?;
@@ -707,8 +707,8 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     }
     if rows.is_empty() {
         if !global.quiet {
-            let which = match args.status {
-                Some(status) => format!(" in status {}", status.word()),
+            let which = match &args.status {
+                Some(status) => format!(" in status {status}"),
                 None if args.all => String::new(),
                 None => " (archived ones are hidden: --all shows them)".to_owned(),
             };
