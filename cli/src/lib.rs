@@ -77,6 +77,9 @@ enum Command {
   spex serve                                  prints the tokened URL
   spex serve --port 8080")]
     Serve(commands::serve::Args),
+    /// Sessions across harnesses: the Claude Code and Codex transcripts on this machine, listed
+    /// and shown as conversations, redacted by default.
+    History(commands::history::Args),
     /// Print the store root and how it was chosen.
     #[command(after_help = "Examples:
   spex where
@@ -124,6 +127,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Index(args) => commands::index::run(&args, global),
         Command::Doctor(args) => commands::doctor::run(&args, global),
         Command::Serve(args) => commands::serve::run(&args, global),
+        Command::History(args) => commands::history::run(&args, global),
         Command::Where(args) => commands::where_::run(&args, global),
         Command::Completions(args) => commands::completions::run(&args, &mut Cli::command()),
         Command::Man(args) => commands::completions::man(&args, &Cli::command()),

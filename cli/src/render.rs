@@ -535,6 +535,84 @@ impl Conversation {
     }
 }
 
+// ---- a harness session --------------------------------------------------------------------
+
+/// A harness transcript as a conversation: day separators, local times, what the person asked,
+/// what the agent answered, and (with `tools`) the tools it ran. Every text passes through the
+/// caller's `shown` (redaction) and is shown literally.
+#[derive(Debug)]
+pub(crate) struct HistoryView {
+    paint: Paint,
+    zone: TimeZone,
+    tools: bool,
+    day: Option<jiff::civil::Date>,
+}
+
+impl HistoryView {
+    pub(crate) fn new(paint: Paint, zone: TimeZone, tools: bool) -> HistoryView {
+        HistoryView { paint, zone, tools, day: None }
+    }
+
+    /// One event (empty when this view leaves it out).
+    pub(crate) fn event(
+        &mut self,
+        event: &spex_history::Event,
+        shown: &dyn Fn(&str) -> String,
+    ) -> String {
+        use spex_history::{Kind, Lifecycle};
+        let paint = self.paint;
+        let (heading, text): (String, Option<String>) = match &event.kind {
+            Kind::User { text } => (paint.bold("you"), Some(shown(text))),
+            Kind::Assistant { text } => (paint.color("agent", AnsiColor::Cyan), Some(shown(text))),
+            Kind::ToolCall { name, summary } if self.tools => {
+                (paint.dim(&format!("· {} {}", literal(name), literal(&shown(summary)))), None)
+            }
+            Kind::ToolResult { ok, bytes } if self.tools => {
+                let word = if *ok { paint.dim("ok") } else { paint.color("error", AnsiColor::Red) };
+                (
+                    format!("{} {word} {}", paint.dim("  →"), paint.dim(&format!("{bytes} bytes"))),
+                    None,
+                )
+            }
+            Kind::Lifecycle(Lifecycle::Summary { text }) => {
+                (paint.dim("· summary"), Some(shown(text)))
+            }
+            Kind::Lifecycle(Lifecycle::Aborted { reason }) => {
+                (paint.color(&format!("· aborted ({})", literal(reason)), AnsiColor::Red), None)
+            }
+            _ => return String::new(),
+        };
+        let mut out = String::new();
+        let when = event
+            .ts
+            .as_deref()
+            .and_then(parse_ts)
+            .map(|ts| ts.to_zoned_datetime(self.zone.clone()));
+        if let Some(zoned) = &when
+            && self.day != Some(zoned.date())
+        {
+            self.day = Some(zoned.date());
+            out.push_str(&paint.dim(&format!("── {} ──", zoned.strftime("%A %-d %B %Y"))));
+            out.push('\n');
+        }
+        let time = when
+            .map_or_else(|| "--:--:--".to_owned(), |zoned| zoned.strftime("%H:%M:%S").to_string());
+        out.push_str(&paint.dim(&time));
+        out.push_str("  ");
+        out.push_str(&heading);
+        out.push('\n');
+        if let Some(text) = text {
+            let indent = " ".repeat(width(&time) + 2);
+            for line in literal(&text).split('\n') {
+                out.push_str(&indent);
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ pub(crate) mod completions;
 pub(crate) mod demo;
 pub(crate) mod doctor;
 pub(crate) mod guard;
+pub(crate) mod history;
 pub(crate) mod index;
 pub(crate) mod internal;
 pub(crate) mod search;

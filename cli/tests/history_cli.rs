@@ -1,0 +1,113 @@
+//! `spex history` through the real binary, with `CLAUDE_CONFIG_DIR` and `CODEX_HOME` pointing at
+//! fixture trees written from the formats' public descriptions.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::Store;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures")
+}
+
+/// `spex args` with the fixture trees as the harnesses' homes (and no real home to find).
+fn history(store: &Store, args: &[&str]) -> common::Run {
+    let output = store
+        .command(args)
+        .env("CLAUDE_CONFIG_DIR", fixtures().join("claude"))
+        .env("CODEX_HOME", fixtures().join("codex"))
+        .env("HOME", store.dir.path())
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    common::Run(output)
+}
+
+#[test]
+fn history_lists_every_harness_session_by_last_activity() {
+    let store = Store::new();
+    let text = history(&store, &["history", "ls"]).ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("ID") && lines[0].contains("HARNESS"), "{text}");
+    // The Codex session's last person message (10:06) is later than Claude Code's (09:31).
+    assert!(lines[1].starts_with("019a") && lines[1].contains("codex"), "{text}");
+    assert!(lines[2].starts_with("7c1e") && lines[2].contains("claude"), "{text}");
+    let document: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "history", "ls"]).ok()).unwrap();
+    let sessions = document["sessions"].as_array().unwrap();
+    assert_eq!(sessions[0]["lastActivity"], "2026-11-30T10:06:00.000Z");
+    assert_eq!(sessions[0]["harnessVersion"], "0.58.0");
+    assert_eq!(sessions[1]["project"], "/home/dev/shop");
+    assert_eq!(sessions[1]["unknown"]["file-history-snapshot"], 1, "unknown kinds are counted");
+    let only: serde_json::Value = serde_json::from_str(
+        &history(&store, &["--json", "history", "ls", "--harness", "claude"]).ok(),
+    )
+    .unwrap();
+    assert_eq!(only["sessions"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn history_show_renders_the_conversation_redacted_by_default() {
+    let store = Store::new();
+    let text = history(&store, &["history", "show", "7c1e"]).ok();
+    assert!(text.contains("you\n          The checkout total is off by a cent."), "{text}");
+    assert!(text.contains("agent\n          The total used Math.round"), "{text}");
+    assert!(text.contains("[redacted:anthropic-key]"), "{text}");
+    assert!(!text.contains("sk-ant-api03"), "the planted key never shows: {text}");
+    assert!(text.contains("Mail the diff to [email]"), "{text}");
+    // Explicitly unredacted.
+    let raw = history(&store, &["history", "show", "7c1e", "--no-redact"]).ok();
+    assert!(raw.contains("sk-ant-api03-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNm"), "{raw}");
+    // Tools only when asked; JSON names each event's kind and transcript line.
+    let tools = history(&store, &["history", "show", "019a", "--tools"]).ok();
+    assert!(tools.contains("· shell cargo test pool"), "{tools}");
+    assert!(!history(&store, &["history", "show", "019a"]).ok().contains("cargo test"));
+    let document: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "history", "show", "019a"]).ok())
+            .unwrap();
+    let answer = document["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|event| event["kind"] == "assistant")
+        .unwrap();
+    assert_eq!(answer["line"], 14);
+    assert!(answer["text"].as_str().unwrap().starts_with("The database pool holds 4"));
+    let user =
+        document["events"].as_array().unwrap().iter().rfind(|e| e["kind"] == "user").unwrap();
+    assert_eq!(
+        user["text"],
+        "Deploy it with https://deploy:[redacted:password]@ci.example.com/hook"
+    );
+}
+
+#[test]
+fn history_names_what_it_cannot_find() {
+    let store = Store::new();
+    history(&store, &["history", "show", "ffff"]).fails(1, "`spex history ls` lists them");
+    let run = history(&store, &["history", "ls", "--source", "codex"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    // An extra root is searched too; with no harness homes at all, the listing says where it looked.
+    let empty = store
+        .command(&["history", "ls"])
+        .env("HOME", store.dir.path())
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("CODEX_HOME")
+        .output()
+        .unwrap();
+    let empty = common::Run(empty);
+    assert_eq!(empty.ok(), "");
+    assert!(empty.stderr().contains("no harness sessions found"), "{}", empty.stderr());
+    let extra = format!("codex={}", fixtures().join("codex").display());
+    let found = store
+        .command(&["history", "ls", "--source", &extra])
+        .env("HOME", store.dir.path())
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("CODEX_HOME")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(found.stdout).unwrap().contains("019a"));
+}

@@ -1,0 +1,147 @@
+//! Finding transcripts: Claude Code's (`<config>/projects/<encoded cwd>/<session id>.jsonl`, the
+//! config directory `CLAUDE_CONFIG_DIR`, else `~/.claude`) and the Codex CLI's
+//! (`<home>/sessions/YYYY/MM/DD/rollout-*.jsonl`, the home `CODEX_HOME`, else `~/.codex`), plus
+//! extra roots. Discovery only lists and stats files; it never reads a transcript whole.
+
+use std::path::{Path, PathBuf};
+
+use crate::Error;
+use crate::event::Harness;
+
+/// A directory transcripts of one harness are found under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Root {
+    /// The harness that writes there.
+    pub harness: Harness,
+    /// Claude Code: the config directory (holding `projects/`); Codex: its home (holding
+    /// `sessions/`).
+    pub dir: PathBuf,
+}
+
+impl Root {
+    /// The default roots from the environment: `CLAUDE_CONFIG_DIR` or `~/.claude`, and
+    /// `CODEX_HOME` or `~/.codex` (each only when set or when `HOME` is).
+    pub fn defaults(env: &dyn Fn(&str) -> Option<String>) -> Vec<Root> {
+        let home = env("HOME").map(PathBuf::from);
+        let mut roots = Vec::new();
+        let claude = env("CLAUDE_CONFIG_DIR")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|home| home.join(".claude")));
+        if let Some(dir) = claude {
+            roots.push(Root { harness: Harness::ClaudeCode, dir });
+        }
+        let codex = env("CODEX_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|home| home.join(".codex")));
+        if let Some(dir) = codex {
+            roots.push(Root { harness: Harness::Codex, dir });
+        }
+        roots
+    }
+}
+
+/// One transcript file found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Its harness.
+    pub harness: Harness,
+    /// Its path.
+    pub path: PathBuf,
+    /// The session id its name gives (Claude Code: the file stem; Codex: the UUID at the end of
+    /// `rollout-<time>-<uuid>`).
+    pub id: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time, in nanoseconds since the epoch.
+    pub modified_ns: i64,
+}
+
+/// Every transcript under `roots`, sorted by path. A root that does not exist has none; a file
+/// that vanishes while it is listed is left out.
+pub fn discover(roots: &[Root]) -> Result<Vec<Found>, Error> {
+    let mut found = Vec::new();
+    for root in roots {
+        match root.harness {
+            Harness::ClaudeCode => {
+                for project in dirs(&root.dir.join("projects"))? {
+                    for path in files(&project, |name| name.ends_with(".jsonl"))? {
+                        push(&mut found, Harness::ClaudeCode, path)?;
+                    }
+                }
+            }
+            Harness::Codex => {
+                let mut pending = vec![root.dir.join("sessions")];
+                while let Some(dir) = pending.pop() {
+                    pending.extend(dirs(&dir)?);
+                    for path in files(&dir, |name| {
+                        name.starts_with("rollout-") && name.ends_with(".jsonl")
+                    })? {
+                        push(&mut found, Harness::Codex, path)?;
+                    }
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(found)
+}
+
+fn push(found: &mut Vec<Found>, harness: Harness, path: PathBuf) -> Result<(), Error> {
+    let metadata = match std::fs::metadata(&path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(Error::Io { path, source }),
+    };
+    let modified_ns = metadata
+        .modified()
+        .ok()
+        .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |since| i64::try_from(since.as_nanos()).unwrap_or(i64::MAX));
+    let stem = path.file_stem().and_then(|stem| stem.to_str()).unwrap_or("").to_owned();
+    let id = match harness {
+        Harness::ClaudeCode => stem,
+        // rollout-2025-10-29T00-59-38-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5: the last five
+        // dash-separated groups are the UUID.
+        Harness::Codex => {
+            let parts: Vec<&str> = stem.split('-').collect();
+            if parts.len() > 6 { parts[parts.len() - 5..].join("-") } else { stem }
+        }
+    };
+    found.push(Found { harness, path, id, size: metadata.len(), modified_ns });
+    Ok(())
+}
+
+/// The subdirectories of `dir` (none when it does not exist). Links are not followed.
+fn dirs(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    entries(dir, |kind, _| kind.is_dir())
+}
+
+/// The regular files of `dir` whose name passes `keep` (none when `dir` does not exist).
+fn files(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>, Error> {
+    entries(dir, |kind, name| kind.is_file() && keep(name))
+}
+
+fn entries(
+    dir: &Path,
+    keep: impl Fn(std::fs::FileType, &str) -> bool,
+) -> Result<Vec<PathBuf>, Error> {
+    let io = |source| Error::Io { path: dir.to_path_buf(), source };
+    let listing = match std::fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(io(error)),
+    };
+    let mut out = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(io)?;
+        let Ok(kind) = entry.file_type() else { continue };
+        let name = entry.file_name();
+        if let Some(name) = name.to_str()
+            && keep(kind, name)
+        {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}

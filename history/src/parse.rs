@@ -1,0 +1,324 @@
+//! The parsers: one transcript line (a JSON object) into normalized events, per harness. A line
+//! that is not JSON, a record type or field a parser does not know, or a field of an unexpected
+//! type is never a failure: it becomes an `Unknown` event (counted) or is left out.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::event::{Event, Harness, Kind, Lifecycle, summarize_input};
+
+/// What a transcript says about its session, gathered as lines are parsed. A value once known is
+/// never erased by a later line that lacks it (enrichment never erases provenance).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The harness's own session id.
+    pub session_id: Option<String>,
+    /// The working directory.
+    pub cwd: Option<String>,
+    /// The harness version that wrote it.
+    pub version: Option<String>,
+    /// The git branch, when the transcript says.
+    pub git_branch: Option<String>,
+    /// The model last named.
+    pub model: Option<String>,
+}
+
+fn keep(slot: &mut Option<String>, value: &Value) {
+    if slot.is_none()
+        && let Some(text) = value.as_str().filter(|text| !text.is_empty())
+    {
+        *slot = Some(text.to_owned());
+    }
+}
+
+/// A parser's state across the lines of one transcript.
+#[derive(Debug)]
+pub struct Parser {
+    harness: Harness,
+    /// What the transcript said about itself so far.
+    pub meta: Meta,
+    /// Claude Code writes one line per content block of a reply, each with the reply's usage:
+    /// usage is counted once per reply id.
+    usage_seen: HashSet<String>,
+}
+
+impl Parser {
+    /// A parser for a transcript of `harness`.
+    pub fn new(harness: Harness) -> Parser {
+        Parser { harness, meta: Meta::default(), usage_seen: HashSet::new() }
+    }
+
+    /// Parses line `line` (1-based, without its newline), appending its events to `out`.
+    pub fn line(&mut self, line: u64, text: &str, out: &mut Vec<Event>) {
+        let value: Value = match serde_json::from_str(text) {
+            Ok(value @ Value::Object(_)) => value,
+            Ok(_) | Err(_) => {
+                if !text.trim().is_empty() {
+                    out.push(Event {
+                        ts: None,
+                        line,
+                        kind: Kind::Unknown { kind: "not-json".to_owned() },
+                    });
+                }
+                return;
+            }
+        };
+        match self.harness {
+            Harness::ClaudeCode => self.claude(line, &value, out),
+            Harness::Codex => self.codex(line, &value, out),
+        }
+    }
+
+    fn claude(&mut self, line: u64, value: &Value, out: &mut Vec<Event>) {
+        keep(&mut self.meta.session_id, &value["sessionId"]);
+        keep(&mut self.meta.cwd, &value["cwd"]);
+        keep(&mut self.meta.version, &value["version"]);
+        keep(&mut self.meta.git_branch, &value["gitBranch"]);
+        let ts = value["timestamp"].as_str().map(str::to_owned);
+        let event = |kind| Event { ts: ts.clone(), line, kind };
+        let kind = value["type"].as_str().unwrap_or("");
+        match kind {
+            "user" => {
+                // Lines the harness injects (command wrappers, caveats) are not a person typing.
+                if value["isMeta"].as_bool() == Some(true) {
+                    return;
+                }
+                match &value["message"]["content"] {
+                    Value::String(text) => out.push(event(claude_user_text(text))),
+                    Value::Array(blocks) => {
+                        let mut texts = Vec::new();
+                        for block in blocks {
+                            match block["type"].as_str() {
+                                Some("text") => {
+                                    if let Some(text) = block["text"].as_str() {
+                                        texts.push(text);
+                                    }
+                                }
+                                Some("tool_result") => out.push(event(Kind::ToolResult {
+                                    ok: block["is_error"].as_bool() != Some(true),
+                                    bytes: content_bytes(&block["content"]),
+                                })),
+                                _ => {}
+                            }
+                        }
+                        if !texts.is_empty() {
+                            out.push(event(claude_user_text(&texts.join("\n"))));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "assistant" => {
+                let message = &value["message"];
+                if let Some(model) = message["model"].as_str().filter(|m| !m.starts_with('<')) {
+                    self.meta.model = Some(model.to_owned());
+                }
+                for block in message["content"].as_array().into_iter().flatten() {
+                    match block["type"].as_str() {
+                        Some("text") => {
+                            if let Some(text) =
+                                block["text"].as_str().filter(|t| !t.trim().is_empty())
+                            {
+                                out.push(event(Kind::Assistant { text: text.to_owned() }));
+                            }
+                        }
+                        Some("tool_use") => out.push(event(Kind::ToolCall {
+                            name: block["name"].as_str().unwrap_or("?").to_owned(),
+                            summary: summarize_input(&block["input"]),
+                        })),
+                        // Hidden reasoning is not the agent's answer.
+                        _ => {}
+                    }
+                }
+                let usage = &message["usage"];
+                let id = message["id"].as_str().unwrap_or("").to_owned();
+                if usage.is_object() && (id.is_empty() || self.usage_seen.insert(id)) {
+                    out.push(event(Kind::Usage {
+                        model: self.meta.model.clone(),
+                        input: usage["input_tokens"].as_u64().unwrap_or(0),
+                        output: usage["output_tokens"].as_u64().unwrap_or(0),
+                        cache_read: usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
+                        cache_write: usage["cache_creation_input_tokens"].as_u64().unwrap_or(0),
+                    }));
+                }
+                if message["stop_reason"].as_str() == Some("end_turn") {
+                    out.push(event(Kind::Lifecycle(Lifecycle::TurnEnd)));
+                }
+            }
+            "summary" => out.push(event(Kind::Lifecycle(Lifecycle::Summary {
+                text: value["summary"].as_str().unwrap_or("").to_owned(),
+            }))),
+            "system" if value["subtype"].as_str() == Some("compact_boundary") => {
+                out.push(event(Kind::Lifecycle(Lifecycle::Summary {
+                    text: "compacted".to_owned(),
+                })));
+            }
+            "system" => out.push(event(Kind::Unknown {
+                kind: format!("system/{}", value["subtype"].as_str().unwrap_or("?")),
+            })),
+            other => out.push(event(Kind::Unknown {
+                kind: if other.is_empty() { "untyped".to_owned() } else { other.to_owned() },
+            })),
+        }
+    }
+
+    fn codex(&mut self, line: u64, value: &Value, out: &mut Vec<Event>) {
+        let ts = value["timestamp"].as_str().map(str::to_owned);
+        // The enveloped form (`{"timestamp","type","payload"}`), or an older line that is the
+        // payload itself (its first line the session's metadata, with an id and no type).
+        let (kind, payload) = match (&value["type"], &value["payload"]) {
+            (Value::String(kind), payload @ Value::Object(_)) => (kind.as_str(), payload),
+            (Value::Null, _) if value["id"].is_string() => ("session_meta", value),
+            (Value::String(_), _) => ("response_item", value),
+            _ => ("", value),
+        };
+        let event = |kind| Event { ts: ts.clone(), line, kind };
+        match kind {
+            "session_meta" => {
+                keep(&mut self.meta.session_id, &payload["id"]);
+                keep(&mut self.meta.cwd, &payload["cwd"]);
+                keep(&mut self.meta.version, &payload["cli_version"]);
+                keep(&mut self.meta.git_branch, &payload["git"]["branch"]);
+                let ts = ts.clone().or_else(|| payload["timestamp"].as_str().map(str::to_owned));
+                out.push(Event { ts, line, kind: Kind::Lifecycle(Lifecycle::Start) });
+            }
+            "turn_context" => {
+                keep(&mut self.meta.cwd, &payload["cwd"]);
+                if let Some(model) = payload["model"].as_str() {
+                    self.meta.model = Some(model.to_owned());
+                }
+            }
+            "response_item" => self.codex_item(payload, &event, out),
+            "event_msg" => match payload["type"].as_str() {
+                Some("token_count") => {
+                    let usage = &payload["info"]["last_token_usage"];
+                    if usage.is_object() {
+                        let input = usage["input_tokens"].as_u64().unwrap_or(0);
+                        let cached = usage["cached_input_tokens"].as_u64().unwrap_or(0);
+                        out.push(event(Kind::Usage {
+                            model: self.meta.model.clone(),
+                            input: input.saturating_sub(cached),
+                            output: usage["output_tokens"].as_u64().unwrap_or(0),
+                            cache_read: cached,
+                            cache_write: 0,
+                        }));
+                    }
+                }
+                Some("task_complete") => out.push(event(Kind::Lifecycle(Lifecycle::TurnEnd))),
+                Some("turn_aborted") => out.push(event(Kind::Lifecycle(Lifecycle::Aborted {
+                    reason: payload["reason"].as_str().unwrap_or("aborted").to_owned(),
+                }))),
+                // The other UI events mirror the response items (user_message, agent_message,
+                // agent_reasoning, ...): reading both would count every message twice.
+                _ => {}
+            },
+            "compacted" => out.push(event(Kind::Lifecycle(Lifecycle::Summary {
+                text: payload["message"].as_str().unwrap_or("compacted").to_owned(),
+            }))),
+            other => out.push(event(Kind::Unknown {
+                kind: if other.is_empty() { "untyped".to_owned() } else { other.to_owned() },
+            })),
+        }
+    }
+
+    fn codex_item(&mut self, item: &Value, event: &dyn Fn(Kind) -> Event, out: &mut Vec<Event>) {
+        match item["type"].as_str().unwrap_or("") {
+            "message" => {
+                let text: Vec<&str> = item["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|block| block["text"].as_str())
+                    .collect();
+                let text = text.join("\n");
+                match item["role"].as_str() {
+                    Some("user") if !is_codex_context(&text) && !text.trim().is_empty() => {
+                        out.push(event(Kind::User { text }));
+                    }
+                    Some("assistant") if !text.trim().is_empty() => {
+                        out.push(event(Kind::Assistant { text }));
+                    }
+                    // Context the harness injects, and developer or system instructions.
+                    _ => {}
+                }
+            }
+            "function_call" => {
+                let arguments = item["arguments"]
+                    .as_str()
+                    .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                    .unwrap_or_else(|| item["arguments"].clone());
+                out.push(event(Kind::ToolCall {
+                    name: item["name"].as_str().unwrap_or("?").to_owned(),
+                    summary: summarize_input(&arguments),
+                }));
+            }
+            "custom_tool_call" => out.push(event(Kind::ToolCall {
+                name: item["name"].as_str().unwrap_or("?").to_owned(),
+                summary: summarize_input(&item["input"]),
+            })),
+            "local_shell_call" => out.push(event(Kind::ToolCall {
+                name: "shell".to_owned(),
+                summary: summarize_input(&item["action"]),
+            })),
+            "function_call_output" | "custom_tool_call_output" => {
+                let (ok, bytes) = codex_output(&item["output"]);
+                out.push(event(Kind::ToolResult { ok, bytes }));
+            }
+            // Hidden reasoning (often encrypted) is not the agent's answer.
+            "reasoning" => {}
+            other => out.push(event(Kind::Unknown { kind: format!("response_item/{other}") })),
+        }
+    }
+}
+
+/// A Claude Code user text: a person's message, or the summary that opens a compacted session.
+fn claude_user_text(text: &str) -> Kind {
+    const CONTINUED: &str = "This session is being continued from a previous conversation";
+    if text.starts_with(CONTINUED) {
+        Kind::Lifecycle(Lifecycle::Summary { text: text.to_owned() })
+    } else {
+        Kind::User { text: text.to_owned() }
+    }
+}
+
+/// Whether a Codex user message is context the harness injected (environment, instructions).
+fn is_codex_context(text: &str) -> bool {
+    let text = text.trim_start();
+    ["<environment_context>", "<user_instructions>", "# AGENTS.md instructions"]
+        .iter()
+        .any(|prefix| text.starts_with(prefix))
+}
+
+/// The size of a tool result's content (a string, or blocks with text).
+fn content_bytes(content: &Value) -> u64 {
+    match content {
+        Value::String(text) => text.len() as u64,
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|block| block["text"].as_str().map_or(0, |text| text.len() as u64))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// A Codex tool output: whether it succeeded (its exit code, when it says) and its size. The
+/// output is a string (itself JSON with `output` and `metadata.exit_code`, or plain text) or
+/// such an object.
+fn codex_output(output: &Value) -> (bool, u64) {
+    let parsed;
+    let object = match output {
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(value @ Value::Object(_)) => {
+                parsed = value;
+                &parsed
+            }
+            _ => return (true, text.len() as u64),
+        },
+        other => other,
+    };
+    let ok = object["metadata"]["exit_code"].as_i64().is_none_or(|code| code == 0)
+        && object["success"].as_bool() != Some(false);
+    let bytes = object["output"].as_str().map_or_else(|| object.to_string().len(), str::len);
+    (ok, bytes as u64)
+}

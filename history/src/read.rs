@@ -1,0 +1,97 @@
+//! Reading a transcript another process may be appending to: complete lines only, from a byte
+//! offset, in bounded memory. A final line without its newline is being written: it is left for
+//! the next read (the returned offset stops before it). A line longer than [`LINE_BYTES_MAX`] is
+//! skipped whole and counted as `oversized-line`, without holding it in memory.
+
+use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
+use std::path::Path;
+
+use crate::Error;
+use crate::event::{Event, Harness, Kind};
+use crate::parse::{Meta, Parser};
+
+/// The longest transcript line parsed (a longer one is skipped and counted).
+pub const LINE_BYTES_MAX: usize = 16 << 20;
+
+/// What one read of a transcript found.
+#[derive(Clone, Debug, Default)]
+pub struct Read {
+    /// The events of the complete lines read.
+    pub events: Vec<Event>,
+    /// What the transcript said about its session (in the lines read).
+    pub meta: Meta,
+    /// Where the next read continues: just past the last complete line.
+    pub offset: u64,
+    /// The 1-based number of the last complete line read.
+    pub lines: u64,
+}
+
+/// Reads the complete lines of `path` from byte `offset` (line numbers continue from
+/// `lines_before`), parsing them as `harness` transcripts.
+pub fn read_from(
+    path: &Path,
+    harness: Harness,
+    offset: u64,
+    lines_before: u64,
+) -> Result<Read, Error> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    file.seek(SeekFrom::Start(offset)).map_err(io)?;
+    let mut reader = BufReader::with_capacity(64 << 10, file);
+    let mut parser = Parser::new(harness);
+    let mut read = Read { offset, lines: lines_before, ..Read::default() };
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let (complete, oversized, consumed) = next_line(&mut reader, &mut line).map_err(io)?;
+        if !complete {
+            // End of file: nothing, or a line still being written.
+            break;
+        }
+        read.offset += consumed;
+        read.lines += 1;
+        if oversized {
+            read.events.push(Event {
+                ts: None,
+                line: read.lines,
+                kind: Kind::Unknown { kind: "oversized-line".to_owned() },
+            });
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        parser.line(read.lines, text.trim_end_matches(['\n', '\r']), &mut read.events);
+    }
+    read.meta = parser.meta;
+    Ok(read)
+}
+
+/// Reads one line into `line` (at most [`LINE_BYTES_MAX`] bytes kept): whether it ended with a
+/// newline, whether it was longer than the bound, and the bytes it took in the file.
+fn next_line(
+    reader: &mut BufReader<std::fs::File>,
+    line: &mut Vec<u8>,
+) -> std::io::Result<(bool, bool, u64)> {
+    let mut consumed = 0u64;
+    let mut oversized = false;
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok((false, oversized, consumed));
+        }
+        let (take, done) = match buffer.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buffer.len(), false),
+        };
+        if line.len() + take <= LINE_BYTES_MAX {
+            line.extend_from_slice(&buffer[..take]);
+        } else {
+            oversized = true;
+            line.clear();
+        }
+        reader.consume(take);
+        consumed += take as u64;
+        if done {
+            return Ok((true, oversized, consumed));
+        }
+    }
+}
