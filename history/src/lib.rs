@@ -11,6 +11,8 @@
 
 pub mod discover;
 pub mod event;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod parse;
 pub mod read;
 pub mod redact;

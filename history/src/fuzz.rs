@@ -1,0 +1,79 @@
+//! The entry point of the `transcript` fuzz target (`fuzz/fuzz_targets/transcript.rs`): a
+//! transcript of either harness, parsed line by line and through the file reader, then redacted.
+//!
+//! Properties, not only "no panic": the reader and the line parser agree on every event; every
+//! event names a line that exists; a planted key, set apart by spaces anywhere in the text, never
+//! survives redaction.
+
+use crate::event::{Harness, Kind};
+use crate::parse::Parser;
+use crate::redact::{Identity, redact};
+
+/// A key no text may show after redaction.
+const PLANTED: &str = "sk-ant-api03-PLANTEDplantedPLANTED0123456789";
+
+/// Runs one input: its first byte picks the harness (even: Claude Code, odd: Codex), the rest is
+/// the transcript.
+#[allow(clippy::disallowed_methods, reason = "the reader under test reads a real file")]
+pub fn transcript(data: &[u8]) {
+    let Some((&first, rest)) = data.split_first() else { return };
+    let harness = if first % 2 == 0 { Harness::ClaudeCode } else { Harness::Codex };
+    let text = String::from_utf8_lossy(rest);
+    // The line parser over every complete line.
+    let mut parser = Parser::new(harness);
+    let mut events = Vec::new();
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+    let lines: Vec<&str> = complete.split_inclusive('\n').collect();
+    for (index, line) in lines.iter().enumerate() {
+        parser.line(index as u64 + 1, line.trim_end_matches(['\n', '\r']), &mut events);
+    }
+    for event in &events {
+        assert!(event.line >= 1 && event.line <= lines.len() as u64, "line {}", event.line);
+    }
+    // The file reader over the same bytes: the same events, stopping before an unfinished line.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, text.as_bytes()).expect("the input is written");
+    let read = crate::read::read_from(&path, harness, 0, 0).expect("the input reads");
+    assert_eq!(read.events, events, "the reader and the parser disagree");
+    assert_eq!(read.offset, complete.len() as u64);
+    // Every text, with the planted key set apart in its middle, loses the key.
+    let identity = Identity {
+        home: Some("/home/fuzz".to_owned()),
+        user: Some("fuzz".to_owned()),
+        host: Some("fuzzhost".to_owned()),
+    };
+    for event in &events {
+        if let Kind::User { text } | Kind::Assistant { text } = &event.kind {
+            let mut at = text.len() / 2;
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let planted = format!("{} {PLANTED} {}", &text[..at], &text[at..]);
+            let shown = redact(&planted, &identity);
+            assert!(!shown.contains(PLANTED), "the planted key survived: {shown:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the corpus is a real directory of the repository"
+    )]
+    fn the_committed_corpus_holds() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/transcript");
+        let mut inputs = 0;
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a corpus entry").path();
+            let data = std::fs::read(&path).expect("a corpus file reads");
+            let outcome = std::panic::catch_unwind(|| super::transcript(&data));
+            assert!(outcome.is_ok(), "{} breaks its property", path.display());
+            inputs += 1;
+        }
+        assert!(inputs >= 2, "a seed corpus for each harness");
+    }
+}
