@@ -307,6 +307,15 @@ impl ModeArg {
     }
 }
 
+/// Where harness transcripts are looked for: `CLAUDE_CONFIG_DIR` or `~/.claude`, `CODEX_HOME` or
+/// `~/.codex`, then `extra`.
+pub(crate) fn history_roots(extra: &[spex_history::Root]) -> Vec<spex_history::Root> {
+    let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    let mut roots = spex_history::Root::defaults(&env);
+    roots.extend(extra.iter().cloned());
+    roots
+}
+
 /// Where the agent should reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ReplyArg {

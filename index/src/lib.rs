@@ -29,8 +29,9 @@
 //! # Layout
 //!
 //! `schema` opens the database and its tables; `fold` is the one algorithm that folds a log
-//! past a watermark; `refresh` brings the rows up to date; `query` lists and searches; `feed`
-//! is the change feed watchers follow.
+//! past a watermark; `refresh` brings the rows up to date; `transcripts` folds harness
+//! transcripts (Claude Code, Codex) past their own watermarks, so search covers what the agents
+//! answered; `query` lists and searches; `feed` is the change feed watchers follow.
 //!
 //! [`is_activity`]: spex_engine::timeline::activity::is_activity
 
@@ -39,6 +40,7 @@ mod fold;
 mod query;
 mod refresh;
 mod schema;
+mod transcripts;
 
 use std::path::PathBuf;
 
@@ -50,9 +52,10 @@ pub use fold::TRUST_WATERMARK_MUTANT;
 pub use fold::{Folded, Watermark, fold};
 pub use query::{Filter, Hit, Row, SearchFilter, Sort, literal_query, substring_query};
 pub use refresh::Refreshed;
+pub use transcripts::{HISTORY_CONTENT_VERSION, Scanned, Transcript};
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;
@@ -74,6 +77,9 @@ pub enum Error {
     /// The store failed while the index read it (the engine's error is the source).
     #[error("the session index could not read the store")]
     Store(#[from] spex_engine::Error),
+    /// A harness transcript could not be read.
+    #[error("the session index could not read a transcript")]
+    History(#[from] spex_history::Error),
     /// A search query with nothing to search for.
     #[error("the search query is empty")]
     EmptyQuery,

@@ -73,12 +73,17 @@ pub struct Filter {
 pub struct Hit {
     /// The session.
     pub session: String,
-    /// `said` (a message to the session) or `note` (a declaration of the session).
+    /// `said` (a message to the session), `note` (a declaration of the session), or from a
+    /// transcript `prompt` (a person's message), `answer` (the agent's) or `tool` (a tool it ran).
     pub kind: String,
     /// When.
-    pub ts: String,
+    pub ts: Option<String>,
     /// The message id, for a message.
     pub mid: Option<String>,
+    /// `spex` (a session's own timeline), or the harness whose transcript matched.
+    pub source: String,
+    /// The transcript line, for a transcript's hit.
+    pub line: Option<u64>,
     /// A snippet with the matched terms between `[` and `]`.
     pub snippet: String,
     /// bm25 rank (lower is better) within its kind of match.
@@ -90,6 +95,16 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// The hit as every surface shows it: a transcript's snippet redacted (credentials and local
+    /// identity, `spex_history::redact`); a session's own texts as stored, as its timeline shows
+    /// them.
+    pub fn shown(mut self, identity: &spex_history::Identity) -> Hit {
+        if self.source != "spex" {
+            self.snippet = spex_history::redact(&self.snippet, identity);
+        }
+        self
+    }
+
     /// The hit as JSON.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -97,6 +112,12 @@ impl Hit {
             "kind": self.kind,
             "ts": self.ts,
             "mid": self.mid,
+            "source": self.source,
+            "side": match self.kind.as_str() {
+                "answer" | "tool" | "note" => "agent",
+                _ => "person",
+            },
+            "line": self.line,
             "snippet": self.snippet,
             "rank": self.rank,
             "match": self.matched,
@@ -113,6 +134,8 @@ pub struct SearchFilter {
     pub status: Option<String>,
     /// Only events at or after this timestamp (ISO-8601, compared as text).
     pub since: Option<String>,
+    /// Only this source: `spex`, or a harness (`claude`, `codex`).
+    pub source: Option<String>,
     /// At most this many hits.
     pub limit: usize,
 }
@@ -177,7 +200,7 @@ impl Index {
         let mut sql = format!(
             "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
                     snippet({table}, -1, '[', ']', '…', 16),
-                    bm25({table}, 2.0, 1.0) AS rank
+                    bm25({table}, 2.0, 1.0, 0.5) AS rank, c.source, c.line
              FROM {from}"
         );
         if filter.status.is_some() {
@@ -193,14 +216,20 @@ impl Index {
         if filter.since.is_some() {
             sql.push_str(" AND c.ts >= :since");
         }
+        if filter.source.is_some() {
+            sql.push_str(" AND c.source = :source");
+        }
         sql.push_str(" ORDER BY rank LIMIT :limit");
         let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> =
             vec![(":query", &query), (":limit", &limit)];
-        for (name, value) in
-            [(":session", &filter.session), (":status", &filter.status), (":since", &filter.since)]
-        {
+        for (name, value) in [
+            (":session", &filter.session),
+            (":status", &filter.status),
+            (":since", &filter.since),
+            (":source", &filter.source),
+        ] {
             if value.is_some() {
                 bound.push((name, value));
             }
@@ -217,6 +246,8 @@ impl Index {
                         snippet: row.get(5)?,
                         rank: row.get(6)?,
                         matched,
+                        source: row.get(7)?,
+                        line: row.get::<_, Option<i64>>(8)?.map(|line| line as u64),
                     },
                 ))
             })
@@ -234,7 +265,10 @@ impl Index {
         }
         let mut statement = self
             .connection
-            .prepare("SELECT session, kind, ts, mid, said, notes FROM content ORDER BY session, ts, kind, mid, said, notes")
+            .prepare(
+                "SELECT session, kind, ts, mid, said, notes, answers, source, line FROM content
+                 ORDER BY source, session, ts, kind, mid, said, notes, answers, line",
+            )
             .map_err(|e| self.sqlite(e))?;
         let rows = statement
             .query_map([], |row| {
@@ -243,10 +277,13 @@ impl Index {
                     (
                         row.get::<_, String>(0)?,
                         row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
+                        row.get::<_, Option<String>>(2)?,
                         row.get::<_, Option<String>>(3)?,
                         row.get::<_, Option<String>>(4)?,
                         row.get::<_, Option<String>>(5)?,
+                        row.get::<_, Option<String>>(6)?,
+                        row.get::<_, String>(7)?,
+                        row.get::<_, Option<i64>>(8)?,
                     )
                 ))
             })
@@ -261,12 +298,16 @@ impl Index {
             .query_row(
                 "SELECT (SELECT count(*) FROM grams),
                         (SELECT count(*) FROM grams g LEFT JOIN content c ON c.rowid = g.rowid
-                          WHERE c.rowid IS NULL OR c.said IS NOT g.said OR c.notes IS NOT g.notes)",
+                          WHERE c.rowid IS NULL OR c.said IS NOT g.said OR c.notes IS NOT g.notes
+                             OR c.answers IS NOT g.answers)",
                 [],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .map_err(|e| self.sqlite(e))?;
         out.push_str(&format!("grams {grams}, unmatched {unmatched}\n"));
+        for transcript in self.transcripts()? {
+            out.push_str(&format!("{transcript:?}\n"));
+        }
         Ok(out)
     }
 }

@@ -110,37 +110,69 @@ fn preview_of(text: &str) -> String {
     if more { format!("{} …", &line[..end]) } else { line.to_owned() }
 }
 
-/// Indexes one text of a session for search: by word (`content`) and by trigram (`grams`, the
-/// same rowid), so a substring of text without word breaks (CJK, identifiers) is found too.
-fn insert_content(
+/// One text to index: which column it goes in, and where it came from.
+pub(crate) struct Text<'a> {
+    /// `said`: what was said to a session (or a person's prompt in a transcript); `notes`: what a
+    /// session declared; `answers`: what an agent answered (or the tools it ran).
+    pub(crate) column: &'static str,
+    pub(crate) text: &'a str,
+    pub(crate) session: &'a str,
+    /// `said`, `note` (spex), `prompt`, `answer`, `tool` (a transcript).
+    pub(crate) kind: &'a str,
+    pub(crate) ts: Option<&'a str>,
+    pub(crate) mid: Option<&'a str>,
+    /// `spex`, or the harness that wrote the transcript.
+    pub(crate) source: &'a str,
+    /// The transcript line (none for spex events).
+    pub(crate) line: Option<u64>,
+}
+
+/// Indexes one text for search: by word (`content`) and by trigram (`grams`, the same rowid), so
+/// a substring of text without word breaks (CJK, identifiers) is found too.
+pub(crate) fn insert_content(
     transaction: &rusqlite::Transaction<'_>,
-    session: &str,
-    said: Option<&str>,
-    notes: Option<&str>,
-    kind: &str,
-    ts: &str,
-    mid: Option<&str>,
+    text: &Text<'_>,
 ) -> rusqlite::Result<()> {
+    let column = |name: &str| (text.column == name).then_some(text.text);
+    let (said, notes, answers) = (column("said"), column("notes"), column("answers"));
     transaction
         .prepare_cached(
-            "INSERT INTO content(said, notes, session, kind, ts, mid)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO content(said, notes, answers, session, kind, ts, mid, source, line)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?
-        .execute(params![said, notes, session, kind, ts, mid])?;
+        .execute(params![
+            said,
+            notes,
+            answers,
+            text.session,
+            text.kind,
+            text.ts,
+            text.mid,
+            text.source,
+            text.line.map(|line| line as i64)
+        ])?;
     let rowid = transaction.last_insert_rowid();
     transaction
-        .prepare_cached("INSERT INTO grams(rowid, said, notes) VALUES (?1, ?2, ?3)")?
-        .execute(params![rowid, said, notes])?;
+        .prepare_cached("INSERT INTO grams(rowid, said, notes, answers) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![rowid, said, notes, answers])?;
     Ok(())
 }
 
-/// Drops every indexed text of a session (both tables).
-fn delete_content(transaction: &rusqlite::Transaction<'_>, session: &str) -> rusqlite::Result<()> {
+/// Drops every indexed text of one source's session (both tables).
+pub(crate) fn delete_content(
+    transaction: &rusqlite::Transaction<'_>,
+    source: &str,
+    session: &str,
+) -> rusqlite::Result<()> {
     transaction.execute(
-        "DELETE FROM grams WHERE rowid IN (SELECT rowid FROM content WHERE session = ?1)",
-        params![session],
+        "DELETE FROM grams WHERE rowid IN
+             (SELECT rowid FROM content WHERE session = ?1 AND source = ?2)",
+        params![session, source],
     )?;
-    transaction.execute("DELETE FROM content WHERE session = ?1", params![session])?;
+    transaction.execute(
+        "DELETE FROM content WHERE session = ?1 AND source = ?2",
+        params![session, source],
+    )?;
     Ok(())
 }
 
@@ -352,7 +384,7 @@ impl Index {
         // A session with no row has no content to drop (this keeps a rebuild linear: the
         // session column is not indexed, so each delete scans the content table).
         if folded.reset && seen.is_some() {
-            delete_content(&transaction, id.as_str()).map_err(sqlite)?;
+            delete_content(&transaction, "spex", id.as_str()).map_err(sqlite)?;
         }
         let events = &folded.events;
         // The preview: the last text among the events folded (a message, or a declared note),
@@ -370,17 +402,24 @@ impl Index {
             });
         let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
         for event in events {
-            let (said, notes, kind, ts, mid) = match event {
-                Event::Sent(sent) => {
-                    (Some(sent.text.as_str()), None, "said", &sent.ts, sent.mid.as_deref())
-                }
+            let (column, text, kind, ts, mid) = match event {
+                Event::Sent(sent) => ("said", &sent.text, "said", &sent.ts, sent.mid.as_deref()),
                 Event::Status(status) => match &status.triple.note {
-                    Some(note) => (None, Some(note.as_str()), "note", &status.ts, None),
+                    Some(note) => ("notes", note, "note", &status.ts, None),
                     None => continue,
                 },
             };
-            insert_content(&transaction, id.as_str(), said, notes, kind, ts, mid)
-                .map_err(sqlite)?;
+            let text = Text {
+                column,
+                text,
+                session: id.as_str(),
+                kind,
+                ts: Some(ts),
+                mid,
+                source: "spex",
+                line: None,
+            };
+            insert_content(&transaction, &text).map_err(sqlite)?;
         }
         let record_now = match store.record(id) {
             Ok(record) => record,
@@ -440,7 +479,7 @@ impl Index {
         if note.flatten().as_deref() == Some(reason.as_str()) {
             return Ok(false);
         }
-        delete_content(&transaction, id.as_str()).map_err(sqlite)?;
+        delete_content(&transaction, "spex", id.as_str()).map_err(sqlite)?;
         let record = (
             i64::try_from(record.0).unwrap_or(i64::MAX),
             i64::try_from(record.1).unwrap_or(i64::MAX),
@@ -475,7 +514,7 @@ impl Index {
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite)?;
-        delete_content(&transaction, id).map_err(sqlite)?;
+        delete_content(&transaction, "spex", id).map_err(sqlite)?;
         // A tombstone, so a watcher learns of the removal with its own version.
         transaction
             .execute(
@@ -504,7 +543,7 @@ impl Index {
         self.connection
             .execute_batch(
                 "BEGIN IMMEDIATE; DELETE FROM grams; DELETE FROM content; DELETE FROM sessions;
-                 COMMIT;",
+                 DELETE FROM transcripts; COMMIT;",
             )
             .map_err(|e| self.sqlite(e))?;
         self.refresh_with(store, progress)

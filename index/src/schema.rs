@@ -62,6 +62,7 @@ impl Index {
                  DROP TABLE IF EXISTS sessions;
                  DROP TABLE IF EXISTS content;
                  DROP TABLE IF EXISTS grams;
+                 DROP TABLE IF EXISTS transcripts;
                  DROP TABLE IF EXISTS meta;
                  CREATE TABLE sessions(
                      id TEXT PRIMARY KEY,
@@ -80,9 +81,16 @@ impl Index {
                  CREATE INDEX sessions_activity
                      ON sessions(COALESCE(last_activity, created_at));
                  CREATE VIRTUAL TABLE content USING fts5(
-                     said, notes, session UNINDEXED, kind UNINDEXED, ts UNINDEXED,
-                     mid UNINDEXED, tokenize = 'unicode61');
-                 CREATE VIRTUAL TABLE grams USING fts5(said, notes, tokenize = 'trigram');
+                     said, notes, answers, session UNINDEXED, kind UNINDEXED, ts UNINDEXED,
+                     mid UNINDEXED, source UNINDEXED, line UNINDEXED, tokenize = 'unicode61');
+                 CREATE VIRTUAL TABLE grams USING fts5(said, notes, answers, tokenize = 'trigram');
+                 CREATE TABLE transcripts(
+                     path TEXT PRIMARY KEY, harness TEXT NOT NULL, id TEXT NOT NULL,
+                     offset INTEGER NOT NULL, lines INTEGER NOT NULL, pin TEXT NOT NULL,
+                     size INTEGER NOT NULL, modified_ns INTEGER NOT NULL,
+                     cwd TEXT, version TEXT, branch TEXT, model TEXT,
+                     first_ts TEXT, last_ts TEXT, last_activity TEXT, title TEXT,
+                     content_version INTEGER NOT NULL);
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
                  INSERT INTO meta VALUES ('generation', 0);

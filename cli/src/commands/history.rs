@@ -74,10 +74,7 @@ fn parse_source(text: &str) -> Result<Root, String> {
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-    let mut roots = Root::defaults(&env);
-    roots.extend(args.sources.iter().cloned());
-    let found = spex_history::discover(&roots)?;
+    let found = spex_history::discover(&crate::args::history_roots(&args.sources))?;
     tracing::info!(transcripts = found.len(), "history roots scanned");
     let identity = if args.no_redact { None } else { Some(Identity::of_this_machine()) };
     let shown = |text: &str| match &identity {

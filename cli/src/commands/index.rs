@@ -16,7 +16,8 @@ pub(crate) struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// Fold what the logs gained since the last refresh (every listing does this first).
+    /// Fold what the logs gained since the last refresh (every listing does this first), and
+    /// what the harness transcripts gained.
     #[command(after_help = "Examples:
   spex index refresh
   spex --json index refresh | jq .updated")]
@@ -61,10 +62,13 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         }
         Command::Dump => {
             index.refresh(&store)?;
+            index.scan_history(&spex_history::discover(&crate::args::history_roots(&[]))?)?;
             out!("{}", index.dump()?)?;
             return Ok(Code::Ok);
         }
     };
+    // The harness transcripts (Claude Code, Codex): each folded past its own watermark.
+    let scanned = index.scan_history(&spex_history::discover(&crate::args::history_roots(&[]))?)?;
     if global.json {
         print_json(json!({
             "sessions": refreshed.sessions,
@@ -72,6 +76,13 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             "removed": refreshed.removed,
             "events": refreshed.events,
             "version": index.version()?,
+            "transcripts": {
+                "found": scanned.transcripts,
+                "read": scanned.read,
+                "readFromStart": scanned.reset,
+                "lines": scanned.lines,
+                "removed": scanned.removed,
+            },
         }))?;
     } else {
         outln!(
@@ -80,6 +91,14 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             refreshed.updated,
             refreshed.events,
             refreshed.removed
+        )?;
+        outln!(
+            "{} transcripts: {} read ({} from their start, {} lines folded), {} removed",
+            scanned.transcripts,
+            scanned.read,
+            scanned.reset,
+            scanned.lines,
+            scanned.removed
         )?;
     }
     Ok(Code::Ok)

@@ -24,6 +24,10 @@ pub(crate) struct Args {
     /// (2026-12-01, 2026-12-01T07:00), or a duration back from now (90m, 2h, 7days).
     #[arg(long, value_name = "WHEN")]
     since: Option<String>,
+    /// Only this side of the history: spex (the sessions' own timelines), claude or codex (the
+    /// harness transcripts: what a person asked and what the agent answered).
+    #[arg(long, value_parser = ["spex", "claude", "codex"])]
+    harness: Option<String>,
     /// At most this many hits.
     #[arg(long, default_value_t = 20)]
     limit: usize,
@@ -45,15 +49,23 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
             let mut index = spex_index::Index::open(store.layout().root())?;
             index.refresh(&store)?;
+            // The harness transcripts too, so an agent's answers are found.
+            let found = spex_history::discover(&crate::args::history_roots(&[]))?;
+            index.scan_history(&found)?;
             let filter = spex_index::SearchFilter {
                 session: session.as_ref().map(ToString::to_string),
                 status: args.status.clone(),
                 since,
+                source: args.harness.clone(),
                 limit: args.limit,
             };
             index.search(&args.query, &filter)?
         }
     };
+    // What a transcript says is redacted as everywhere else it is shown (spex's own texts are
+    // shown as stored, as the timeline shows them).
+    let identity = spex_history::Identity::of_this_machine();
+    let hits: Vec<spex_index::Hit> = hits.into_iter().map(|hit| hit.shown(&identity)).collect();
     if global.json {
         let hits: Vec<_> = hits.iter().map(spex_index::Hit::to_json).collect();
         print_json(json!({ "query": args.query, "hits": hits }))?;
@@ -61,15 +73,20 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     }
     let paint = Paint::for_stdout(global.color);
     for hit in &hits {
-        let when = render::parse_ts(&hit.ts).map_or_else(
-            || render::literal(&hit.ts),
+        let ts = hit.ts.as_deref().unwrap_or("-");
+        let when = render::parse_ts(ts).map_or_else(
+            || render::literal(ts),
             |ts| ts.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M").to_string(),
         );
         let snippet = render::literal(&hit.snippet).replace('\n', " ");
+        let place = match (hit.source.as_str(), hit.line) {
+            ("spex", _) | (_, None) => render::literal(&hit.session),
+            (harness, Some(line)) => format!("{harness}:{}:{line}", render::literal(&hit.session)),
+        };
         outln!(
-            "{}  {}  {:<4}  {}",
+            "{}  {}  {:<6}  {}",
             paint.dim(&when),
-            paint.bold(&render::literal(&hit.session)),
+            paint.bold(&place),
             hit.kind,
             highlight(&snippet, paint)
         )?;

@@ -442,7 +442,10 @@ fn search_blocking(store: &Store<RealFs>, query: &str) -> Reply {
     match index.search(&q, &filter) {
         Ok(hits) => Reply::ok(json!({
             "query": q,
-            "hits": hits.iter().map(spex_index::Hit::to_json).collect::<Vec<_>>(),
+            "hits": hits
+                .into_iter()
+                .map(|hit| hit.shown(&spex_history::Identity::of_this_machine()).to_json())
+                .collect::<Vec<_>>(),
         })),
         Err(error) => index_error(&error),
     }

@@ -1,0 +1,107 @@
+//! Harness transcripts in the index: a rescan of an unchanged transcript reads nothing, an
+//! appended line is folded alone, a rewritten transcript is read again from its start (its old
+//! texts gone), a content-version row is re-extracted, and search finds what only an agent
+//! answered, ranked below what a person said.
+
+#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use spex_history::{Found, Harness, Root, discover};
+use spex_index::{Index, SearchFilter};
+
+fn fixture(harness: &str) -> PathBuf {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+    let root = match harness {
+        "claude" => Root { harness: Harness::ClaudeCode, dir: base.join("claude") },
+        _ => Root { harness: Harness::Codex, dir: base.join("codex") },
+    };
+    discover(&[root]).unwrap().remove(0).path
+}
+
+/// A Codex home in `dir` with the fixture's first `lines` lines as its one transcript.
+fn codex_home(dir: &Path, lines: usize) -> (Root, PathBuf) {
+    let sessions = dir.join("codex/sessions/2026/11/30");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let path =
+        sessions.join("rollout-2026-11-30T10-00-00-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5.jsonl");
+    let text = std::fs::read_to_string(fixture("codex")).unwrap();
+    let head: String = text.split_inclusive('\n').take(lines).collect();
+    std::fs::write(&path, head).unwrap();
+    (Root { harness: Harness::Codex, dir: dir.join("codex") }, path)
+}
+
+fn search(index: &Index, query: &str) -> Vec<(String, String, Option<u64>)> {
+    let filter = SearchFilter { limit: 20, ..SearchFilter::default() };
+    index
+        .search(query, &filter)
+        .unwrap()
+        .into_iter()
+        .map(|hit| (hit.source, hit.kind, hit.line))
+        .collect()
+}
+
+fn found(root: &Root) -> Vec<Found> {
+    discover(std::slice::from_ref(root)).unwrap()
+}
+
+#[test]
+fn transcripts_fold_past_their_watermarks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, path) = codex_home(dir.path(), 13);
+    let first = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((first.read, first.reset, first.lines), (1, 1, 13));
+    // Unchanged: nothing read.
+    let again = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((again.transcripts, again.read, again.lines), (1, 0, 0));
+    assert!(search(&index, "connections").is_empty(), "the answer is not written yet");
+    // One line appended: that line alone is folded, and the answer is found, with its line.
+    let text = std::fs::read_to_string(fixture("codex")).unwrap();
+    let line14 = text.lines().nth(13).unwrap();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    writeln!(file, "{line14}").unwrap();
+    drop(file);
+    let grown = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((grown.read, grown.reset, grown.lines), (1, 0, 1));
+    assert_eq!(
+        search(&index, "connections"),
+        [("codex".to_owned(), "answer".to_owned(), Some(14))]
+    );
+    let rows = index.transcripts().unwrap();
+    assert_eq!(rows[0].lines, 14);
+    assert_eq!(rows[0].version.as_deref(), Some("0.58.0"), "what the first fold learned stays");
+    assert_eq!(rows[0].last_activity.as_deref(), Some("2026-11-30T10:00:01.000Z"));
+    // Rewritten under the watermark (same length, other bytes): read again from the start, the
+    // old texts replaced, not duplicated.
+    let rewritten = std::fs::read_to_string(&path).unwrap().replace("find out why", "tell me why");
+    std::fs::write(&path, rewritten).unwrap();
+    let reset = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((reset.read, reset.reset, reset.lines), (1, 1, 14));
+    assert!(search(&index, "find").is_empty());
+    assert_eq!(search(&index, "tell").len(), 1);
+    assert_eq!(search(&index, "connections").len(), 1, "no duplicate after the reset");
+    // Gone: its row and texts go.
+    std::fs::remove_file(&path).unwrap();
+    let gone = index.scan_history(&found(&root)).unwrap();
+    assert_eq!(gone.removed, 1);
+    assert!(search(&index, "connections").is_empty());
+    assert!(index.transcripts().unwrap().is_empty());
+}
+
+#[test]
+fn a_person_ranks_above_an_agent_and_tools_are_searchable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, _) = codex_home(dir.path(), 20);
+    index.scan_history(&found(&root)).unwrap();
+    // "30" is in the person's prompt and in the agent's answer.
+    let hits = search(&index, "30");
+    let kinds: Vec<&str> = hits.iter().map(|(_, kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds, ["prompt", "answer"], "the person's words rank first");
+    assert_eq!(search(&index, "apply_patch")[0].1, "tool");
+    let filter =
+        SearchFilter { limit: 20, source: Some("claude".to_owned()), ..SearchFilter::default() };
+    assert!(index.search("30", &filter).unwrap().is_empty(), "filtered by harness");
+}
