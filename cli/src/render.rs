@@ -533,6 +533,57 @@ impl Conversation {
         }
         out
     }
+
+    /// One message of the session's harness transcript, labelled with its harness: what a
+    /// person asked there, or what the agent answered.
+    pub(crate) fn transcript_event(
+        &mut self,
+        harness: &str,
+        event: &spex_history::Event,
+        shown: &dyn Fn(&str) -> String,
+    ) -> String {
+        let paint = self.paint;
+        let (who, text) = match &event.kind {
+            spex_history::Kind::User { text } => (paint.bold("you"), text),
+            spex_history::Kind::Assistant { text } => {
+                (paint.color(&literal(&self.session), AnsiColor::Cyan), text)
+            }
+            _ => return String::new(),
+        };
+        let mut out = String::new();
+        let when = event
+            .ts
+            .as_deref()
+            .and_then(parse_ts)
+            .map(|ts| ts.to_zoned_datetime(self.zone.clone()));
+        if let Some(zoned) = &when
+            && self.day != Some(zoned.date())
+        {
+            self.day = Some(zoned.date());
+            out.push_str(&paint.dim(&format!("── {} ──", zoned.strftime("%A %-d %B %Y"))));
+            out.push('\n');
+        }
+        let time = when.map_or_else(
+            || "--:--:--".to_owned(),
+            |zoned| {
+                zoned
+                    .strftime(if self.zone == TimeZone::UTC { "%H:%M:%SZ" } else { "%H:%M:%S" })
+                    .to_string()
+            },
+        );
+        out.push_str(&paint.dim(&time));
+        out.push_str("  ");
+        out.push_str(&who);
+        out.push_str(&paint.dim(&format!(" · in {}", literal(harness))));
+        out.push('\n');
+        let indent = " ".repeat(width(&time) + 2);
+        for line in literal(&shown(text)).split('\n') {
+            out.push_str(&indent);
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
 }
 
 // ---- a harness session --------------------------------------------------------------------

@@ -111,3 +111,34 @@ fn history_names_what_it_cannot_find() {
         .unwrap();
     assert!(String::from_utf8(found.stdout).unwrap().contains("019a"));
 }
+
+#[test]
+fn a_spex_session_links_to_its_transcript_and_interleaves_it() {
+    let store = Store::new();
+    history(&store, &["session", "new", "--id", "w"]).ok();
+    // The existing spex records the harness and its thread id in the record at launch.
+    let record = store.root().join("sessions/w/session.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    let text = text.replace("\"harness\": \"\"", "\"harness\": \"codex\"").replace(
+        "\"harness_session_id\": \"\"",
+        "\"harness_session_id\": \"019a2d7a-41c4-78b1-b7cc-a45d62a89cd5\"",
+    );
+    std::fs::write(&record, text).unwrap();
+    history(&store, &["session", "send", "w", "check the pool too"]).ok();
+    let show = history(&store, &["session", "show", "w"]).ok();
+    assert!(show.contains("transcript codex 019a2d7a-41c4-78b1-b7cc-a45d62a89cd5 ("), "{show}");
+    let document: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "session", "show", "w"]).ok()).unwrap();
+    assert!(document["transcript"]["path"].as_str().unwrap().ends_with(".jsonl"));
+    let text = history(&store, &["session", "timeline", "w", "--with-transcript", "--utc"]).ok();
+    let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle:?} in {text}"));
+    // By time: the transcript's prompt, the agent's answer there, then the later spex message.
+    assert!(at("you · in codex") < at("w · in codex"), "{text}");
+    assert!(at("The database pool holds 4") < at("check the pool too"), "{text}");
+    assert!(text.contains("[redacted:password]"), "{text}");
+    // Without a link, the timeline says why and shows the session alone.
+    history(&store, &["session", "new", "--id", "plain"]).ok();
+    let run = history(&store, &["session", "timeline", "plain", "--with-transcript"]);
+    run.ok();
+    assert!(run.stderr().contains("names no harness session"), "{}", run.stderr());
+}

@@ -178,6 +178,10 @@ struct TimelineArgs {
     /// Times in UTC (default: local time).
     #[arg(long)]
     utc: bool,
+    /// Interleave the messages of the session's harness transcript (what it was asked there
+    /// and what it answered), by time, labelled by side; redacted.
+    #[arg(long, conflicts_with = "follow")]
+    with_transcript: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -389,6 +393,7 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     let last = store.tail(id, 1)?;
     let triple = record.public_triple();
     let adapter = store.adapter(id, &record)?;
+    let link = Link::of(&record)?;
     if global.json {
         print_json(json!({
             "session": id.as_str(),
@@ -398,6 +403,7 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
             "archived": record.archived(),
             "owed": owed,
             "lastEvent": last.first().map(Event::to_public_json),
+            "transcript": link.as_ref().map(Link::to_json),
             "record": record.public_fields(),
         }))?;
         return Ok(Code::Ok);
@@ -417,7 +423,49 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     if let Some(event) = last.first() {
         outln!("last      {}", local_time(Some(event.ts())))?;
     }
+    if let Some(link) = &link {
+        let place = match &link.found {
+            Some(found) => spex_history::redact(
+                &found.path.display().to_string(),
+                &spex_history::Identity::of_this_machine(),
+            ),
+            None => "not found on this machine".to_owned(),
+        };
+        outln!("transcript {} {} ({place})", link.harness, render::literal(&link.id))?;
+    }
     Ok(Code::Ok)
+}
+
+/// A spex session's link to its harness transcript: the record's `harness` and
+/// `harness_session_id`, and the transcript found for them on this machine (if any).
+#[derive(Debug)]
+struct Link {
+    harness: String,
+    id: String,
+    found: Option<spex_history::Found>,
+}
+
+impl Link {
+    /// The record's link (`None` when it names no harness session).
+    fn of(record: &spex_engine::Record) -> anyhow::Result<Option<Link>> {
+        let Some(id) = record.harness_session_id().filter(|id| !id.is_empty()) else {
+            return Ok(None);
+        };
+        let harness = record.harness().to_owned();
+        let wanted = spex_history::Harness::parse(&harness);
+        let found = spex_history::discover(&crate::args::history_roots(&[]))?
+            .into_iter()
+            .find(|found| Some(found.harness) == wanted && found.id == id);
+        Ok(Some(Link { harness, id: id.to_owned(), found }))
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "harness": self.harness,
+            "id": self.id,
+            "path": self.found.as_ref().map(|found| found.path.display().to_string()),
+        })
+    }
 }
 
 fn repair(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
@@ -507,6 +555,9 @@ fn timeline(
         id.as_str(),
         owed_mids(store, id),
     );
+    if args.with_transcript {
+        return with_transcript(store, id, args, global, &mut conversation);
+    }
     if !args.follow {
         let events = store.tail(id, args.limit)?;
         if global.json {
@@ -545,6 +596,91 @@ fn timeline(
             Err(error) => return Err(error.into()),
         }
     }
+}
+
+/// The timeline with the linked transcript's messages interleaved by time.
+fn with_transcript(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    args: &TimelineArgs,
+    global: &Global,
+    conversation: &mut Conversation,
+) -> anyhow::Result<Code> {
+    let record = store.record(id)?;
+    let link = Link::of(&record)?;
+    let events = store.tail(id, args.limit)?;
+    let transcript = match link.as_ref().and_then(|link| link.found.as_ref()) {
+        Some(found) => spex_history::summarize(found)?.1,
+        None => {
+            let why = match &link {
+                Some(link) => {
+                    format!("its {} transcript {} is not on this machine", link.harness, link.id)
+                }
+                None => "its record names no harness session (harness_session_id)".to_owned(),
+            };
+            if !global.quiet {
+                eprintln!("spex: {id} has no transcript to interleave: {why}");
+            }
+            Vec::new()
+        }
+    };
+    let transcript: Vec<&spex_history::Event> = transcript
+        .iter()
+        .filter(|event| {
+            matches!(
+                event.kind,
+                spex_history::Kind::User { .. } | spex_history::Kind::Assistant { .. }
+            )
+        })
+        .collect();
+    let identity = spex_history::Identity::of_this_machine();
+    let shown = |text: &str| spex_history::redact(text, &identity);
+    // Merge by instant; an event without a readable time keeps its place after the ones before.
+    let instant = |ts: Option<&str>| ts.and_then(render::parse_ts);
+    let mut merged: Vec<(Option<jiff::Timestamp>, Result<&Event, &spex_history::Event>)> = events
+        .iter()
+        .map(|event| (instant(Some(event.ts())), Ok(event)))
+        .chain(transcript.iter().map(|event| (instant(event.ts.as_deref()), Err(*event))))
+        .collect();
+    merged.sort_by_key(|(at, _)| *at);
+    if global.json {
+        let events: Vec<serde_json::Value> = merged
+            .iter()
+            .map(|(_, event)| match event {
+                Ok(event) => {
+                    let mut value = event.to_public_json();
+                    if let Some(map) = value.as_object_mut() {
+                        map.insert("side".to_owned(), "spex".into());
+                    }
+                    value
+                }
+                Err(event) => {
+                    let (kind, text) = match &event.kind {
+                        spex_history::Kind::User { text } => ("prompt", text),
+                        spex_history::Kind::Assistant { text } => ("answer", text),
+                        _ => ("other", &String::new()),
+                    };
+                    json!({
+                        "ts": event.ts, "kind": kind, "text": shown(text),
+                        "side": link.as_ref().map(|link| link.harness.clone()),
+                        "line": event.line,
+                    })
+                }
+            })
+            .collect();
+        print_json(json!({ "session": id.as_str(), "events": events }))?;
+        return Ok(Code::Ok);
+    }
+    let harness = link.as_ref().map_or("transcript", |link| link.harness.as_str());
+    for (_, event) in &merged {
+        match event {
+            Ok(event) => render::out!("{}", conversation.event(event))?,
+            Err(event) => {
+                render::out!("{}", conversation.transcript_event(harness, event, &shown))?
+            }
+        }
+    }
+    Ok(Code::Ok)
 }
 
 fn print_events(
