@@ -42,6 +42,11 @@ fn history_lists_every_harness_session_by_last_activity() {
     assert_eq!(sessions[0]["harnessVersion"], "0.58.0");
     assert_eq!(sessions[1]["project"], "/home/dev/shop");
     assert_eq!(sessions[1]["unknown"]["file-history-snapshot"], 1, "unknown kinds are counted");
+    // Where each stands: the Codex turn was interrupted by the person (their move is next); the
+    // Claude Code session ends on a person's message nobody answered, long ago.
+    assert_eq!(sessions[0]["state"], "waiting for input");
+    assert_eq!(sessions[1]["state"], "unfinished");
+    assert!(sessions[0]["device"]["id"].as_str().is_none_or(|id| id.len() == 16));
     let only: serde_json::Value = serde_json::from_str(
         &history(&store, &["--json", "history", "ls", "--harness", "claude"]).ok(),
     )
@@ -136,6 +141,21 @@ fn a_spex_session_links_to_its_transcript_and_interleaves_it() {
     assert!(at("you · in codex") < at("w · in codex"), "{text}");
     assert!(at("The database pool holds 4") < at("check the pool too"), "{text}");
     assert!(text.contains("[redacted:password]"), "{text}");
+    // The history listing names the link; once the spex session declares its work done, the
+    // harness session reads as finished (never as idle).
+    let listed: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "history", "ls"]).ok()).unwrap();
+    assert_eq!(listed["sessions"][0]["spexSession"], "w");
+    assert_eq!(listed["sessions"][0]["state"], "waiting for input");
+    let done = store
+        .command(&["session", "done", "--propose", "merge", "--note", "raised the pool"])
+        .env("SPEX_SESSION_ID", "w")
+        .output()
+        .unwrap();
+    assert!(done.status.success());
+    let listed: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "history", "ls"]).ok()).unwrap();
+    assert_eq!(listed["sessions"][0]["state"], "finished");
     // Without a link, the timeline says why and shows the session alone.
     history(&store, &["session", "new", "--id", "plain"]).ok();
     let run = history(&store, &["session", "timeline", "plain", "--with-transcript"]);

@@ -145,3 +145,42 @@ fn entries(
     out.sort();
     Ok(out)
 }
+
+/// The machine transcripts were found on: a stable id (a digest of `/etc/machine-id`, so the raw
+/// id is never shown) and the host name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Device {
+    /// 16 hex digits, stable for the machine (`None` without a machine id).
+    pub id: Option<String>,
+    /// The host name.
+    pub host: Option<String>,
+}
+
+impl Device {
+    /// This machine.
+    pub fn this_machine() -> Device {
+        use sha2::Digest as _;
+        let id = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+            .iter()
+            .find_map(|path| std::fs::read_to_string(path).ok())
+            .map(|text| text.trim().to_owned())
+            .filter(|text| !text.is_empty())
+            .map(|text| {
+                let digest = sha2::Sha256::digest(format!("spex-device:{text}").as_bytes());
+                hex::encode(&digest[..8])
+            });
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty());
+        Device { id, host }
+    }
+}
+
+/// The git root of a working directory: the nearest ancestor (itself included) holding `.git`,
+/// when the directory exists on this machine.
+pub fn git_root(cwd: &Path) -> Option<PathBuf> {
+    cwd.ancestors()
+        .find(|dir| std::fs::symlink_metadata(dir.join(".git")).is_ok())
+        .map(Path::to_path_buf)
+}

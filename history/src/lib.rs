@@ -16,12 +16,14 @@ pub mod fuzz;
 pub mod parse;
 pub mod read;
 pub mod redact;
+pub mod state;
 
-pub use discover::{Found, Root, discover};
+pub use discover::{Device, Found, Root, discover, git_root};
 pub use event::{Event, Harness, Kind, Lifecycle};
 pub use parse::{Meta, Parser};
 pub use read::{Read, read_from};
 pub use redact::{Identity, redact};
+pub use state::{State, state};
 
 use std::path::PathBuf;
 

@@ -80,8 +80,27 @@ impl Index {
     /// no longer found.
     pub fn scan_history(&mut self, found: &[Found]) -> Result<Scanned> {
         let mut scanned = Scanned::default();
+        // What every row recorded, in one query: an unchanged transcript is skipped without a
+        // transaction (the stat discovery made is its whole cost).
+        let seen: std::collections::HashMap<String, (i64, i64, i64)> = {
+            let mut statement = self
+                .connection
+                .prepare_cached("SELECT path, size, modified_ns, content_version FROM transcripts")
+                .map_err(|e| self.sqlite(e))?;
+            let rows = statement
+                .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?, row.get(3)?))))
+                .map_err(|e| self.sqlite(e))?;
+            rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
+        };
         for transcript in found {
             scanned.transcripts += 1;
+            let size = i64::try_from(transcript.size).unwrap_or(i64::MAX);
+            let path = transcript.path.to_string_lossy();
+            if seen.get(path.as_ref())
+                == Some(&(size, transcript.modified_ns, HISTORY_CONTENT_VERSION))
+            {
+                continue;
+            }
             if let Some((reset, lines)) = self.scan_one(transcript)? {
                 scanned.read += 1;
                 scanned.reset += u64::from(reset);
@@ -98,8 +117,10 @@ impl Index {
                 .map_err(|e| self.sqlite(e))?;
             rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
         };
+        let present: std::collections::HashSet<String> =
+            found.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
         for (path, harness, id) in known {
-            if found.iter().any(|f| f.path.to_string_lossy() == path) {
+            if present.contains(&path) {
                 continue;
             }
             let transaction = self

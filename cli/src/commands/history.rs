@@ -83,13 +83,24 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     };
     match &args.command {
         Command::Ls(ls) => {
-            let mut summaries = Vec::new();
+            let links = spex_links(global)?;
+            let now_ns = i64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
+            let mut listed = Vec::new();
             for transcript in found.iter().filter(|f| ls.harness.is_none_or(|h| h == f.harness)) {
-                summaries.push(spex_history::summarize(transcript)?.0);
+                let (summary, events) = spex_history::summarize(transcript)?;
+                let link = links.get(&(transcript.harness.name(), transcript.id.clone())).cloned();
+                let finished = link.as_ref().is_some_and(|(_, display)| {
+                    matches!(display.as_str(), "done" | "review" | "close-pending")
+                });
+                let state = spex_history::state(&events, transcript.modified_ns, now_ns, finished);
+                listed.push(Listed { summary, state, link });
             }
-            summaries
-                .sort_by(|a, b| activity(b).cmp(&activity(a)).then(a.found.id.cmp(&b.found.id)));
-            list(&summaries, global, &shown)
+            listed.sort_by(|a, b| {
+                activity(&b.summary)
+                    .cmp(&activity(&a.summary))
+                    .then(a.summary.found.id.cmp(&b.summary.found.id))
+            });
+            list(&listed, global, &shown)
         }
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;
@@ -111,6 +122,36 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             Ok(Code::Ok)
         }
     }
+}
+
+/// One listed history session: its summary, where it stands, and the spex session linked to it
+/// (its id and display status).
+#[derive(Debug)]
+struct Listed {
+    summary: Summary,
+    state: spex_history::State,
+    link: Option<(String, String)>,
+}
+
+/// The spex sessions that name a harness session, by (harness, harness session id): their id
+/// and display status. Empty without a store (nothing is created to find out).
+fn spex_links(
+    global: &Global,
+) -> anyhow::Result<std::collections::HashMap<(&'static str, String), (String, String)>> {
+    let mut links = std::collections::HashMap::new();
+    let Some(store) = global.existing_store()? else { return Ok(links) };
+    for id in store.session_ids()? {
+        // A damaged or vanished record links nothing; `spex doctor` reports it.
+        let Ok(record) = store.record(&id) else { continue };
+        let Some(thread) = record.harness_session_id().filter(|thread| !thread.is_empty()) else {
+            continue;
+        };
+        if let Some(harness) = Harness::parse(record.harness()) {
+            let display = record.public_triple().display_word().to_owned();
+            links.insert((harness.name(), thread.to_owned()), (id.to_string(), display));
+        }
+    }
+    Ok(links)
 }
 
 /// Last activity, else the last event's time: the listing order.
@@ -141,16 +182,34 @@ fn resolve<'a>(found: &'a [Found], reference: &str) -> anyhow::Result<&'a Found>
 }
 
 fn list(
-    summaries: &[Summary],
+    listed: &[Listed],
     global: &Global,
     shown: &dyn Fn(&str) -> String,
 ) -> anyhow::Result<Code> {
     if global.json {
-        let sessions: Vec<_> = summaries.iter().map(|s| summary_json(s, shown)).collect();
+        let device = spex_history::Device::this_machine();
+        let sessions: Vec<_> = listed
+            .iter()
+            .map(|entry| {
+                let mut value = summary_json(&entry.summary, shown);
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("state".to_owned(), entry.state.name().into());
+                    map.insert(
+                        "spexSession".to_owned(),
+                        entry.link.as_ref().map(|(id, _)| id.clone()).into(),
+                    );
+                    map.insert(
+                        "device".to_owned(),
+                        json!({ "id": device.id, "host": device.host.as_deref().map(shown) }),
+                    );
+                }
+                value
+            })
+            .collect();
         print_json(json!({ "sessions": sessions }))?;
         return Ok(Code::Ok);
     }
-    if summaries.is_empty() {
+    if listed.is_empty() {
         if !global.quiet {
             eprintln!(
                 "spex: no harness sessions found (Claude Code: CLAUDE_CONFIG_DIR or ~/.claude; Codex: CODEX_HOME or ~/.codex; more with --source)"
@@ -161,22 +220,35 @@ fn list(
     let paint = Paint::for_stdout(global.color);
     let zone = render::zone(false);
     let now = jiff::Timestamp::now();
-    let ids: Vec<&str> = summaries.iter().map(|s| s.found.id.as_str()).collect();
+    let ids: Vec<&str> = listed.iter().map(|entry| entry.summary.found.id.as_str()).collect();
     let lengths = render::unique_prefixes(&ids, 4);
-    let header: Vec<String> = ["ID", "HARNESS", "ACTIVE", "PROJECT", "FIRST MESSAGE"]
+    let header: Vec<String> = ["ID", "HARNESS", "STATE", "ACTIVE", "PROJECT", "FIRST MESSAGE"]
         .iter()
         .map(|h| paint.dim(h))
         .collect();
-    let rows: Vec<Vec<String>> = summaries
+    let rows: Vec<Vec<String>> = listed
         .iter()
         .zip(lengths)
-        .map(|(summary, length)| {
+        .map(|(entry, length)| {
+            let summary = &entry.summary;
             let when = activity(summary)
                 .and_then(render::parse_ts)
                 .map_or_else(|| "-".to_owned(), |then| render::relative(now, then, &zone));
+            let state = match &entry.state {
+                spex_history::State::Running => paint.color("running", anstyle::AnsiColor::Green),
+                spex_history::State::WaitingForInput => {
+                    paint.color("waiting for input", anstyle::AnsiColor::Yellow)
+                }
+                spex_history::State::Crashed { .. } => {
+                    paint.color(&entry.state.name(), anstyle::AnsiColor::Red)
+                }
+                spex_history::State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
+                other => paint.dim(&other.name()),
+            };
             vec![
                 paint.bold(render::prefix(&summary.found.id, length)),
                 summary.found.harness.name().to_owned(),
+                state,
                 when,
                 shown(summary.meta.cwd.as_deref().unwrap_or("-")),
                 render::first_line(&shown(summary.title.as_deref().unwrap_or(""))),
@@ -194,6 +266,12 @@ fn summary_json(summary: &Summary, shown: &dyn Fn(&str) -> String) -> serde_json
         "path": shown(&summary.found.path.display().to_string()),
         "size": summary.found.size,
         "project": summary.meta.cwd.as_deref().map(shown),
+        "gitRoot": summary
+            .meta
+            .cwd
+            .as_deref()
+            .and_then(|cwd| spex_history::git_root(std::path::Path::new(cwd)))
+            .map(|root| shown(&root.display().to_string())),
         "gitBranch": summary.meta.git_branch,
         "harnessVersion": summary.meta.version,
         "model": summary.meta.model,
