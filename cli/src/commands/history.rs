@@ -133,11 +133,13 @@ struct Listed {
     link: Option<(String, String)>,
 }
 
+/// The spex sessions linked to harness sessions: (harness, harness session id) -> (spex session
+/// id, display status).
+type Links = std::collections::HashMap<(&'static str, String), (String, String)>;
+
 /// The spex sessions that name a harness session, by (harness, harness session id): their id
 /// and display status. Empty without a store (nothing is created to find out).
-fn spex_links(
-    global: &Global,
-) -> anyhow::Result<std::collections::HashMap<(&'static str, String), (String, String)>> {
+fn spex_links(global: &Global) -> anyhow::Result<Links> {
     let mut links = std::collections::HashMap::new();
     let Some(store) = global.existing_store()? else { return Ok(links) };
     for id in store.session_ids()? {
