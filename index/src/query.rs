@@ -163,16 +163,24 @@ impl Index {
     }
 
     /// Full-text search, ranked by bm25 with what was said to a session weighted above the
-    /// notes it declared: first the texts where every word of the query is a whole word, then
-    /// (to fill the limit) those where every word of at least three characters is a substring
-    /// (text without word breaks, such as Chinese or Japanese, or part of an identifier). The
-    /// query is taken literally: every whitespace-separated word is quoted, so FTS syntax in it
-    /// is data.
+    /// notes it declared (and those above an agent's answers): first the texts where every word
+    /// of the query is a whole word, then (to fill the limit) those where every word of at least
+    /// three characters is a substring: always for a query with characters beyond ASCII (text
+    /// without word breaks, such as Chinese or Japanese), and for an ASCII query when no whole
+    /// word matched (part of an identifier). The query is taken literally: every
+    /// whitespace-separated word is quoted, so FTS syntax in it is data.
     pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
         let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
         let mut hits = self.search_in("content", &literal, filter, filter.limit)?;
+        // Substrings: for a word with characters beyond ASCII (text without word breaks, such as
+        // Chinese or Japanese), always; for ASCII words only when no whole word matched (a
+        // trigram query over Latin text costs a hundred times a word query).
+        let beyond_ascii = !query.is_ascii();
         let room = filter.limit.saturating_sub(hits.len());
-        if let (Some(grams), true) = (substring_query(query), room > 0) {
+        if let Some(grams) = substring_query(query)
+            && room > 0
+            && (beyond_ascii || hits.is_empty())
+        {
             let found: std::collections::HashSet<i64> = hits.iter().map(|(id, _)| *id).collect();
             // Asked for enough to fill the room after dropping what the word search found.
             let more = self.search_in("grams", &grams, filter, room + found.len())?;
