@@ -136,6 +136,8 @@ pub struct SearchFilter {
     pub since: Option<String>,
     /// Only this source: `spex`, or a harness (`claude`, `codex`).
     pub source: Option<String>,
+    /// Only transcripts whose working directory is this directory or under it.
+    pub project: Option<String>,
     /// At most this many hits.
     pub limit: usize,
 }
@@ -214,7 +216,17 @@ impl Index {
         if filter.status.is_some() {
             sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
         }
+        if filter.project.is_some() {
+            sql.push_str(" JOIN transcripts t ON t.id = c.session AND t.harness = c.source");
+        }
         sql.push_str(&format!(" WHERE {table} MATCH :query"));
+        if filter.project.is_some() {
+            // The directory itself, or one under it (compared as text: no LIKE wildcards).
+            sql.push_str(
+                " AND (t.cwd = :project OR (substr(t.cwd, 1, length(:project)) = :project
+                       AND substr(t.cwd, length(:project) + 1, 1) = '/'))",
+            );
+        }
         if filter.session.is_some() {
             sql.push_str(" AND c.session = :session");
         }
@@ -237,6 +249,7 @@ impl Index {
             (":status", &filter.status),
             (":since", &filter.since),
             (":source", &filter.source),
+            (":project", &filter.project),
         ] {
             if value.is_some() {
                 bound.push((name, value));

@@ -104,4 +104,16 @@ fn a_person_ranks_above_an_agent_and_tools_are_searchable() {
     let filter =
         SearchFilter { limit: 20, source: Some("claude".to_owned()), ..SearchFilter::default() };
     assert!(index.search("30", &filter).unwrap().is_empty(), "filtered by harness");
+    let project = |dir: &str| SearchFilter {
+        limit: 20,
+        project: Some(dir.to_owned()),
+        ..SearchFilter::default()
+    };
+    assert_eq!(index.search("30", &project("/home/dev/api")).unwrap().len(), 2);
+    assert_eq!(index.search("30", &project("/home/dev")).unwrap().len(), 2, "a parent project");
+    assert!(
+        index.search("30", &project("/home/dev/ap")).unwrap().is_empty(),
+        "not a prefix of a name"
+    );
+    assert!(index.search("30", &project("/home/dev/api/src")).unwrap().is_empty());
 }

@@ -28,6 +28,9 @@ pub(crate) struct Args {
     /// harness transcripts: what a person asked and what the agent answered).
     #[arg(long, value_parser = ["spex", "claude", "codex"])]
     harness: Option<String>,
+    /// Only harness transcripts of this project: their working directory is DIR or under it.
+    #[arg(long, value_name = "DIR")]
+    project: Option<std::path::PathBuf>,
     /// At most this many hits.
     #[arg(long, default_value_t = 20)]
     limit: usize,
@@ -57,6 +60,11 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 status: args.status.clone(),
                 since,
                 source: args.harness.clone(),
+                project: args
+                    .project
+                    .as_ref()
+                    .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+                    .map(|dir| dir.to_string_lossy().trim_end_matches('/').to_owned()),
                 limit: args.limit,
             };
             index.search(&args.query, &filter)?
