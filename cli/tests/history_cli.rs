@@ -162,3 +162,36 @@ fn a_spex_session_links_to_its_transcript_and_interleaves_it() {
     run.ok();
     assert!(run.stderr().contains("names no harness session"), "{}", run.stderr());
 }
+
+#[test]
+fn search_finds_what_only_an_agent_answered() {
+    let store = Store::new();
+    history(&store, &["session", "new", "--id", "s"]).ok();
+    let hits: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "search", "banker's rounding"]).ok())
+            .unwrap();
+    let hit = &hits["hits"][0];
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 1, "{hits}");
+    assert_eq!((hit["source"].as_str(), hit["side"].as_str()), (Some("claude"), Some("agent")));
+    assert_eq!((hit["kind"].as_str(), hit["line"].as_u64()), (Some("answer"), Some(9)));
+    // A person's prompt is found too, its planted key redacted in the snippet.
+    let hits: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "search", "pricing API"]).ok()).unwrap();
+    let snippet = hits["hits"][0]["snippet"].as_str().unwrap();
+    assert_eq!(hits["hits"][0]["side"], "person");
+    assert!(!snippet.contains("sk-ant-api03"), "{snippet}");
+    // Filters: another harness, another project.
+    let none: serde_json::Value = serde_json::from_str(
+        &history(&store, &["--json", "search", "banker's", "--harness", "codex"]).ok(),
+    )
+    .unwrap();
+    assert_eq!(none["hits"], serde_json::json!([]));
+    let none: serde_json::Value = serde_json::from_str(
+        &history(&store, &["--json", "search", "banker's", "--project", "/home/dev/api"]).ok(),
+    )
+    .unwrap();
+    assert_eq!(none["hits"], serde_json::json!([]));
+    // The refresh reports the transcripts; a second one reads none of them again.
+    let first = history(&store, &["index", "refresh"]).ok();
+    assert!(first.contains("2 transcripts: 0 read"), "already scanned by the searches: {first}");
+}
