@@ -120,6 +120,9 @@ pub fn main() -> std::process::ExitCode {
     };
     let global = &cli.global;
     init_tracing(global);
+    if global.quiet {
+        render::set_quiet();
+    }
     let result = match cli.command {
         Command::Session(args) => commands::session::run(&args, global),
         Command::Search(args) => commands::search::run(&args, global),

@@ -235,9 +235,19 @@ pub(crate) fn relative(now: Timestamp, then: Timestamp, zone: &TimeZone) -> Stri
 
 // ---- progress ---------------------------------------------------------------------------
 
-/// A progress bar on stderr counting `unit`, when stderr is a terminal.
+/// Set by `-q`: no progress bars.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns progress bars off for this process (`-q`).
+pub(crate) fn set_quiet() {
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A progress bar on stderr counting `unit`, when stderr is a terminal and `-q` was not given.
 pub(crate) fn progress_bar(unit: &str) -> Option<indicatif::ProgressBar> {
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if QUIET.load(std::sync::atomic::Ordering::Relaxed)
+        || !std::io::IsTerminal::is_terminal(&std::io::stderr())
+    {
         return None;
     }
     let bar = indicatif::ProgressBar::new(0);
