@@ -1,6 +1,7 @@
 //! Harness transcripts in the index: each transcript (found by `spex_history::discover`) has a
-//! row with a **watermark** (the byte offset and line count it was folded to, and a pin: the last
-//! bytes before the offset), what it says about its session, and its texts in the content index
+//! row with a **watermark** (the byte offset and line count it was folded to, and a pin: a digest
+//! of the first and the last 4 KiB before the offset), what it says about its session, and its
+//! texts in the content index
 //! (a person's prompts in `said`, the agent's answers and the tools it ran in `answers`, weighted
 //! lower).
 //!
@@ -9,6 +10,11 @@
 //! are still the ones pinned; a rewritten, truncated or shrunk transcript, or a row of another
 //! content version, is read again from its start (its texts replaced in the same transaction).
 //! What a transcript said about itself is never erased by a fold that does not say it again.
+//!
+//! Known limit: the pin reads 8 KiB, not the whole prefix, so a rewrite that keeps the length and
+//! both pinned ends (a same-length edit in the middle of a long transcript) is not seen until the
+//! transcript changes there or `spex index rebuild` runs. Harnesses append; a rewrite that starts
+//! a transcript over changes its head.
 //!
 //! Crash and concurrency story: as for sessions, each transcript's update is one `IMMEDIATE`
 //! transaction that re-reads the row inside it; a scan killed anywhere leaves whole updates, and
@@ -25,8 +31,8 @@ use crate::{Error, Index, Result};
 /// Version of what is extracted from transcripts; a row of another version is read again.
 pub const HISTORY_CONTENT_VERSION: i64 = 1;
 
-/// How many bytes before the watermark pin it.
-const PIN_BYTES: u64 = 64;
+/// How many bytes at the start of a transcript, and just before the watermark, pin it.
+const PIN_BYTES: u64 = 4096;
 
 /// What a scan did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -334,17 +340,23 @@ impl Index {
     }
 }
 
-/// The pin of a watermark: the (up to) [`PIN_BYTES`] bytes before `offset`, as hex.
+/// The pin of a watermark: a SHA-256 of the (up to) [`PIN_BYTES`] bytes at the start of the
+/// transcript and the [`PIN_BYTES`] bytes just before `offset`, as hex.
 fn pin(path: &std::path::Path, offset: u64) -> std::io::Result<String> {
-    let start = offset.saturating_sub(PIN_BYTES);
+    use sha2::Digest as _;
     let mut file = std::fs::File::open(path)?;
-    file.seek(SeekFrom::Start(start))?;
-    let mut bytes = Vec::new();
-    file.take(offset - start).read_to_end(&mut bytes)?;
-    if (bytes.len() as u64) < offset - start {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    let mut digest = sha2::Sha256::new();
+    for start in [0, offset.saturating_sub(PIN_BYTES)] {
+        let end = (start + PIN_BYTES).min(offset);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        (&mut file).take(end - start).read_to_end(&mut bytes)?;
+        if (bytes.len() as u64) < end - start {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        digest.update(&bytes);
     }
-    Ok(hex::encode(bytes))
+    Ok(hex::encode(digest.finalize()))
 }
 
 /// A title: the first line of a prompt, at most 200 bytes.

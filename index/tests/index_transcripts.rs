@@ -73,15 +73,31 @@ fn transcripts_fold_past_their_watermarks() {
     assert_eq!(rows[0].lines, 14);
     assert_eq!(rows[0].version.as_deref(), Some("0.58.0"), "what the first fold learned stays");
     assert_eq!(rows[0].last_activity.as_deref(), Some("2026-11-30T10:00:01.000Z"));
-    // Rewritten under the watermark (same length, other bytes): read again from the start, the
-    // old texts replaced, not duplicated.
-    let rewritten = std::fs::read_to_string(&path).unwrap().replace("find out why", "tell me why");
+    // Rewritten under the watermark to the same length (so only the pin can tell: the size and
+    // the offset still agree): read again from the start, the old texts replaced, not
+    // duplicated.
+    let before = std::fs::read_to_string(&path).unwrap();
+    let rewritten = before.replace("find out why", "seek out why");
+    assert_eq!(rewritten.len(), before.len());
     std::fs::write(&path, rewritten).unwrap();
     let reset = index.scan_history(&found(&root)).unwrap();
     assert_eq!((reset.read, reset.reset, reset.lines), (1, 1, 14));
     assert!(search(&index, "find").is_empty());
-    assert_eq!(search(&index, "tell").len(), 1);
+    assert_eq!(search(&index, "seek").len(), 1);
     assert_eq!(search(&index, "connections").len(), 1, "no duplicate after the reset");
+    // Grown and rewritten (a new line after the old watermark, other bytes before it): the pin
+    // still sends it back to the start.
+    let before = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{}{}\n", before.replace("seek out why", "sort out why"), line14),
+    )
+    .unwrap();
+    let regrown = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((regrown.reset, regrown.lines), (1, 15));
+    assert!(search(&index, "seek").is_empty());
+    assert_eq!(search(&index, "sort").len(), 1);
+    assert_eq!(search(&index, "connections").len(), 2, "the answer is in the file twice now");
     // Gone: its row and texts go.
     std::fs::remove_file(&path).unwrap();
     let gone = index.scan_history(&found(&root)).unwrap();
