@@ -38,11 +38,7 @@ pub fn transcript(data: &[u8]) {
     assert_eq!(read.events, events, "the reader and the parser disagree");
     assert_eq!(read.offset, complete.len() as u64);
     // Every text, with the planted key set apart in its middle, loses the key.
-    let identity = Identity {
-        home: Some("/home/fuzz".to_owned()),
-        user: Some("fuzz".to_owned()),
-        host: Some("fuzzhost".to_owned()),
-    };
+    let identity = Identity::new(Some("/home/fuzz"), Some("fuzz"), Some("fuzzhost"));
     for event in &events {
         if let Kind::User { text } | Kind::Assistant { text } = &event.kind {
             let mut at = text.len() / 2;

@@ -54,18 +54,32 @@ static EMAIL: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// The start of a private-key block (to withhold one whose end is missing).
 const KEY_BEGIN: &str = "-----BEGIN ";
 
-/// Who and where the text must not reveal.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Who and where the text must not reveal: the home directory (shown as `~`), and the user and
+/// host names as whole words (shown as `[user]` and `[host]`; names shorter than three
+/// characters are left alone, they are parts of ordinary words). The patterns are built once.
+#[derive(Clone, Debug, Default)]
 pub struct Identity {
-    /// The home directory (shown as `~`).
-    pub home: Option<String>,
-    /// The user name (shown as `[user]`).
-    pub user: Option<String>,
-    /// The host name (shown as `[host]`).
-    pub host: Option<String>,
+    home: Option<String>,
+    user: Option<Regex>,
+    host: Option<Regex>,
 }
 
 impl Identity {
+    /// An identity of these names.
+    pub fn new(home: Option<&str>, user: Option<&str>, host: Option<&str>) -> Identity {
+        let word = |name: Option<&str>| {
+            name.filter(|name| name.len() >= 3)
+                .and_then(|name| Regex::new(&format!(r"\b{}\b", regex::escape(name))).ok())
+        };
+        Identity {
+            home: home
+                .filter(|home| home.len() > 1)
+                .map(|home| home.trim_end_matches('/').to_owned()),
+            user: word(user),
+            host: word(host),
+        }
+    }
+
     /// This machine's: `HOME`, `USER` (else `LOGNAME`), and the host name.
     pub fn of_this_machine() -> Identity {
         let var = |name| std::env::var(name).ok().filter(|value: &String| !value.is_empty());
@@ -74,7 +88,8 @@ impl Identity {
             .map(|name| name.trim().to_owned())
             .filter(|name| !name.is_empty())
             .or_else(|| var("HOSTNAME"));
-        Identity { home: var("HOME"), user: var("USER").or_else(|| var("LOGNAME")), host }
+        let user = var("USER").or_else(|| var("LOGNAME"));
+        Identity::new(var("HOME").as_deref(), user.as_deref(), host.as_deref())
     }
 }
 
@@ -105,14 +120,11 @@ pub fn redact(text: &str, identity: &Identity) -> String {
     if let Some(regex) = EMAIL.as_ref() {
         out = regex.replace_all(&out, "[email]").into_owned();
     }
-    if let Some(home) = identity.home.as_deref().filter(|home| home.len() > 1) {
-        out = out.replace(home.trim_end_matches('/'), "~");
+    if let Some(home) = &identity.home {
+        out = out.replace(home.as_str(), "~");
     }
-    for (name, placeholder) in [(&identity.user, "[user]"), (&identity.host, "[host]")] {
-        // Whole words only, and not names so short they are ordinary words' parts.
-        if let Some(name) = name.as_deref().filter(|name| name.len() >= 3)
-            && let Ok(regex) = Regex::new(&format!(r"\b{}\b", regex::escape(name)))
-        {
+    for (regex, placeholder) in [(&identity.user, "[user]"), (&identity.host, "[host]")] {
+        if let Some(regex) = regex {
             out = regex.replace_all(&out, placeholder).into_owned();
         }
     }

@@ -223,11 +223,7 @@ fn broken_and_oversized_lines_are_counted_never_fatal() {
 
 #[test]
 fn redaction_replaces_secrets_and_identity_and_leaves_near_misses() {
-    let me = Identity {
-        home: Some("/home/ada".to_owned()),
-        user: Some("ada".to_owned()),
-        host: Some("lovelace-laptop".to_owned()),
-    };
+    let me = Identity::new(Some("/home/ada"), Some("ada"), Some("lovelace-laptop"));
     let secrets = [
         ("key sk-ant-api03-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNm end", "anthropic-key"),
         ("OPENAI=sk-proj-4f9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNmQwEr", "openai-key"),

@@ -439,13 +439,12 @@ fn search_blocking(store: &Store<RealFs>, query: &str) -> Reply {
         Ok(index) => index,
         Err(reply) => return reply,
     };
+    // Transcript snippets are redacted as every surface shows them.
+    let identity = spex_history::Identity::of_this_machine();
     match index.search(&q, &filter) {
         Ok(hits) => Reply::ok(json!({
             "query": q,
-            "hits": hits
-                .into_iter()
-                .map(|hit| hit.shown(&spex_history::Identity::of_this_machine()).to_json())
-                .collect::<Vec<_>>(),
+            "hits": hits.into_iter().map(|hit| hit.shown(&identity).to_json()).collect::<Vec<_>>(),
         })),
         Err(error) => index_error(&error),
     }
