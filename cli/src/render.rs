@@ -440,98 +440,43 @@ pub(crate) fn session_table(
 
 // ---- the conversation ---------------------------------------------------------------------
 
-/// A session's timeline as a conversation: day separators, local times, who wrote to whom, the
-/// agent's declarations as its replies, the reply channel, and whether each message was
-/// delivered or is still owed.
+/// The layout every conversation-like view shares: a line between days, then per entry its time
+/// (local, or UTC with a `Z`), its heading, and its text indented under the heading, literal.
 #[derive(Debug)]
-pub(crate) struct Conversation {
+struct Entries {
     paint: Paint,
     zone: TimeZone,
-    session: String,
-    /// The message ids still owed to the session.
-    owed: std::collections::HashSet<String>,
     day: Option<jiff::civil::Date>,
 }
 
-impl Conversation {
-    pub(crate) fn new(
-        paint: Paint,
-        zone: TimeZone,
-        session: &str,
-        owed: std::collections::HashSet<String>,
-    ) -> Conversation {
-        Conversation { paint, zone, session: session.to_owned(), owed, day: None }
+impl Entries {
+    fn new(paint: Paint, zone: TimeZone) -> Entries {
+        Entries { paint, zone, day: None }
     }
 
-    /// The message ids owed changed (a follow re-reads the queue).
-    pub(crate) fn set_owed(&mut self, owed: std::collections::HashSet<String>) {
-        self.owed = owed;
-    }
-
-    /// One event: its heading line (after a day separator when the day changed), then its text
-    /// indented under it.
-    pub(crate) fn event(&mut self, event: &spex_engine::Event) -> String {
+    /// One entry at `ts` (a stored time; unreadable, it is shown as it is; absent, as dashes).
+    fn entry(&mut self, ts: Option<&str>, heading: &str, text: Option<&str>) -> String {
         let paint = self.paint;
         let mut out = String::new();
-        let when = parse_ts(event.ts()).map(|ts| ts.to_zoned_datetime(self.zone.clone()));
-        match &when {
-            Some(zoned) => {
-                if self.day != Some(zoned.date()) {
-                    self.day = Some(zoned.date());
-                    let label = zoned.strftime("%A %-d %B %Y").to_string();
-                    out.push_str(&paint.dim(&format!("── {label} ──")));
-                    out.push('\n');
-                }
-            }
-            None => self.day = None,
+        let when = ts.and_then(parse_ts).map(|ts| ts.to_zoned_datetime(self.zone.clone()));
+        if let Some(zoned) = &when
+            && self.day != Some(zoned.date())
+        {
+            self.day = Some(zoned.date());
+            out.push_str(&paint.dim(&format!("── {} ──", zoned.strftime("%A %-d %B %Y"))));
+            out.push('\n');
         }
-        let time = when.map_or_else(
-            || literal(event.ts()),
-            |zoned| {
-                if self.zone == TimeZone::UTC {
-                    zoned.strftime("%H:%M:%SZ").to_string()
-                } else {
-                    zoned.strftime("%H:%M:%S").to_string()
-                }
-            },
-        );
-        let (heading, mark, text) = match event {
-            spex_engine::Event::Sent(sent) => {
-                let from = match &sent.from {
-                    Some(id) => paint.bold(&literal(id)),
-                    None => paint.bold("you"),
-                };
-                let mut heading = format!("{from} → {}", literal(&self.session));
-                if sent.reply_via.as_deref() == Some("note") {
-                    heading.push_str(&paint.dim(" · reply via note"));
-                }
-                let mark = match &sent.mid {
-                    Some(mid) if self.owed.contains(mid) => paint.color("owed", AnsiColor::Yellow),
-                    Some(_) => paint.dim("delivered"),
-                    None => String::new(),
-                };
-                (heading, mark, Some(sent.text.as_str()))
+        let time = match (&when, ts) {
+            (Some(zoned), _) if self.zone == TimeZone::UTC => {
+                zoned.strftime("%H:%M:%SZ").to_string()
             }
-            spex_engine::Event::Status(status) => {
-                let triple = &status.triple;
-                let mut heading = format!(
-                    "{} · {}",
-                    paint.bold(&literal(&self.session)),
-                    paint.status(triple.display_word())
-                );
-                if let Some(proposal) = triple.proposal {
-                    heading.push_str(&paint.dim(&format!(" (proposes {})", proposal.name())));
-                }
-                (heading, String::new(), triple.note.as_deref())
-            }
+            (Some(zoned), _) => zoned.strftime("%H:%M:%S").to_string(),
+            (None, Some(ts)) => literal(ts),
+            (None, None) => "--:--:--".to_owned(),
         };
         out.push_str(&paint.dim(&time));
         out.push_str("  ");
-        out.push_str(&heading);
-        if !mark.is_empty() {
-            out.push_str("  ");
-            out.push_str(&mark);
-        }
+        out.push_str(heading);
         out.push('\n');
         if let Some(text) = text {
             let indent = " ".repeat(width(&time) + 2);
@@ -543,16 +488,86 @@ impl Conversation {
         }
         out
     }
+}
+
+/// A session's timeline as a conversation: day separators, local times, who wrote to whom, the
+/// agent's declarations as its replies, the reply channel, and whether each message was
+/// delivered or is still owed.
+#[derive(Debug)]
+pub(crate) struct Conversation {
+    entries: Entries,
+    session: String,
+    /// The message ids still owed to the session.
+    owed: std::collections::HashSet<String>,
+}
+
+impl Conversation {
+    pub(crate) fn new(
+        paint: Paint,
+        zone: TimeZone,
+        session: &str,
+        owed: std::collections::HashSet<String>,
+    ) -> Conversation {
+        Conversation { entries: Entries::new(paint, zone), session: session.to_owned(), owed }
+    }
+
+    /// The message ids owed changed (a follow re-reads the queue).
+    pub(crate) fn set_owed(&mut self, owed: std::collections::HashSet<String>) {
+        self.owed = owed;
+    }
+
+    /// One event: its heading line (after a day separator when the day changed), then its text
+    /// indented under it.
+    pub(crate) fn event(&mut self, event: &spex_engine::Event) -> String {
+        let paint = self.entries.paint;
+        let (heading, text) = match event {
+            spex_engine::Event::Sent(sent) => {
+                let from = match &sent.from {
+                    Some(id) => paint.bold(&literal(id)),
+                    None => paint.bold("you"),
+                };
+                let mut heading = format!("{from} → {}", literal(&self.session));
+                if sent.reply_via.as_deref() == Some("note") {
+                    heading.push_str(&paint.dim(" · reply via note"));
+                }
+                match &sent.mid {
+                    Some(mid) if self.owed.contains(mid) => {
+                        heading.push_str("  ");
+                        heading.push_str(&paint.color("owed", AnsiColor::Yellow));
+                    }
+                    Some(_) => {
+                        heading.push_str("  ");
+                        heading.push_str(&paint.dim("delivered"));
+                    }
+                    None => {}
+                }
+                (heading, Some(sent.text.as_str()))
+            }
+            spex_engine::Event::Status(status) => {
+                let triple = &status.triple;
+                let mut heading = format!(
+                    "{} · {}",
+                    paint.bold(&literal(&self.session)),
+                    paint.status(triple.display_word())
+                );
+                if let Some(proposal) = triple.proposal {
+                    heading.push_str(&paint.dim(&format!(" (proposes {})", proposal.name())));
+                }
+                (heading, triple.note.as_deref())
+            }
+        };
+        self.entries.entry(Some(event.ts()), &heading, text)
+    }
 
     /// One message of the session's harness transcript, labelled with its harness: what a
-    /// person asked there, or what the agent answered.
+    /// person asked there, or what the agent answered (its text through `shown`, the redaction).
     pub(crate) fn transcript_event(
         &mut self,
         harness: &str,
         event: &spex_history::Event,
         shown: &dyn Fn(&str) -> String,
     ) -> String {
-        let paint = self.paint;
+        let paint = self.entries.paint;
         let (who, text) = match &event.kind {
             spex_history::Kind::User { text } => (paint.bold("you"), text),
             spex_history::Kind::Assistant { text } => {
@@ -560,58 +575,24 @@ impl Conversation {
             }
             _ => return String::new(),
         };
-        let mut out = String::new();
-        let when = event
-            .ts
-            .as_deref()
-            .and_then(parse_ts)
-            .map(|ts| ts.to_zoned_datetime(self.zone.clone()));
-        if let Some(zoned) = &when
-            && self.day != Some(zoned.date())
-        {
-            self.day = Some(zoned.date());
-            out.push_str(&paint.dim(&format!("── {} ──", zoned.strftime("%A %-d %B %Y"))));
-            out.push('\n');
-        }
-        let time = when.map_or_else(
-            || "--:--:--".to_owned(),
-            |zoned| {
-                zoned
-                    .strftime(if self.zone == TimeZone::UTC { "%H:%M:%SZ" } else { "%H:%M:%S" })
-                    .to_string()
-            },
-        );
-        out.push_str(&paint.dim(&time));
-        out.push_str("  ");
-        out.push_str(&who);
-        out.push_str(&paint.dim(&format!(" · in {}", literal(harness))));
-        out.push('\n');
-        let indent = " ".repeat(width(&time) + 2);
-        for line in literal(&shown(text)).split('\n') {
-            out.push_str(&indent);
-            out.push_str(line);
-            out.push('\n');
-        }
-        out
+        let heading = format!("{who}{}", paint.dim(&format!(" · in {}", literal(harness))));
+        self.entries.entry(event.ts.as_deref(), &heading, Some(&shown(text)))
     }
 }
 
 // ---- a harness session --------------------------------------------------------------------
 
-/// A harness transcript as a conversation: day separators, local times, what the person asked,
-/// what the agent answered, and (with `tools`) the tools it ran. Every text passes through the
-/// caller's `shown` (redaction) and is shown literally.
+/// A harness transcript as a conversation: what the person asked, what the agent answered, and
+/// (with `tools`) the tools it ran. Every text passes through the caller's `shown` (redaction).
 #[derive(Debug)]
 pub(crate) struct HistoryView {
-    paint: Paint,
-    zone: TimeZone,
+    entries: Entries,
     tools: bool,
-    day: Option<jiff::civil::Date>,
 }
 
 impl HistoryView {
     pub(crate) fn new(paint: Paint, zone: TimeZone, tools: bool) -> HistoryView {
-        HistoryView { paint, zone, tools, day: None }
+        HistoryView { entries: Entries::new(paint, zone), tools }
     }
 
     /// One event (empty when this view leaves it out).
@@ -621,7 +602,7 @@ impl HistoryView {
         shown: &dyn Fn(&str) -> String,
     ) -> String {
         use spex_history::{Kind, Lifecycle};
-        let paint = self.paint;
+        let paint = self.entries.paint;
         let (heading, text): (String, Option<String>) = match &event.kind {
             Kind::User { text } => (paint.bold("you"), Some(shown(text))),
             Kind::Assistant { text } => (paint.color("agent", AnsiColor::Cyan), Some(shown(text))),
@@ -643,34 +624,7 @@ impl HistoryView {
             }
             _ => return String::new(),
         };
-        let mut out = String::new();
-        let when = event
-            .ts
-            .as_deref()
-            .and_then(parse_ts)
-            .map(|ts| ts.to_zoned_datetime(self.zone.clone()));
-        if let Some(zoned) = &when
-            && self.day != Some(zoned.date())
-        {
-            self.day = Some(zoned.date());
-            out.push_str(&paint.dim(&format!("── {} ──", zoned.strftime("%A %-d %B %Y"))));
-            out.push('\n');
-        }
-        let time = when
-            .map_or_else(|| "--:--:--".to_owned(), |zoned| zoned.strftime("%H:%M:%S").to_string());
-        out.push_str(&paint.dim(&time));
-        out.push_str("  ");
-        out.push_str(&heading);
-        out.push('\n');
-        if let Some(text) = text {
-            let indent = " ".repeat(width(&time) + 2);
-            for line in literal(&text).split('\n') {
-                out.push_str(&indent);
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        out
+        self.entries.entry(event.ts.as_deref(), &heading, text.as_deref())
     }
 }
 

@@ -58,8 +58,12 @@ fn history_lists_every_harness_session_by_last_activity() {
 fn history_show_renders_the_conversation_redacted_by_default() {
     let store = Store::new();
     let text = history(&store, &["history", "show", "7c1e"]).ok();
-    assert!(text.contains("you\n          The checkout total is off by a cent."), "{text}");
-    assert!(text.contains("agent\n          The total used Math.round"), "{text}");
+    // Each message: its UTC time (the test's TZ), who, then the text indented under the heading.
+    assert!(
+        text.contains("09:00:05Z  you\n           The checkout total is off by a cent."),
+        "{text}"
+    );
+    assert!(text.contains("09:01:00Z  agent\n           The total used Math.round"), "{text}");
     assert!(text.contains("[redacted:anthropic-key]"), "{text}");
     assert!(!text.contains("sk-ant-api03"), "the planted key never shows: {text}");
     assert!(text.contains("Mail the diff to [email]"), "{text}");
