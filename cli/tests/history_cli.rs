@@ -170,7 +170,12 @@ fn a_spex_session_links_to_its_transcript_and_interleaves_it() {
 #[test]
 fn search_finds_what_only_an_agent_answered() {
     let store = Store::new();
-    history(&store, &["session", "new", "--id", "s"]).ok();
+    // No store yet: search says how to get one, and finds nothing.
+    let run = history(&store, &["search", "banker's"]);
+    assert_eq!(run.ok(), "");
+    assert!(run.stderr().contains("`spex index refresh` creates it"), "{}", run.stderr());
+    let refreshed = history(&store, &["index", "refresh"]).ok();
+    assert!(refreshed.contains("2 transcripts: 2 read"), "{refreshed}");
     let hits: serde_json::Value =
         serde_json::from_str(&history(&store, &["--json", "search", "banker's rounding"]).ok())
             .unwrap();
@@ -195,7 +200,7 @@ fn search_finds_what_only_an_agent_answered() {
     )
     .unwrap();
     assert_eq!(none["hits"], serde_json::json!([]));
-    // The refresh reports the transcripts; a second one reads none of them again.
-    let first = history(&store, &["index", "refresh"]).ok();
-    assert!(first.contains("2 transcripts: 0 read"), "already scanned by the searches: {first}");
+    // An unchanged transcript is not read again.
+    let again = history(&store, &["index", "refresh"]).ok();
+    assert!(again.contains("2 transcripts: 0 read"), "{again}");
 }

@@ -32,13 +32,16 @@ enum Command {
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    // The index is derived from a store: without one there is nothing to index (and a refresh
-    // never creates a store).
-    let Some(store) = global.existing_store()? else {
-        return Err(anyhow::anyhow!(
-            "there is no store at {} yet, so there is nothing to index (`spex where` says how it was chosen)",
-            global.root()?.path.display()
-        ));
+    // A refresh or a rebuild writes the index, so it may create the store it lives in (the
+    // harness transcripts can be indexed before any spex session exists); a dump only reads.
+    let store = match args.command {
+        Command::Refresh | Command::Rebuild => global.open_store()?,
+        Command::Dump => global.existing_store()?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "there is no store at {} yet, so there is no index to dump (`spex where` says how it was chosen)",
+                global.root().map(|root| root.path.display().to_string()).unwrap_or_default()
+            )
+        })?,
     };
     let mut index = spex_index::Index::open(store.layout().root())?;
     let refreshed = match args.command {

@@ -47,14 +47,25 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         .map(|text| crate::args::since(text, jiff::Timestamp::now(), &zone))
         .transpose()?;
     let hits = match global.existing_store()? {
-        None => Vec::new(),
+        None => {
+            if !global.quiet {
+                eprintln!(
+                    "spex: there is no store at {} yet: search reads its index (`spex index refresh` creates it and indexes the Claude Code and Codex transcripts)",
+                    global.root()?.path.display()
+                );
+            }
+            Vec::new()
+        }
         Some(store) => {
             let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
             let mut index = spex_index::Index::open(store.layout().root())?;
             index.refresh(&store)?;
-            // The harness transcripts too, so an agent's answers are found.
-            let found = spex_history::discover(&crate::args::history_roots(&[]))?;
-            index.scan_history(&found)?;
+            // The harness transcripts too, so an agent's answers are found (not for a search of
+            // spex's own timelines only).
+            if args.harness.as_deref() != Some("spex") {
+                let found = spex_history::discover(&crate::args::history_roots(&[]))?;
+                index.scan_history(&found)?;
+            }
             let filter = spex_index::SearchFilter {
                 session: session.as_ref().map(ToString::to_string),
                 status: args.status.clone(),
