@@ -126,7 +126,12 @@ fn watch_redraws_the_table_in_place() {
         .env("SPEX_SESSION_ID", "first-session")
         .output()
         .unwrap();
-    let screen = tmux.wait_for("board", "the update", |s| s.contains("shipped it"));
+    // The declaration reaches the timeline before the record, so a poll between the two shows
+    // the new preview beside the old status: wait for both.
+    let screen = tmux.wait_for("board", "the update", |s| {
+        s.contains("shipped it")
+            && s.lines().any(|line| line.starts_with("firs") && line.contains("review"))
+    });
     let rows: Vec<&str> = screen
         .lines()
         .filter(|line| line.starts_with("firs") || line.starts_with("seco"))
