@@ -24,6 +24,8 @@ pub struct Read {
     pub offset: u64,
     /// The 1-based number of the last complete line read.
     pub lines: u64,
+    /// The read stopped at its byte budget with lines still after it.
+    pub more: bool,
 }
 
 /// Reads the complete lines of `path` from byte `offset` (line numbers continue from
@@ -34,11 +36,24 @@ pub fn read_from(
     offset: u64,
     lines_before: u64,
 ) -> Result<Read, Error> {
+    read_chunk(path, &mut Parser::new(harness), offset, lines_before, u64::MAX)
+}
+
+/// As [`read_from`], with `parser` (kept from the chunk before, so what spans lines, such as a
+/// reply's usage, is seen once), stopping after the line that takes the read past `budget`
+/// bytes (its `more` then says whether a byte follows): a long transcript is read in chunks of
+/// bounded memory, each continuing from the last one's offset and lines.
+pub fn read_chunk(
+    path: &Path,
+    parser: &mut Parser,
+    offset: u64,
+    lines_before: u64,
+    budget: u64,
+) -> Result<Read, Error> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let mut file = std::fs::File::open(path).map_err(io)?;
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
     let mut reader = BufReader::with_capacity(64 << 10, file);
-    let mut parser = Parser::new(harness);
     let mut read = Read { offset, lines: lines_before, ..Read::default() };
     let mut line = Vec::new();
     loop {
@@ -56,12 +71,16 @@ pub fn read_from(
                 line: read.lines,
                 kind: Kind::Unknown { kind: "oversized-line".to_owned() },
             });
-            continue;
+        } else {
+            let text = String::from_utf8_lossy(&line);
+            parser.line(read.lines, text.trim_end_matches(['\n', '\r']), &mut read.events);
         }
-        let text = String::from_utf8_lossy(&line);
-        parser.line(read.lines, text.trim_end_matches(['\n', '\r']), &mut read.events);
+        if read.offset - offset >= budget {
+            read.more = !reader.fill_buf().map_err(io)?.is_empty();
+            break;
+        }
     }
-    read.meta = parser.meta;
+    read.meta = parser.meta.clone();
     Ok(read)
 }
 

@@ -5,7 +5,10 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use spex_history::{Event, Harness, Identity, Kind, Lifecycle, Root, discover, read_from, redact};
+use spex_history::{
+    Event, Harness, Identity, Kind, Lifecycle, Parser, Root, discover, read_chunk, read_from,
+    redact,
+};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -201,6 +204,36 @@ fn a_growing_transcript_is_read_from_its_offset_one_complete_line_at_a_time() {
     assert_eq!(kinds(&next.events), ["assistant"]);
     assert_eq!(next.events[0].line, 3);
     assert_eq!(next.offset, std::fs::metadata(&path).unwrap().len());
+}
+
+#[test]
+fn reading_in_chunks_gives_what_one_read_gives() {
+    for found in discover(&roots()).unwrap() {
+        let whole = read_from(&found.path, found.harness, 0, 0).unwrap();
+        assert!(!whole.more);
+        for budget in [1, 300, 4096] {
+            let (mut offset, mut lines, mut events) = (0, 0, Vec::new());
+            let mut parser = Parser::new(found.harness);
+            loop {
+                let chunk = read_chunk(&found.path, &mut parser, offset, lines, budget).unwrap();
+                assert!(chunk.offset > offset || !chunk.more, "every chunk moves on");
+                events.extend(
+                    chunk.events.iter().map(|event| (event.line, format!("{:?}", event.kind))),
+                );
+                (offset, lines) = (chunk.offset, chunk.lines);
+                if !chunk.more {
+                    break;
+                }
+            }
+            let expected: Vec<(u64, String)> = whole
+                .events
+                .iter()
+                .map(|event| (event.line, format!("{:?}", event.kind)))
+                .collect();
+            assert_eq!(events, expected, "{} in chunks of {budget} bytes", found.path.display());
+            assert_eq!((offset, lines), (whole.offset, whole.lines));
+        }
+    }
 }
 
 #[test]

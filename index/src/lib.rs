@@ -50,12 +50,12 @@ pub use feed::Change;
 #[cfg(feature = "mutants")]
 pub use fold::TRUST_WATERMARK_MUTANT;
 pub use fold::{Folded, Watermark, fold};
-pub use query::{Filter, Hit, Row, SearchFilter, Sort, literal_query, substring_query};
+pub use query::{Filter, Hit, Row, SearchFilter, Sort, literal_query};
 pub use refresh::Refreshed;
 pub use transcripts::{HISTORY_CONTENT_VERSION, Scanned, Transcript};
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;

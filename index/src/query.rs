@@ -86,7 +86,8 @@ pub struct Hit {
     pub line: Option<u64>,
     /// A snippet with the matched terms between `[` and `]`.
     pub snippet: String,
-    /// bm25 rank (lower is better) within its kind of match.
+    /// bm25 rank (lower is better) of a word match; 0 for a substring match (those are listed
+    /// newest first).
     pub rank: f64,
     /// `word` (every word of the query matched whole words) or `substring` (every word of at
     /// least three characters is inside the text: CJK, parts of identifiers). Word matches are
@@ -164,55 +165,64 @@ impl Index {
         rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }
 
-    /// Full-text search, ranked by bm25 with what was said to a session weighted above the
-    /// notes it declared (and those above an agent's answers): first the texts where every word
-    /// of the query is a whole word, then (to fill the limit) those where every word of at least
-    /// three characters is a substring: always for a query with characters beyond ASCII (text
-    /// without word breaks, such as Chinese or Japanese), and for an ASCII query when no whole
-    /// word matched (part of an identifier). The query is taken literally: every
-    /// whitespace-separated word is quoted, so FTS syntax in it is data.
+    /// Full-text search: first the texts where every word of the query is a whole word, ranked
+    /// by bm25 with what was said to a session weighted above the notes it declared (and those
+    /// above an agent's answers); then, to fill the limit, the texts where every word of at
+    /// least three characters is a substring (ignoring case), newest first: always for a query
+    /// with characters beyond ASCII (text without word breaks, such as Chinese or Japanese), and
+    /// for an ASCII query when no whole word matched (part of an identifier). The query is taken
+    /// literally: every whitespace-separated word is quoted, so FTS syntax in it is data.
     pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
         let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
-        let mut hits = self.search_in("content", &literal, filter, filter.limit)?;
-        // Substrings: for a word with characters beyond ASCII (text without word breaks, such as
-        // Chinese or Japanese), always; for ASCII words only when no whole word matched (a
-        // trigram query over Latin text costs a hundred times a word query).
+        let mut hits = self.search_in(&Phase::Words(literal), filter, filter.limit)?;
         let beyond_ascii = !query.is_ascii();
         let room = filter.limit.saturating_sub(hits.len());
-        if let Some(grams) = substring_query(query)
+        if let Some((grams, words)) = substring_query(query)
             && room > 0
             && (beyond_ascii || hits.is_empty())
         {
             let found: std::collections::HashSet<i64> = hits.iter().map(|(id, _)| *id).collect();
+            let phase = Phase::Substrings { query: grams, words };
             // Asked for enough to fill the room after dropping what the word search found.
-            let more = self.search_in("grams", &grams, filter, room + found.len())?;
+            let more = self.search_in(&phase, filter, room + found.len())?;
             hits.extend(more.into_iter().filter(|(id, _)| !found.contains(id)).take(room));
         }
         Ok(hits.into_iter().map(|(_, hit)| hit).collect())
     }
 
-    /// One ranked search through `table` (`content`: words; `grams`: trigrams), as content
-    /// rowids and hits.
+    /// One search phase, as content rowids and hits.
     fn search_in(
         &self,
-        table: &str,
-        query: &str,
+        phase: &Phase,
         filter: &SearchFilter,
         limit: usize,
     ) -> Result<Vec<(i64, Hit)>> {
         // Only the filters that are set are in the statement: a per-row `?n IS NULL OR ...` or
         // a join with `sessions` for every match costs more than the ranking itself. No join
         // is needed for removed sessions: their content is deleted with them (`remove`).
-        let (from, matched) = match table {
-            "grams" => ("grams m JOIN content c ON c.rowid = m.rowid", "substring"),
-            _ => ("content c", "word"),
+        let (query, mut sql) = match phase {
+            Phase::Words(query) => (
+                query,
+                "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
+                        snippet(content, -1, '[', ']', '…', 16),
+                        bm25(content, 2.0, 1.0, 0.5) AS rank, c.source, c.line
+                 FROM content c"
+                    .to_owned(),
+            ),
+            // The trigram table keeps no text (and no positions): the text comes from the word
+            // table, where the substrings are checked and the snippet cut.
+            Phase::Substrings { query, .. } => (
+                query,
+                "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
+                        COALESCE(c.said, c.notes, c.answers, ''), 0.0, c.source, c.line
+                 FROM grams m JOIN content c ON c.rowid = m.rowid"
+                    .to_owned(),
+            ),
         };
-        let mut sql = format!(
-            "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
-                    snippet({table}, -1, '[', ']', '…', 16),
-                    bm25({table}, 2.0, 1.0, 0.5) AS rank, c.source, c.line
-             FROM {from}"
-        );
+        let (table, matched) = match phase {
+            Phase::Words(_) => ("content", "word"),
+            Phase::Substrings { .. } => ("grams", "substring"),
+        };
         if filter.status.is_some() {
             sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
         }
@@ -239,11 +249,18 @@ impl Index {
         if filter.source.is_some() {
             sql.push_str(" AND c.source = :source");
         }
-        sql.push_str(" ORDER BY rank LIMIT :limit");
-        let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> =
-            vec![(":query", &query), (":limit", &limit)];
+        match phase {
+            Phase::Words(_) => sql.push_str(" ORDER BY rank LIMIT :limit"),
+            // Candidates (every trigram present) newest first, read only until enough of them
+            // hold every word.
+            Phase::Substrings { .. } => sql.push_str(" ORDER BY m.rowid DESC"),
+        }
+        let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
+        let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":query", query)];
+        if let Phase::Words(_) = phase {
+            bound.push((":limit", &limit));
+        }
         for (name, value) in [
             (":session", &filter.session),
             (":status", &filter.status),
@@ -255,7 +272,7 @@ impl Index {
                 bound.push((name, value));
             }
         }
-        let hits = statement
+        let rows = statement
             .query_map(bound.as_slice(), |row| {
                 Ok((
                     row.get(0)?,
@@ -273,7 +290,21 @@ impl Index {
                 ))
             })
             .map_err(|e| self.sqlite(e))?;
-        hits.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+        let mut hits = Vec::new();
+        for row in rows {
+            let (rowid, mut hit) = row.map_err(|e| self.sqlite(e))?;
+            if let Phase::Substrings { words, .. } = phase {
+                match substring_snippet(&hit.snippet, words) {
+                    Some(snippet) => hit.snippet = snippet,
+                    None => continue,
+                }
+            }
+            hits.push((rowid, hit));
+            if hits.len() as i64 >= limit {
+                break;
+            }
+        }
+        Ok(hits)
     }
 
     /// Every row and every content entry, in a canonical order (to compare two indexes).
@@ -312,15 +343,16 @@ impl Index {
         for row in rows {
             out.push_str(&row.map_err(|e| self.sqlite(e))?);
         }
-        // The trigram table mirrors the word table row for row: any entry of one without the
-        // other is a difference.
+        // The trigram table mirrors the word table row for row (it keeps no text, so the rows
+        // are compared by rowid): an entry of one without the other is a difference.
         let (grams, unmatched): (i64, i64) = self
             .connection
             .query_row(
                 "SELECT (SELECT count(*) FROM grams),
                         (SELECT count(*) FROM grams g LEFT JOIN content c ON c.rowid = g.rowid
-                          WHERE c.rowid IS NULL OR c.said IS NOT g.said OR c.notes IS NOT g.notes
-                             OR c.answers IS NOT g.answers)",
+                          WHERE c.rowid IS NULL)
+                        + (SELECT count(*) FROM content c LEFT JOIN grams g ON g.rowid = c.rowid
+                            WHERE g.rowid IS NULL)",
                 [],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
@@ -362,21 +394,134 @@ pub fn literal_query(query: &str) -> Option<String> {
     if words.is_empty() { None } else { Some(words.join(" ")) }
 }
 
-/// `query` as a trigram query: each word of at least three characters as a quoted substring
-/// (all required), or `None` when no word is that long (a trigram index cannot find shorter
-/// ones).
-pub fn substring_query(query: &str) -> Option<String> {
+/// `query` as a trigram query: every trigram of every word of at least three characters
+/// (each quoted, all required), with those words; `None` when no word is that long (a trigram
+/// index cannot find shorter ones). The trigrams only select candidates: that each word is
+/// inside the text is checked on the text itself ([`substring_snippet`]).
+fn substring_query(query: &str) -> Option<(String, Vec<String>)> {
     let words: Vec<String> = query
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|word| word.chars().count() >= 3)
-        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .map(str::to_owned)
         .collect();
-    if words.is_empty() { None } else { Some(words.join(" ")) }
+    let mut grams: Vec<String> = Vec::new();
+    for word in &words {
+        let chars: Vec<char> = word.chars().collect();
+        for window in chars.windows(3) {
+            let gram = format!("\"{}\"", window.iter().collect::<String>().replace('"', "\"\""));
+            if !grams.contains(&gram) {
+                grams.push(gram);
+            }
+        }
+    }
+    if words.is_empty() { None } else { Some((grams.join(" "), words)) }
+}
+
+/// How many characters a substring snippet shows on each side of its first match.
+const SNIPPET_CONTEXT: usize = 40;
+
+/// Where `needle` (already lower case) first occurs in `text` ignoring case, as a byte range
+/// of `text`.
+fn find_folded(text: &str, needle: &[char]) -> Option<(usize, usize)> {
+    let starts = text.char_indices().map(|(at, _)| at);
+    for start in starts {
+        let mut folded = text[start..]
+            .char_indices()
+            .flat_map(|(at, c)| c.to_lowercase().map(move |lower| (at + c.len_utf8(), lower)));
+        let mut end = start;
+        let mut all = true;
+        for want in needle {
+            match folded.next() {
+                Some((after, got)) if got == *want => end = start + after,
+                _ => {
+                    all = false;
+                    break;
+                }
+            }
+        }
+        if all {
+            return Some((start, end));
+        }
+    }
+    None
+}
+
+/// A snippet of `text` around the first of `words` found in it (ignoring case), every
+/// occurrence in the window between `[` and `]`, cut ends marked `…`; `None` unless every word
+/// is inside `text`.
+fn substring_snippet(text: &str, words: &[String]) -> Option<String> {
+    let needles: Vec<Vec<char>> =
+        words.iter().map(|word| word.chars().flat_map(char::to_lowercase).collect()).collect();
+    let mut first: Option<(usize, usize)> = None;
+    for needle in &needles {
+        let found = find_folded(text, needle)?;
+        if first.is_none_or(|first| found.0 < first.0) {
+            first = Some(found);
+        }
+    }
+    let (start, end) = first?;
+    let from = text[..start].char_indices().rev().nth(SNIPPET_CONTEXT - 1).map_or(0, |(at, _)| at);
+    let to = text[end..].char_indices().nth(SNIPPET_CONTEXT).map_or(text.len(), |(at, _)| end + at);
+    let window = &text[from..to];
+    let mut out = String::new();
+    if from > 0 {
+        out.push('…');
+    }
+    let mut at = 0;
+    while at < window.len() {
+        // The earliest occurrence of any word from here.
+        let next = needles
+            .iter()
+            .filter_map(|needle| find_folded(&window[at..], needle))
+            .min_by_key(|(start, end)| (*start, std::cmp::Reverse(*end)));
+        let Some((start, end)) = next else { break };
+        out.push_str(&window[at..at + start]);
+        out.push('[');
+        out.push_str(&window[at + start..at + end]);
+        out.push(']');
+        at += end;
+    }
+    out.push_str(&window[at..]);
+    if to < text.len() {
+        out.push('…');
+    }
+    Some(out)
+}
+
+/// The two phases of a search.
+enum Phase {
+    /// Whole words, through the word table (an FTS5 query).
+    Words(String),
+    /// Substrings, through the trigram table: the trigram query, and the words each text must
+    /// hold.
+    Substrings { query: String, words: Vec<String> },
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn substrings_are_found_ignoring_case_and_marked() {
+        let words = |list: &[&str]| list.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            substring_snippet("the Redeployment failed", &words(&["eployme"])).unwrap(),
+            "the Red[eployme]nt failed"
+        );
+        assert_eq!(substring_snippet("deploy ment", &words(&["eployme"])), None);
+        assert_eq!(
+            substring_snippet("本番環境へのデプロイが失敗しました", &words(&["デプロイ"])).unwrap(),
+            "本番環境への[デプロイ]が失敗しました"
+        );
+        let long = format!("{}needle{}", "a".repeat(100), "b".repeat(100));
+        let snippet = substring_snippet(&long, &words(&["NEEDLE"])).unwrap();
+        assert_eq!(snippet, format!("…{}[needle]{}…", "a".repeat(40), "b".repeat(40)));
+        assert_eq!(
+            substring_query("ab abcd").unwrap(),
+            (r#""abc" "bcd""#.to_owned(), words(&["abcd"]))
+        );
+        assert_eq!(substring_query("ab x"), None);
+    }
 
     #[test]
     fn queries_are_literal() {

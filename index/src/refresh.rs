@@ -542,7 +542,7 @@ impl Index {
     ) -> Result<Refreshed> {
         self.connection
             .execute_batch(
-                "BEGIN IMMEDIATE; DELETE FROM grams; DELETE FROM content; DELETE FROM sessions;
+                "BEGIN IMMEDIATE; INSERT INTO grams(grams) VALUES ('delete-all'); DELETE FROM content; DELETE FROM sessions;
                  DELETE FROM transcripts; COMMIT;",
             )
             .map_err(|e| self.sqlite(e))?;

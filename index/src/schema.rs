@@ -6,6 +6,11 @@ use std::path::Path;
 use crate::{Error, INDEX_FILE, Index, Result, SCHEMA_VERSION};
 use rusqlite::Connection;
 
+/// How many bytes of new terms each full-text table gathers in memory before it writes them as a
+/// segment (SQLite's default is 1 MiB): a large fold writes fewer, larger segments, which are
+/// merged less often.
+const HASH_BYTES: u64 = 16 << 20;
+
 /// How long opening the index waits for other processes to let go of it.
 const BUSY_WAIT_MS: u64 = 30_000;
 
@@ -83,7 +88,10 @@ impl Index {
                  CREATE VIRTUAL TABLE content USING fts5(
                      said, notes, answers, session UNINDEXED, kind UNINDEXED, ts UNINDEXED,
                      mid UNINDEXED, source UNINDEXED, line UNINDEXED, tokenize = 'unicode61');
-                 CREATE VIRTUAL TABLE grams USING fts5(said, notes, answers, tokenize = 'trigram');
+                 CREATE VIRTUAL TABLE grams USING fts5(said, notes, answers, tokenize = 'trigram',
+                     content = '', contentless_delete = 1, detail = none);
+                 INSERT INTO content(content, rank) VALUES ('hashsize', {HASH_BYTES});
+                 INSERT INTO grams(grams, rank) VALUES ('hashsize', {HASH_BYTES});
                  CREATE TABLE transcripts(
                      path TEXT PRIMARY KEY, harness TEXT NOT NULL, id TEXT NOT NULL,
                      offset INTEGER NOT NULL, lines INTEGER NOT NULL, pin TEXT NOT NULL,

@@ -20,6 +20,7 @@
 //! transaction that re-reads the row inside it; a scan killed anywhere leaves whole updates, and
 //! the transcripts are never written.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{Read as _, Seek as _, SeekFrom};
 
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
@@ -33,6 +34,15 @@ pub const HISTORY_CONTENT_VERSION: i64 = 1;
 
 /// How many bytes at the start of a transcript, and just before the watermark, pin it.
 const PIN_BYTES: u64 = 4096;
+
+/// The most transcript bytes one read parses: a longer transcript is folded in chunks, its
+/// watermark advancing with each, so a scan's memory is bounded whatever a transcript's size.
+const CHUNK_BYTES: u64 = 8 << 20;
+
+/// How many transcript bytes one transaction folds before it commits: small transcripts share a
+/// transaction (fewer, larger full-text segments to merge later), and another writer waits for
+/// at most one batch.
+const BATCH_BYTES: u64 = 32 << 20;
 
 /// What a scan did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,49 +80,208 @@ pub struct Transcript {
     pub lines: i64,
 }
 
-/// The watermark and the fields a fold continues from.
-struct Row {
-    offset: u64,
-    lines: u64,
-    pin: String,
-    size: i64,
-    modified_ns: i64,
-    version: i64,
-    transcript: Transcript,
-}
-
 impl Index {
     /// Folds every transcript in `found` past its watermark, and drops the rows of transcripts
-    /// no longer found.
+    /// no longer found. Transcripts are read and parsed on a second thread while this one
+    /// writes what the first read.
     pub fn scan_history(&mut self, found: &[Found]) -> Result<Scanned> {
         let mut scanned = Scanned::default();
         // What every row recorded, in one query: an unchanged transcript is skipped without a
         // transaction (the stat discovery made is its whole cost).
-        let seen: std::collections::HashMap<String, (i64, i64, i64)> = {
+        let seen: HashMap<String, Seen> = {
             let mut statement = self
                 .connection
-                .prepare_cached("SELECT path, size, modified_ns, content_version FROM transcripts")
+                .prepare_cached(
+                    "SELECT path, offset, lines, pin, size, modified_ns, content_version
+                     FROM transcripts",
+                )
                 .map_err(|e| self.sqlite(e))?;
             let rows = statement
-                .query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?, row.get(3)?))))
+                .query_map([], |row| {
+                    Ok((
+                        row.get(0)?,
+                        Seen {
+                            offset: row.get::<_, i64>(1)? as u64,
+                            lines: row.get::<_, i64>(2)? as u64,
+                            pin: row.get(3)?,
+                            size: row.get(4)?,
+                            modified_ns: row.get(5)?,
+                            version: row.get(6)?,
+                        },
+                    ))
+                })
                 .map_err(|e| self.sqlite(e))?;
             rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
         };
+        let mut work = Vec::new();
         for transcript in found {
             scanned.transcripts += 1;
-            let size = i64::try_from(transcript.size).unwrap_or(i64::MAX);
-            let path = transcript.path.to_string_lossy();
-            if seen.get(path.as_ref())
-                == Some(&(size, transcript.modified_ns, HISTORY_CONTENT_VERSION))
-            {
+            let seen = seen.get(transcript.path.to_string_lossy().as_ref());
+            if seen.is_some_and(|seen| seen.unchanged(transcript)) {
                 continue;
             }
-            if let Some((reset, lines)) = self.scan_one(transcript)? {
-                scanned.read += 1;
-                scanned.reset += u64::from(reset);
-                scanned.lines += lines;
+            work.push((transcript, seen.cloned()));
+        }
+        let raced = self.fold_read_ahead(work, &mut scanned)?;
+        // Transcripts another scan folded meanwhile: each again, alone, from its row as it is.
+        for transcript in raced {
+            self.fold_alone(transcript, &mut scanned)?;
+        }
+        self.drop_gone(found, &mut scanned)?;
+        Ok(scanned)
+    }
+
+    /// Every transcript row, most recently active first.
+    pub fn transcripts(&self) -> Result<Vec<Transcript>> {
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT path, harness, id, size, cwd, version, branch, model, first_ts, last_ts,
+                        last_activity, title, lines
+                 FROM transcripts ORDER BY COALESCE(last_activity, last_ts) DESC, id",
+            )
+            .map_err(|e| self.sqlite(e))?;
+        let rows = statement.query_map([], transcript_of).map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+
+    /// Reads the transcripts of `work` in chunks on a second thread, planned from the rows as
+    /// `scan_history` saw them, and folds each chunk on this one; transactions commit every
+    /// [`BATCH_BYTES`]. Returns the transcripts whose row moved meanwhile (another scan folded
+    /// them): their chunks were dropped unfolded.
+    fn fold_read_ahead<'a>(
+        &mut self,
+        work: Vec<(&'a Found, Option<Seen>)>,
+        scanned: &mut Scanned,
+    ) -> Result<Vec<&'a Found>> {
+        let index_path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: index_path.clone(), source };
+        let connection = &mut self.connection;
+        std::thread::scope(|scope| {
+            let (send, receive) = std::sync::mpsc::sync_channel::<Chunk<'a>>(2);
+            scope.spawn(move || {
+                for (found, seen) in work {
+                    let (mut from, mut lines_before) = plan(found, seen.as_ref());
+                    let mut parser = spex_history::Parser::new(found.harness);
+                    loop {
+                        let read = spex_history::read_chunk(
+                            &found.path,
+                            &mut parser,
+                            from,
+                            lines_before,
+                            CHUNK_BYTES,
+                        );
+                        let next = read.as_ref().ok().filter(|read| read.more);
+                        let next = next.map(|read| (read.offset, read.lines));
+                        if send.send(Chunk { found, from, lines_before, read }).is_err() {
+                            return;
+                        }
+                        match next {
+                            Some(at) => (from, lines_before) = at,
+                            None => break,
+                        }
+                    }
+                }
+            });
+            let mut raced: Vec<&'a Found> = Vec::new();
+            let mut previous: Option<&std::path::Path> = None;
+            let mut chunks = receive.into_iter().peekable();
+            while chunks.peek().is_some() {
+                let transaction = connection
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(sqlite)?;
+                let mut pending = 0u64;
+                while pending < BATCH_BYTES
+                    && let Some(chunk) = chunks.next()
+                {
+                    let first = previous != Some(chunk.found.path.as_path());
+                    previous = Some(chunk.found.path.as_path());
+                    if raced.last().is_some_and(|last| std::ptr::eq(*last, chunk.found)) {
+                        continue;
+                    }
+                    let read = match chunk.read {
+                        Ok(read) => read,
+                        Err(error) if gone(&error) => continue,
+                        Err(error) => return Err(Error::History(error)),
+                    };
+                    match fold(&transaction, chunk.found, chunk.from, chunk.lines_before, &read)
+                        .map_err(sqlite)?
+                    {
+                        Some(folded) => {
+                            scanned.read += u64::from(first);
+                            scanned.reset += u64::from(first && folded.reset);
+                            scanned.lines += folded.lines;
+                        }
+                        None => raced.push(chunk.found),
+                    }
+                    pending += read.offset - chunk.from;
+                }
+                transaction.commit().map_err(sqlite)?;
+            }
+            Ok(raced)
+        })
+    }
+
+    /// Folds one transcript on this thread, a chunk per transaction, each planned from the row
+    /// read inside it.
+    fn fold_alone(&mut self, found: &Found, scanned: &mut Scanned) -> Result<()> {
+        let index_path = self.path.clone();
+        let sqlite = |source| Error::Sqlite { path: index_path.clone(), source };
+        let mut first = true;
+        loop {
+            let transaction = self
+                .connection
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sqlite)?;
+            let seen = transaction
+                .query_row(
+                    "SELECT offset, lines, pin, size, modified_ns, content_version
+                     FROM transcripts WHERE path = ?1",
+                    params![found.path.to_string_lossy()],
+                    |row| {
+                        Ok(Seen {
+                            offset: row.get::<_, i64>(0)? as u64,
+                            lines: row.get::<_, i64>(1)? as u64,
+                            pin: row.get(2)?,
+                            size: row.get(3)?,
+                            modified_ns: row.get(4)?,
+                            version: row.get(5)?,
+                        })
+                    },
+                )
+                .optional()
+                .map_err(sqlite)?;
+            if seen.as_ref().is_some_and(|seen| seen.unchanged(found)) {
+                return Ok(());
+            }
+            let (from, lines_before) = plan(found, seen.as_ref());
+            let read = match spex_history::read_chunk(
+                &found.path,
+                &mut spex_history::Parser::new(found.harness),
+                from,
+                lines_before,
+                CHUNK_BYTES,
+            ) {
+                Ok(read) => read,
+                Err(error) if gone(&error) => return Ok(()),
+                Err(error) => return Err(Error::History(error)),
+            };
+            let folded = fold(&transaction, found, from, lines_before, &read).map_err(sqlite)?;
+            transaction.commit().map_err(sqlite)?;
+            if let Some(folded) = folded {
+                scanned.read += u64::from(first);
+                scanned.reset += u64::from(first && folded.reset);
+                scanned.lines += folded.lines;
+            }
+            first = false;
+            if !read.more {
+                return Ok(());
             }
         }
+    }
+
+    /// Drops the rows (and texts) of transcripts no longer found.
+    fn drop_gone(&mut self, found: &[Found], scanned: &mut Scanned) -> Result<()> {
         let known: Vec<(String, String, String)> = {
             let mut statement = self
                 .connection
@@ -123,7 +292,7 @@ impl Index {
                 .map_err(|e| self.sqlite(e))?;
             rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
         };
-        let present: std::collections::HashSet<String> =
+        let present: HashSet<String> =
             found.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
         for (path, harness, id) in known {
             if present.contains(&path) {
@@ -143,201 +312,219 @@ impl Index {
                 .map_err(|e| Error::Sqlite { path: self.path.clone(), source: e })?;
             scanned.removed += 1;
         }
-        Ok(scanned)
+        Ok(())
     }
+}
 
-    /// Every transcript row, most recently active first.
-    pub fn transcripts(&self) -> Result<Vec<Transcript>> {
-        let mut statement = self
-            .connection
-            .prepare_cached(
-                "SELECT path, harness, id, size, cwd, version, branch, model, first_ts, last_ts,
-                        last_activity, title, lines
-                 FROM transcripts ORDER BY COALESCE(last_activity, last_ts) DESC, id",
-            )
-            .map_err(|e| self.sqlite(e))?;
-        let rows = statement.query_map([], transcript_of).map_err(|e| self.sqlite(e))?;
-        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+/// A row's watermark as a scan saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    offset: u64,
+    lines: u64,
+    pin: String,
+    size: i64,
+    modified_ns: i64,
+    version: i64,
+}
+
+impl Seen {
+    /// The transcript has the size and modification time this row was folded at.
+    fn unchanged(&self, found: &Found) -> bool {
+        self.version == HISTORY_CONTENT_VERSION
+            && self.size == i64::try_from(found.size).unwrap_or(i64::MAX)
+            && self.modified_ns == found.modified_ns
     }
+}
 
-    /// Folds one transcript; `Some((reset, lines))` when it was read.
-    fn scan_one(&mut self, found: &Found) -> Result<Option<(bool, u64)>> {
-        let path_text = found.path.to_string_lossy().into_owned();
-        let sqlite_path = self.path.clone();
-        let sqlite = |source| Error::Sqlite { path: sqlite_path.clone(), source };
-        let transaction = self
-            .connection
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sqlite)?;
-        let row = transaction
-            .query_row(
-                "SELECT offset, lines, pin, size, modified_ns, content_version, path, harness, id,
-                        cwd, version, branch, model, first_ts, last_ts, last_activity, title
-                 FROM transcripts WHERE path = ?1",
-                params![path_text],
-                |row| {
-                    Ok(Row {
-                        offset: row.get::<_, i64>(0)? as u64,
-                        lines: row.get::<_, i64>(1)? as u64,
-                        pin: row.get(2)?,
-                        size: row.get(3)?,
-                        modified_ns: row.get(4)?,
-                        version: row.get(5)?,
-                        transcript: Transcript {
-                            path: row.get(6)?,
-                            harness: row.get(7)?,
-                            id: row.get(8)?,
-                            size: row.get(3)?,
-                            cwd: row.get(9)?,
-                            version: row.get(10)?,
-                            branch: row.get(11)?,
-                            model: row.get(12)?,
-                            first_ts: row.get(13)?,
-                            last_ts: row.get(14)?,
-                            last_activity: row.get(15)?,
-                            title: row.get(16)?,
-                            lines: row.get(1)?,
-                        },
-                    })
-                },
-            )
-            .optional()
-            .map_err(sqlite)?;
-        let size = i64::try_from(found.size).unwrap_or(i64::MAX);
-        if let Some(row) = &row
-            && row.version == HISTORY_CONTENT_VERSION
-            && row.size == size
-            && row.modified_ns == found.modified_ns
-        {
-            return Ok(None);
-        }
-        // Continue from the watermark only while the bytes it was pinned to are still there.
-        let trusted = row.as_ref().filter(|row| {
-            row.version == HISTORY_CONTENT_VERSION
-                && found.size >= row.offset
-                && pin(&found.path, row.offset).is_ok_and(|pin| pin == row.pin)
-        });
-        let (from, lines_before) = trusted.map_or((0, 0), |row| (row.offset, row.lines));
-        let reset = trusted.is_none();
-        let read = match spex_history::read_from(&found.path, found.harness, from, lines_before) {
-            Ok(read) => read,
-            // Gone between discovery and the read: the next scan drops its row.
-            Err(spex_history::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                return Ok(None);
-            }
-            Err(error) => return Err(Error::History(error)),
-        };
-        let source = found.harness.name();
-        let mut transcript = match (trusted, &row) {
-            (Some(row), _) => row.transcript.clone(),
-            (None, _) => Transcript {
-                path: path_text.clone(),
-                harness: source.to_owned(),
-                id: found.id.clone(),
-                size,
-                cwd: None,
-                version: None,
-                branch: None,
-                model: None,
-                first_ts: None,
-                last_ts: None,
-                last_activity: None,
-                title: None,
-                lines: 0,
+/// One chunk of a transcript, read on the reading thread.
+struct Chunk<'a> {
+    found: &'a Found,
+    from: u64,
+    lines_before: u64,
+    read: std::result::Result<spex_history::Read, spex_history::Error>,
+}
+
+/// What folding one chunk did.
+struct Folded {
+    reset: bool,
+    lines: u64,
+}
+
+/// Where a read of `found` starts: at its row's watermark while the bytes it was pinned to are
+/// still there, else at its start.
+fn plan(found: &Found, seen: Option<&Seen>) -> (u64, u64) {
+    seen.filter(|seen| {
+        seen.version == HISTORY_CONTENT_VERSION
+            && found.size >= seen.offset
+            && pin(&found.path, seen.offset).is_ok_and(|pin| pin == seen.pin)
+    })
+    .map_or((0, 0), |seen| (seen.offset, seen.lines))
+}
+
+/// The transcript went away between discovery and the read: the next scan drops its row.
+fn gone(error: &spex_history::Error) -> bool {
+    matches!(error, spex_history::Error::Io { source, .. }
+        if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// Folds the chunk `read` (from byte `from`, after `lines_before` lines) of `found` into its
+/// row and texts, inside `transaction`. A chunk from byte 0 starts the transcript over (its
+/// texts replaced); any other continues the row only if the row still ends where the chunk
+/// starts: otherwise `None`, nothing written.
+fn fold(
+    transaction: &rusqlite::Transaction<'_>,
+    found: &Found,
+    from: u64,
+    lines_before: u64,
+    read: &spex_history::Read,
+) -> rusqlite::Result<Option<Folded>> {
+    let path_text = found.path.to_string_lossy().into_owned();
+    let row = transaction
+        .query_row(
+            "SELECT offset, lines, content_version, path, harness, id, cwd, version, branch,
+                    model, first_ts, last_ts, last_activity, title
+             FROM transcripts WHERE path = ?1",
+            params![path_text],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)? as u64,
+                    row.get::<_, i64>(1)? as u64,
+                    row.get::<_, i64>(2)?,
+                    Transcript {
+                        path: row.get(3)?,
+                        harness: row.get(4)?,
+                        id: row.get(5)?,
+                        size: 0,
+                        cwd: row.get(6)?,
+                        version: row.get(7)?,
+                        branch: row.get(8)?,
+                        model: row.get(9)?,
+                        first_ts: row.get(10)?,
+                        last_ts: row.get(11)?,
+                        last_activity: row.get(12)?,
+                        title: row.get(13)?,
+                        lines: row.get(1)?,
+                    },
+                ))
             },
-        };
-        if reset && row.is_some() {
-            delete_content(&transaction, source, &found.id).map_err(sqlite)?;
+        )
+        .optional()?;
+    let source = found.harness.name();
+    let size = i64::try_from(found.size).unwrap_or(i64::MAX);
+    let reset = from == 0;
+    let existed = row.is_some();
+    let mut transcript = match row {
+        Some((offset, lines, version, transcript))
+            if offset == from && lines == lines_before && version == HISTORY_CONTENT_VERSION =>
+        {
+            transcript
         }
-        // Enrichment never erases what is known.
-        let meta = &read.meta;
-        for (slot, value) in [
-            (&mut transcript.cwd, &meta.cwd),
-            (&mut transcript.version, &meta.version),
-            (&mut transcript.branch, &meta.git_branch),
-        ] {
-            if slot.is_none() {
-                slot.clone_from(value);
-            }
-        }
-        if meta.model.is_some() {
-            transcript.model.clone_from(&meta.model);
-        }
-        for event in &read.events {
-            if let Some(ts) = &event.ts {
-                if transcript.first_ts.is_none() {
-                    transcript.first_ts = Some(ts.clone());
-                }
-                transcript.last_ts = Some(ts.clone());
-            }
-            let (column, kind, text) = match &event.kind {
-                Kind::User { text } => {
-                    if transcript.title.is_none() {
-                        transcript.title = Some(title_of(text));
-                    }
-                    if event.ts.is_some() {
-                        transcript.last_activity.clone_from(&event.ts);
-                    }
-                    ("said", "prompt", text.as_str())
-                }
-                Kind::Assistant { text } => ("answers", "answer", text.as_str()),
-                Kind::ToolCall { name, .. } => ("answers", "tool", name.as_str()),
-                _ => continue,
-            };
-            let text = Text {
-                column,
-                text,
-                session: &found.id,
-                kind,
-                ts: event.ts.as_deref(),
-                mid: None,
-                source,
-                line: Some(event.line),
-            };
-            insert_content(&transaction, &text).map_err(sqlite)?;
-        }
-        transcript.size = size;
-        transcript.lines = read.lines as i64;
-        let pinned = pin(&found.path, read.offset).unwrap_or_default();
-        transaction
-            .execute(
-                "INSERT INTO transcripts(path, harness, id, offset, lines, pin, size, modified_ns,
-                     cwd, version, branch, model, first_ts, last_ts, last_activity, title,
-                     content_version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
-                 ON CONFLICT(path) DO UPDATE SET harness = excluded.harness, id = excluded.id,
-                     offset = excluded.offset, lines = excluded.lines, pin = excluded.pin,
-                     size = excluded.size, modified_ns = excluded.modified_ns,
-                     cwd = excluded.cwd, version = excluded.version, branch = excluded.branch,
-                     model = excluded.model, first_ts = excluded.first_ts,
-                     last_ts = excluded.last_ts, last_activity = excluded.last_activity,
-                     title = excluded.title, content_version = excluded.content_version",
-                params![
-                    path_text,
-                    source,
-                    found.id,
-                    read.offset as i64,
-                    read.lines as i64,
-                    pinned,
-                    size,
-                    found.modified_ns,
-                    transcript.cwd,
-                    transcript.version,
-                    transcript.branch,
-                    transcript.model,
-                    transcript.first_ts,
-                    transcript.last_ts,
-                    transcript.last_activity,
-                    transcript.title,
-                    HISTORY_CONTENT_VERSION,
-                ],
-            )
-            .map_err(sqlite)?;
-        transaction.commit().map_err(sqlite)?;
-        Ok(Some((reset, read.lines - lines_before)))
+        Some(_) if !reset => return Ok(None),
+        None if !reset => return Ok(None),
+        _ => Transcript {
+            path: path_text.clone(),
+            harness: source.to_owned(),
+            id: found.id.clone(),
+            size,
+            cwd: None,
+            version: None,
+            branch: None,
+            model: None,
+            first_ts: None,
+            last_ts: None,
+            last_activity: None,
+            title: None,
+            lines: 0,
+        },
+    };
+    if reset && existed {
+        // A full scan of the texts (their session is not indexed): only for a row that had some.
+        delete_content(transaction, source, &found.id)?;
     }
+    // Enrichment never erases what is known.
+    let meta = &read.meta;
+    for (slot, value) in [
+        (&mut transcript.cwd, &meta.cwd),
+        (&mut transcript.version, &meta.version),
+        (&mut transcript.branch, &meta.git_branch),
+    ] {
+        if slot.is_none() {
+            slot.clone_from(value);
+        }
+    }
+    if meta.model.is_some() {
+        transcript.model.clone_from(&meta.model);
+    }
+    for event in &read.events {
+        if let Some(ts) = &event.ts {
+            if transcript.first_ts.is_none() {
+                transcript.first_ts = Some(ts.clone());
+            }
+            transcript.last_ts = Some(ts.clone());
+        }
+        let (column, kind, text) = match &event.kind {
+            Kind::User { text } => {
+                if transcript.title.is_none() {
+                    transcript.title = Some(title_of(text));
+                }
+                if event.ts.is_some() {
+                    transcript.last_activity.clone_from(&event.ts);
+                }
+                ("said", "prompt", text.as_str())
+            }
+            Kind::Assistant { text } => ("answers", "answer", text.as_str()),
+            Kind::ToolCall { name, .. } => ("answers", "tool", name.as_str()),
+            _ => continue,
+        };
+        let text = Text {
+            column,
+            text,
+            session: &found.id,
+            kind,
+            ts: event.ts.as_deref(),
+            mid: None,
+            source,
+            line: Some(event.line),
+        };
+        insert_content(transaction, &text)?;
+    }
+    // The size and modification time are the transcript's only once it is read to its end: a
+    // row folded part way is not "unchanged" to the next scan.
+    let (size, modified_ns) = if read.more { (-1, -1) } else { (size, found.modified_ns) };
+    let pinned = pin(&found.path, read.offset).unwrap_or_default();
+    transaction.execute(
+        "INSERT INTO transcripts(path, harness, id, offset, lines, pin, size, modified_ns,
+             cwd, version, branch, model, first_ts, last_ts, last_activity, title,
+             content_version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+         ON CONFLICT(path) DO UPDATE SET harness = excluded.harness, id = excluded.id,
+             offset = excluded.offset, lines = excluded.lines, pin = excluded.pin,
+             size = excluded.size, modified_ns = excluded.modified_ns,
+             cwd = excluded.cwd, version = excluded.version, branch = excluded.branch,
+             model = excluded.model, first_ts = excluded.first_ts,
+             last_ts = excluded.last_ts, last_activity = excluded.last_activity,
+             title = excluded.title, content_version = excluded.content_version",
+        params![
+            path_text,
+            source,
+            found.id,
+            read.offset as i64,
+            read.lines as i64,
+            pinned,
+            size,
+            modified_ns,
+            transcript.cwd,
+            transcript.version,
+            transcript.branch,
+            transcript.model,
+            transcript.first_ts,
+            transcript.last_ts,
+            transcript.last_activity,
+            transcript.title,
+            HISTORY_CONTENT_VERSION,
+        ],
+    )?;
+    Ok(Some(Folded { reset, lines: read.lines - lines_before }))
 }
 
 /// The pin of a watermark: a SHA-256 of the (up to) [`PIN_BYTES`] bytes at the start of the
@@ -385,4 +572,70 @@ fn transcript_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Transcript> {
         title: row.get(11)?,
         lines: row.get(12)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+
+    use std::io::Write as _;
+
+    use spex_history::{Harness, Root, discover};
+
+    use super::*;
+
+    fn row(index: &Index) -> Seen {
+        index
+            .connection
+            .query_row(
+                "SELECT offset, lines, pin, size, modified_ns, content_version FROM transcripts",
+                [],
+                |row| {
+                    Ok(Seen {
+                        offset: row.get::<_, i64>(0)? as u64,
+                        lines: row.get::<_, i64>(1)? as u64,
+                        pin: row.get(2)?,
+                        size: row.get(3)?,
+                        modified_ns: row.get(4)?,
+                        version: row.get(5)?,
+                    })
+                },
+            )
+            .unwrap()
+    }
+
+    /// Two scans of one index: the second folds an appended line while the first still plans
+    /// from the row it saw. The first's chunk no longer continues the row, so it is dropped and
+    /// the transcript folded again from the row as it is: the line is indexed once.
+    #[test]
+    fn a_chunk_planned_from_a_row_another_scan_moved_is_not_folded_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+        let fixture = discover(&[Root { harness: Harness::Codex, dir: fixtures.join("codex") }])
+            .unwrap()
+            .remove(0);
+        let text = std::fs::read_to_string(&fixture.path).unwrap();
+        let day = dir.path().join("codex/sessions/2026/11/30");
+        std::fs::create_dir_all(&day).unwrap();
+        let path = day.join(fixture.path.file_name().unwrap());
+        std::fs::write(&path, text.split_inclusive('\n').take(13).collect::<String>()).unwrap();
+        let root = Root { harness: Harness::Codex, dir: dir.path().join("codex") };
+        let mut first = Index::open(dir.path()).unwrap();
+        first.scan_history(&discover(std::slice::from_ref(&root)).unwrap()).unwrap();
+        let stale = row(&first);
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(file, "{}", text.lines().nth(13).unwrap()).unwrap();
+        drop(file);
+        let found = discover(std::slice::from_ref(&root)).unwrap();
+        let mut second = Index::open(dir.path()).unwrap();
+        assert_eq!(second.scan_history(&found).unwrap().lines, 1);
+        let mut scanned = Scanned::default();
+        let raced = first.fold_read_ahead(vec![(&found[0], Some(stale))], &mut scanned).unwrap();
+        assert_eq!((raced.len(), scanned.lines), (1, 0), "the stale chunk is not folded");
+        first.fold_alone(raced[0], &mut scanned).unwrap();
+        assert_eq!(scanned.lines, 0, "the row is up to date");
+        let filter = crate::SearchFilter { limit: 20, ..crate::SearchFilter::default() };
+        assert_eq!(first.search("connections", &filter).unwrap().len(), 1, "folded once");
+    }
 }

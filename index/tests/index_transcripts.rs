@@ -106,6 +106,39 @@ fn transcripts_fold_past_their_watermarks() {
     assert!(index.transcripts().unwrap().is_empty());
 }
 
+/// A transcript longer than one read's chunk (8 MiB) is folded in several, each continuing the
+/// last: every line once, and the row ends at the end of the file (unchanged to the next scan).
+#[test]
+fn a_long_transcript_folds_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, path) = codex_home(dir.path(), 13);
+    let text = std::fs::read_to_string(fixture("codex")).unwrap();
+    let answer = text.lines().nth(13).unwrap();
+    let mut file =
+        std::io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&path).unwrap());
+    let mut lines = 13;
+    while file.get_ref().metadata().unwrap().len() < 9 << 20 {
+        for _ in 0..1000 {
+            writeln!(file, "{answer}").unwrap();
+            lines += 1;
+        }
+        file.flush().unwrap();
+    }
+    writeln!(file, "{}", answer.replace("connections", "zymurgically")).unwrap();
+    lines += 1;
+    drop(file);
+    let scanned = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((scanned.read, scanned.reset, scanned.lines), (1, 1, lines));
+    assert_eq!(index.transcripts().unwrap()[0].lines, lines as i64);
+    assert_eq!(
+        search(&index, "zymurgically"),
+        [("codex".to_owned(), "answer".to_owned(), Some(lines))]
+    );
+    let again = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((again.read, again.lines), (0, 0), "folded to its end");
+}
+
 #[test]
 fn a_person_ranks_above_an_agent_and_tools_are_searchable() {
     let dir = tempfile::tempdir().unwrap();
