@@ -307,13 +307,60 @@ impl ModeArg {
     }
 }
 
+/// The file in the store root that names more transcript roots, one `HARNESS=DIR` a line (as
+/// `--source` takes them; `#` starts a comment; a relative DIR is under the store root).
+pub(crate) const HISTORY_SOURCES_FILE: &str = "history-sources";
+
 /// Where harness transcripts are looked for: `CLAUDE_CONFIG_DIR` or `~/.claude`, `CODEX_HOME` or
-/// `~/.codex`, then `extra`.
-pub(crate) fn history_roots(extra: &[spex_history::Root]) -> Vec<spex_history::Root> {
+/// `~/.codex`, the roots the store's [`HISTORY_SOURCES_FILE`] names, then `extra`.
+pub(crate) fn history_roots(
+    global: &Global,
+    extra: &[spex_history::Root],
+) -> anyhow::Result<Vec<spex_history::Root>> {
     let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
     let mut roots = spex_history::Root::defaults(&env);
+    let store = global.root()?.path;
+    let file = store.join(HISTORY_SOURCES_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            for (number, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let mut root = parse_source(line).map_err(|reason| {
+                    BadInput(format!("{}:{}: {reason}", file.display(), number + 1))
+                })?;
+                if root.dir.is_relative() {
+                    root.dir = store.join(&root.dir);
+                }
+                roots.push(root);
+            }
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("cannot read {}", file.display())),
+    }
     roots.extend(extra.iter().cloned());
-    roots
+    Ok(roots)
+}
+
+/// A harness by name (`claude` or `codex`).
+pub(crate) fn parse_harness(name: &str) -> Result<spex_history::Harness, String> {
+    spex_history::Harness::parse(name)
+        .ok_or_else(|| format!("unknown harness {name:?} (expected claude or codex)"))
+}
+
+/// A transcript root: `HARNESS=DIR`.
+pub(crate) fn parse_source(text: &str) -> Result<spex_history::Root, String> {
+    let (harness, dir) =
+        text.split_once('=').ok_or("expected HARNESS=DIR, e.g. codex=/tmp/codex")?;
+    if dir.is_empty() {
+        return Err("expected a directory after HARNESS=".to_owned());
+    }
+    Ok(spex_history::Root {
+        harness: parse_harness(harness.trim())?,
+        dir: PathBuf::from(dir.trim()),
+    })
 }
 
 /// Where the agent should reply.

@@ -204,3 +204,117 @@ fn search_finds_what_only_an_agent_answered() {
     let again = history(&store, &["index", "refresh"]).ok();
     assert!(again.contains("2 transcripts: 0 read"), "{again}");
 }
+
+/// Copies the fixture trees into `dir` (so a test can append to them).
+fn copy_fixtures(dir: &std::path::Path) {
+    for entry in walk(&fixtures()) {
+        let target = dir.join(entry.strip_prefix(fixtures()).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&entry, &target).unwrap();
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
+    }
+    files
+}
+
+/// `spex --json history ls` with the harness homes under `homes`, as JSON sessions.
+fn listed(store: &Store, homes: &std::path::Path) -> Vec<serde_json::Value> {
+    let output = store
+        .command(&["--json", "history", "ls"])
+        .env("CLAUDE_CONFIG_DIR", homes.join("claude"))
+        .env("CODEX_HOME", homes.join("codex"))
+        .env("HOME", store.dir.path())
+        .output()
+        .unwrap();
+    let text = common::Run(output).ok();
+    let document: serde_json::Value = serde_json::from_str(&text).unwrap();
+    document["sessions"].as_array().unwrap().clone()
+}
+
+#[test]
+fn history_ls_reads_through_the_index_once_a_store_exists() {
+    let store = Store::new();
+    let homes = store.dir.path().join("homes");
+    copy_fixtures(&homes);
+    // Without a store: each transcript read whole (nothing created).
+    let whole = listed(&store, &homes);
+    assert!(!store.root().exists(), "a listing creates no store");
+    // With one: through the index, to the same listing.
+    store.run(&["session", "new", "--id", "x"]).ok();
+    let indexed = listed(&store, &homes);
+    assert!(store.root().join("index.sqlite").exists());
+    assert_eq!(indexed, whole, "the index lists what a whole read lists");
+    // One line appended: folded from the watermark, and the listing follows.
+    let codex = walk(&homes.join("codex")).remove(0);
+    let mut file = std::fs::OpenOptions::new().append(true).open(&codex).unwrap();
+    use std::io::Write as _;
+    writeln!(
+        file,
+        r#"{{"timestamp":"2026-11-30T10:08:00.000Z","type":"response_item","payload":{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"Deployed."}}]}}}}"#
+    )
+    .unwrap();
+    drop(file);
+    let grown = listed(&store, &homes);
+    let codex_row = grown.iter().find(|s| s["harness"] == "codex").unwrap();
+    let before = whole.iter().find(|s| s["harness"] == "codex").unwrap();
+    assert_eq!(
+        codex_row["counts"]["assistant"],
+        before["counts"]["assistant"].as_u64().unwrap() + 1
+    );
+    assert_eq!(codex_row["last"], "2026-11-30T10:08:00.000Z");
+    assert_eq!(codex_row["state"], "waiting for input");
+    // A spex session naming a harness session with no transcript: listed, degraded, not
+    // guessed.
+    let record = store.root().join("sessions/x/session.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    let text = text.replace("\"harness\": \"\"", "\"harness\": \"claude\"").replace(
+        "\"harness_session_id\": \"\"",
+        "\"harness_session_id\": \"0000dead-0000-4000-8000-000000000000\"",
+    );
+    std::fs::write(&record, text).unwrap();
+    let with_missing = listed(&store, &homes);
+    let missing = with_missing.iter().find(|s| s["id"] == "0000dead-0000-4000-8000-000000000000");
+    let missing = missing.unwrap_or_else(|| panic!("{with_missing:?}"));
+    assert_eq!(missing["state"], "degraded (no transcript found)");
+    assert_eq!(missing["spexSession"], "x");
+}
+
+#[test]
+fn the_store_names_more_transcript_roots() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "x"]).ok();
+    let homes = store.dir.path().join("homes");
+    copy_fixtures(&homes);
+    let elsewhere = store.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(homes.join("codex"), elsewhere.join("codex")).unwrap();
+    assert_eq!(listed(&store, &homes).len(), 1, "only Claude Code under the homes");
+    let sources = store.root().join("history-sources");
+    std::fs::write(
+        &sources,
+        format!(
+            "# more transcripts\ncodex={}  # a second machine's copy\n",
+            elsewhere.join("codex").display()
+        ),
+    )
+    .unwrap();
+    let both = listed(&store, &homes);
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(both[0]["harness"], "codex");
+    std::fs::write(&sources, "codex /tmp/x\n").unwrap();
+    let run = store
+        .command(&["history", "ls"])
+        .env("CLAUDE_CONFIG_DIR", homes.join("claude"))
+        .env("CODEX_HOME", homes.join("codex"))
+        .output()
+        .unwrap();
+    let run = common::Run(run);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("history-sources:1: expected HARNESS=DIR"), "{}", run.stderr());
+}

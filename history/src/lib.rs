@@ -23,7 +23,7 @@ pub use event::{Event, Harness, Kind, Lifecycle};
 pub use parse::{Meta, Parser};
 pub use read::{Read, read_chunk, read_from};
 pub use redact::{Identity, redact};
-pub use state::{State, state};
+pub use state::{Signal, Signals, State, state};
 
 use std::path::PathBuf;
 

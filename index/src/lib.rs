@@ -55,7 +55,7 @@ pub use refresh::Refreshed;
 pub use transcripts::{HISTORY_CONTENT_VERSION, Scanned, Transcript};
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;

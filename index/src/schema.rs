@@ -98,7 +98,8 @@ impl Index {
                      size INTEGER NOT NULL, modified_ns INTEGER NOT NULL,
                      cwd TEXT, version TEXT, branch TEXT, model TEXT,
                      first_ts TEXT, last_ts TEXT, last_activity TEXT, title TEXT,
-                     content_version INTEGER NOT NULL);
+                     content_version INTEGER NOT NULL,
+                     counts TEXT, unknown TEXT, signals TEXT);
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
                  INSERT INTO meta VALUES ('generation', 0);

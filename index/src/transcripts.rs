@@ -20,17 +20,17 @@
 //! transaction that re-reads the row inside it; a scan killed anywhere leaves whole updates, and
 //! the transcripts are never written.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read as _, Seek as _, SeekFrom};
 
 use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
-use spex_history::{Found, Kind};
+use spex_history::{Found, Kind, Signals};
 
 use crate::refresh::{Text, delete_content, insert_content};
 use crate::{Error, Index, Result};
 
 /// Version of what is extracted from transcripts; a row of another version is read again.
-pub const HISTORY_CONTENT_VERSION: i64 = 1;
+pub const HISTORY_CONTENT_VERSION: i64 = 2;
 
 /// How many bytes at the start of a transcript, and just before the watermark, pin it.
 const PIN_BYTES: u64 = 4096;
@@ -45,7 +45,7 @@ const CHUNK_BYTES: u64 = 8 << 20;
 const BATCH_BYTES: u64 = 32 << 20;
 
 /// What a scan did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scanned {
     /// Transcripts found.
     pub transcripts: u64,
@@ -57,6 +57,9 @@ pub struct Scanned {
     pub lines: u64,
     /// Rows dropped (their transcript is gone).
     pub removed: u64,
+    /// Transcripts that could not be read, with why: skipped (their rows, if any, kept as they
+    /// were), never a failure of the whole scan.
+    pub unreadable: Vec<(std::path::PathBuf, String)>,
 }
 
 /// A transcript's row: a history session.
@@ -78,7 +81,19 @@ pub struct Transcript {
     pub title: Option<String>,
     /// Lines folded.
     pub lines: i64,
+    /// The transcript's modification time when it was folded to its end (-1 part way).
+    pub modified_ns: i64,
+    /// Events by kind.
+    pub counts: BTreeMap<String, u64>,
+    /// Unknown record kinds, counted.
+    pub unknown: BTreeMap<String, u64>,
+    /// What the events say about where the session stands.
+    pub signals: Signals,
 }
+
+/// The columns of a [`Transcript`], in [`transcript_of`]'s order.
+const TRANSCRIPT_COLUMNS: &str = "path, harness, id, size, cwd, version, branch, model, first_ts,
+    last_ts, last_activity, title, lines, modified_ns, counts, unknown, signals";
 
 impl Index {
     /// Folds every transcript in `found` past its watermark, and drops the rows of transcripts
@@ -135,11 +150,10 @@ impl Index {
     pub fn transcripts(&self) -> Result<Vec<Transcript>> {
         let mut statement = self
             .connection
-            .prepare_cached(
-                "SELECT path, harness, id, size, cwd, version, branch, model, first_ts, last_ts,
-                        last_activity, title, lines
-                 FROM transcripts ORDER BY COALESCE(last_activity, last_ts) DESC, id",
-            )
+            .prepare_cached(&format!(
+                "SELECT {TRANSCRIPT_COLUMNS}
+                 FROM transcripts ORDER BY COALESCE(last_activity, last_ts) DESC, id"
+            ))
             .map_err(|e| self.sqlite(e))?;
         let rows = statement.query_map([], transcript_of).map_err(|e| self.sqlite(e))?;
         rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
@@ -202,7 +216,10 @@ impl Index {
                     let read = match chunk.read {
                         Ok(read) => read,
                         Err(error) if gone(&error) => continue,
-                        Err(error) => return Err(Error::History(error)),
+                        Err(error) => {
+                            scanned.unreadable.push((chunk.found.path.clone(), error.to_string()));
+                            continue;
+                        }
                     };
                     match fold(&transaction, chunk.found, chunk.from, chunk.lines_before, &read)
                         .map_err(sqlite)?
@@ -264,7 +281,10 @@ impl Index {
             ) {
                 Ok(read) => read,
                 Err(error) if gone(&error) => return Ok(()),
-                Err(error) => return Err(Error::History(error)),
+                Err(error) => {
+                    scanned.unreadable.push((found.path.clone(), error.to_string()));
+                    return Ok(());
+                }
             };
             let folded = fold(&transaction, found, from, lines_before, &read).map_err(sqlite)?;
             transaction.commit().map_err(sqlite)?;
@@ -295,7 +315,11 @@ impl Index {
         let present: HashSet<String> =
             found.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
         for (path, harness, id) in known {
-            if present.contains(&path) {
+            // Not found by this scan (its roots may be others: a `--source` of another
+            // command) and gone from the disk.
+            let on_disk = !matches!(std::fs::symlink_metadata(&path),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound);
+            if present.contains(&path) || on_disk {
                 continue;
             }
             let transaction = self
@@ -381,32 +405,12 @@ fn fold(
     let path_text = found.path.to_string_lossy().into_owned();
     let row = transaction
         .query_row(
-            "SELECT offset, lines, content_version, path, harness, id, cwd, version, branch,
-                    model, first_ts, last_ts, last_activity, title
-             FROM transcripts WHERE path = ?1",
+            &format!(
+                "SELECT offset, content_version, {TRANSCRIPT_COLUMNS}
+                 FROM transcripts WHERE path = ?1"
+            ),
             params![path_text],
-            |row| {
-                Ok((
-                    row.get::<_, i64>(0)? as u64,
-                    row.get::<_, i64>(1)? as u64,
-                    row.get::<_, i64>(2)?,
-                    Transcript {
-                        path: row.get(3)?,
-                        harness: row.get(4)?,
-                        id: row.get(5)?,
-                        size: 0,
-                        cwd: row.get(6)?,
-                        version: row.get(7)?,
-                        branch: row.get(8)?,
-                        model: row.get(9)?,
-                        first_ts: row.get(10)?,
-                        last_ts: row.get(11)?,
-                        last_activity: row.get(12)?,
-                        title: row.get(13)?,
-                        lines: row.get(1)?,
-                    },
-                ))
-            },
+            |row| Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)?, transcript_at(row, 2)?)),
         )
         .optional()?;
     let source = found.harness.name();
@@ -414,8 +418,10 @@ fn fold(
     let reset = from == 0;
     let existed = row.is_some();
     let mut transcript = match row {
-        Some((offset, lines, version, transcript))
-            if offset == from && lines == lines_before && version == HISTORY_CONTENT_VERSION =>
+        Some((offset, version, transcript))
+            if offset == from
+                && transcript.lines as u64 == lines_before
+                && version == HISTORY_CONTENT_VERSION =>
         {
             transcript
         }
@@ -435,6 +441,10 @@ fn fold(
             last_activity: None,
             title: None,
             lines: 0,
+            modified_ns: -1,
+            counts: BTreeMap::new(),
+            unknown: BTreeMap::new(),
+            signals: Signals::default(),
         },
     };
     if reset && existed {
@@ -455,7 +465,12 @@ fn fold(
     if meta.model.is_some() {
         transcript.model.clone_from(&meta.model);
     }
+    transcript.signals.fold(&read.events);
     for event in &read.events {
+        *transcript.counts.entry(event.kind.name().to_owned()).or_default() += 1;
+        if let Kind::Unknown { kind } = &event.kind {
+            *transcript.unknown.entry(kind.clone()).or_default() += 1;
+        }
         if let Some(ts) = &event.ts {
             if transcript.first_ts.is_none() {
                 transcript.first_ts = Some(ts.clone());
@@ -495,15 +510,17 @@ fn fold(
     transaction.execute(
         "INSERT INTO transcripts(path, harness, id, offset, lines, pin, size, modified_ns,
              cwd, version, branch, model, first_ts, last_ts, last_activity, title,
-             content_version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+             content_version, counts, unknown, signals)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                 ?19, ?20)
          ON CONFLICT(path) DO UPDATE SET harness = excluded.harness, id = excluded.id,
              offset = excluded.offset, lines = excluded.lines, pin = excluded.pin,
              size = excluded.size, modified_ns = excluded.modified_ns,
              cwd = excluded.cwd, version = excluded.version, branch = excluded.branch,
              model = excluded.model, first_ts = excluded.first_ts,
              last_ts = excluded.last_ts, last_activity = excluded.last_activity,
-             title = excluded.title, content_version = excluded.content_version",
+             title = excluded.title, content_version = excluded.content_version,
+             counts = excluded.counts, unknown = excluded.unknown, signals = excluded.signals",
         params![
             path_text,
             source,
@@ -522,6 +539,9 @@ fn fold(
             transcript.last_activity,
             transcript.title,
             HISTORY_CONTENT_VERSION,
+            serde_json::to_string(&transcript.counts).unwrap_or_default(),
+            serde_json::to_string(&transcript.unknown).unwrap_or_default(),
+            transcript.signals.encode(),
         ],
     )?;
     Ok(Some(Folded { reset, lines: read.lines - lines_before }))
@@ -557,20 +577,36 @@ fn title_of(text: &str) -> String {
 }
 
 fn transcript_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Transcript> {
+    transcript_at(row, 0)
+}
+
+/// A [`Transcript`] from [`TRANSCRIPT_COLUMNS`], starting at column `at`. Counts or signals that
+/// do not read back (written by nothing else) read as none.
+fn transcript_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Transcript> {
+    let counts = |text: Option<String>| {
+        text.and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
+    };
     Ok(Transcript {
-        path: row.get(0)?,
-        harness: row.get(1)?,
-        id: row.get(2)?,
-        size: row.get(3)?,
-        cwd: row.get(4)?,
-        version: row.get(5)?,
-        branch: row.get(6)?,
-        model: row.get(7)?,
-        first_ts: row.get(8)?,
-        last_ts: row.get(9)?,
-        last_activity: row.get(10)?,
-        title: row.get(11)?,
-        lines: row.get(12)?,
+        path: row.get(at)?,
+        harness: row.get(at + 1)?,
+        id: row.get(at + 2)?,
+        size: row.get(at + 3)?,
+        cwd: row.get(at + 4)?,
+        version: row.get(at + 5)?,
+        branch: row.get(at + 6)?,
+        model: row.get(at + 7)?,
+        first_ts: row.get(at + 8)?,
+        last_ts: row.get(at + 9)?,
+        last_activity: row.get(at + 10)?,
+        title: row.get(at + 11)?,
+        lines: row.get(at + 12)?,
+        modified_ns: row.get(at + 13)?,
+        counts: counts(row.get(at + 14)?),
+        unknown: counts(row.get(at + 15)?),
+        signals: row
+            .get::<_, Option<String>>(at + 16)?
+            .and_then(|text| Signals::decode(&text))
+            .unwrap_or_default(),
     })
 }
 

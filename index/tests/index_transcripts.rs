@@ -166,3 +166,25 @@ fn a_person_ranks_above_an_agent_and_tools_are_searchable() {
     );
     assert!(index.search("30", &project("/home/dev/api/src")).unwrap().is_empty());
 }
+
+#[test]
+fn an_unreadable_transcript_is_named_and_the_scan_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, _) = codex_home(dir.path(), 13);
+    let bad = dir.path().join("a-directory.jsonl");
+    std::fs::create_dir(&bad).unwrap();
+    let mut transcripts = vec![Found {
+        harness: Harness::Codex,
+        path: bad.clone(),
+        id: "unreadable".to_owned(),
+        size: 10,
+        modified_ns: 1,
+    }];
+    transcripts.extend(found(&root));
+    let scanned = index.scan_history(&transcripts).unwrap();
+    assert_eq!(scanned.read, 1, "the readable one is folded");
+    assert_eq!(scanned.unreadable.len(), 1);
+    assert_eq!(scanned.unreadable[0].0, bad);
+    assert_eq!(index.transcripts().unwrap().len(), 1);
+}

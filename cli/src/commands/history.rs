@@ -3,10 +3,8 @@
 //! parsed into one event model and rendered, redacted by default. Read-only: transcripts belong to
 //! their harness, and nothing here writes.
 
-use std::path::PathBuf;
-
 use serde_json::json;
-use spex_history::{Found, Harness, Identity, Root, Summary};
+use spex_history::{Found, Harness, Identity, Root, State, Summary};
 
 use crate::args::Global;
 use crate::exit::{BadInput, Code};
@@ -19,7 +17,7 @@ pub(crate) struct Args {
     command: Command,
     /// Also look for transcripts under this root: `claude=DIR` (a config directory holding
     /// `projects/`) or `codex=DIR` (a home holding `sessions/`). Repeatable.
-    #[arg(long = "source", value_name = "HARNESS=DIR", value_parser = parse_source, global = true)]
+    #[arg(long = "source", value_name = "HARNESS=DIR", value_parser = crate::args::parse_source, global = true)]
     sources: Vec<Root>,
     /// Show credentials and local identity as they are (redaction is on by default).
     #[arg(long, global = true)]
@@ -46,7 +44,7 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct LsArgs {
     /// Only this harness: claude or codex.
-    #[arg(long, value_parser = parse_harness)]
+    #[arg(long, value_parser = crate::args::parse_harness)]
     harness: Option<Harness>,
 }
 
@@ -62,19 +60,8 @@ struct ShowArgs {
     utc: bool,
 }
 
-fn parse_harness(name: &str) -> Result<Harness, String> {
-    Harness::parse(name)
-        .ok_or_else(|| format!("unknown harness {name:?} (expected claude or codex)"))
-}
-
-fn parse_source(text: &str) -> Result<Root, String> {
-    let (harness, dir) =
-        text.split_once('=').ok_or("expected HARNESS=DIR, e.g. codex=/tmp/codex")?;
-    Ok(Root { harness: parse_harness(harness)?, dir: PathBuf::from(dir) })
-}
-
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    let found = spex_history::discover(&crate::args::history_roots(&args.sources))?;
+    let found = spex_history::discover(&crate::args::history_roots(global, &args.sources)?)?;
     tracing::info!(transcripts = found.len(), "history roots scanned");
     let identity = if args.no_redact { None } else { Some(Identity::of_this_machine()) };
     let shown = |text: &str| match &identity {
@@ -85,21 +72,22 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Command::Ls(ls) => {
             let links = spex_links(global)?;
             let now_ns = i64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
-            let mut listed = Vec::new();
-            for transcript in found.iter().filter(|f| ls.harness.is_none_or(|h| h == f.harness)) {
-                let (summary, events) = spex_history::summarize(transcript)?;
-                let link = links.get(&(transcript.harness.name(), transcript.id.clone())).cloned();
-                let finished = link.as_ref().is_some_and(|(_, display)| {
-                    matches!(display.as_str(), "done" | "review" | "close-pending")
-                });
-                let state = spex_history::state(&events, transcript.modified_ns, now_ns, finished);
-                listed.push(Listed { summary, state, link });
+            let mut listed = listed(global, &found, now_ns, &links)?;
+            // A spex session naming a harness session no transcript was found for.
+            let seen: std::collections::HashSet<(&str, String)> =
+                listed.iter().map(|entry| (entry.harness, entry.id.clone())).collect();
+            for ((harness, thread), (spex, _)) in &links {
+                if !seen.contains(&(*harness, thread.clone())) {
+                    listed.push(Listed::missing(harness, thread, spex));
+                }
             }
-            listed.sort_by(|a, b| {
-                activity(&b.summary)
-                    .cmp(&activity(&a.summary))
-                    .then(a.summary.found.id.cmp(&b.summary.found.id))
-            });
+            for entry in &mut listed {
+                if let Some((spex, _)) = links.get(&(entry.harness, entry.id.clone())) {
+                    entry.spex = Some(spex.clone());
+                }
+            }
+            listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
+            listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
             list(&listed, global, &shown)
         }
         Command::Show(show) => {
@@ -107,7 +95,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let (summary, events) = spex_history::summarize(transcript)?;
             if global.json {
                 let events: Vec<_> = events.iter().map(|event| event_json(event, &shown)).collect();
-                let mut document = summary_json(&summary, &shown);
+                let mut document =
+                    Listed::of(&summary, State::Unknown { missing: "listing" }).to_json(&shown);
                 if let Some(map) = document.as_object_mut() {
                     map.insert("events".to_owned(), events.into());
                 }
@@ -124,13 +113,201 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     }
 }
 
-/// One listed history session: its summary, where it stands, and the spex session linked to it
-/// (its id and display status).
+/// Every transcript found, as listed: through the session index when a store exists (a
+/// transcript unchanged since the last scan costs a stat; a grown one is folded from its
+/// watermark), else each read whole. A transcript that cannot be read is listed as degraded.
+fn listed(
+    global: &Global,
+    found: &[Found],
+    now_ns: i64,
+    links: &Links,
+) -> anyhow::Result<Vec<Listed>> {
+    let finished = |harness: &'static str, id: &str| {
+        links.get(&(harness, id.to_owned())).is_some_and(|(_, display)| {
+            matches!(display.as_str(), "done" | "review" | "close-pending")
+        })
+    };
+    let mut listed = Vec::new();
+    let mut unreadable = Vec::new();
+    match global.existing_store()? {
+        Some(store) => {
+            let mut index = spex_index::Index::open(store.layout().root())?;
+            let scanned = index.scan_history(found)?;
+            unreadable = scanned.unreadable;
+            let paths: std::collections::HashSet<String> =
+                found.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
+            for row in index.transcripts()? {
+                // Rows of other roots (another command's `--source`) are not this listing's.
+                if !paths.contains(&row.path)
+                    || unreadable.iter().any(|(path, _)| path.to_string_lossy() == row.path)
+                {
+                    continue;
+                }
+                let Some(harness) = Harness::parse(&row.harness) else { continue };
+                let state =
+                    row.signals.state(row.modified_ns, now_ns, finished(harness.name(), &row.id));
+                listed.push(Listed::of_row(row, harness, state));
+            }
+        }
+        None => {
+            for transcript in found {
+                match spex_history::summarize(transcript) {
+                    Ok((summary, events)) => {
+                        let state = spex_history::state(
+                            &events,
+                            transcript.modified_ns,
+                            now_ns,
+                            finished(transcript.harness.name(), &transcript.id),
+                        );
+                        listed.push(Listed::of(&summary, state));
+                    }
+                    Err(error) => unreadable.push((transcript.path.clone(), error.to_string())),
+                }
+            }
+        }
+    }
+    for (path, reason) in unreadable {
+        if let Some(transcript) = found.iter().find(|f| f.path == path) {
+            listed.push(Listed::unreadable(transcript, &reason));
+        }
+    }
+    Ok(listed)
+}
+
+/// One listed history session: what its transcript says, where it stands, and the spex session
+/// linked to it.
 #[derive(Debug)]
 struct Listed {
-    summary: Summary,
-    state: spex_history::State,
-    link: Option<(String, String)>,
+    id: String,
+    harness: &'static str,
+    path: Option<String>,
+    size: Option<u64>,
+    project: Option<String>,
+    git_branch: Option<String>,
+    harness_version: Option<String>,
+    model: Option<String>,
+    first: Option<String>,
+    last: Option<String>,
+    last_activity: Option<String>,
+    title: Option<String>,
+    counts: std::collections::BTreeMap<String, u64>,
+    unknown: std::collections::BTreeMap<String, u64>,
+    state: State,
+    /// The linked spex session's id, set by [`list`].
+    spex: Option<String>,
+}
+
+impl Listed {
+    /// A transcript read whole.
+    fn of(summary: &Summary, state: State) -> Listed {
+        Listed {
+            id: summary.found.id.clone(),
+            harness: summary.found.harness.name(),
+            path: Some(summary.found.path.display().to_string()),
+            size: Some(summary.found.size),
+            project: summary.meta.cwd.clone(),
+            git_branch: summary.meta.git_branch.clone(),
+            harness_version: summary.meta.version.clone(),
+            model: summary.meta.model.clone(),
+            first: summary.first.clone(),
+            last: summary.last.clone(),
+            last_activity: summary.last_activity.clone(),
+            title: summary.title.clone(),
+            counts: summary.counts.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            unknown: summary.unknown.clone(),
+            state,
+            spex: None,
+        }
+    }
+
+    /// A transcript's row in the session index.
+    fn of_row(row: spex_index::Transcript, harness: Harness, state: State) -> Listed {
+        Listed {
+            id: row.id,
+            harness: harness.name(),
+            path: Some(row.path),
+            size: u64::try_from(row.size).ok(),
+            project: row.cwd,
+            git_branch: row.branch,
+            harness_version: row.version,
+            model: row.model,
+            first: row.first_ts,
+            last: row.last_ts,
+            last_activity: row.last_activity,
+            title: row.title,
+            counts: row.counts,
+            unknown: row.unknown,
+            state,
+            spex: None,
+        }
+    }
+
+    /// A transcript found but not readable.
+    fn unreadable(found: &Found, reason: &str) -> Listed {
+        let state = State::Degraded { reason: format!("transcript unreadable: {reason}") };
+        Listed {
+            path: Some(found.path.display().to_string()),
+            size: Some(found.size),
+            ..Listed::bare(&found.id, found.harness.name(), state)
+        }
+    }
+
+    /// A harness session a spex session names, without a transcript.
+    fn missing(harness: &'static str, thread: &str, spex: &str) -> Listed {
+        let state = State::Degraded { reason: "no transcript found".to_owned() };
+        Listed { spex: Some(spex.to_owned()), ..Listed::bare(thread, harness, state) }
+    }
+
+    fn bare(id: &str, harness: &'static str, state: State) -> Listed {
+        Listed {
+            id: id.to_owned(),
+            harness,
+            path: None,
+            size: None,
+            project: None,
+            git_branch: None,
+            harness_version: None,
+            model: None,
+            first: None,
+            last: None,
+            last_activity: None,
+            title: None,
+            counts: std::collections::BTreeMap::new(),
+            unknown: std::collections::BTreeMap::new(),
+            state,
+            spex: None,
+        }
+    }
+
+    /// Last activity, else the last event's time: the listing order.
+    fn activity(&self) -> Option<&str> {
+        self.last_activity.as_deref().or(self.last.as_deref())
+    }
+
+    /// What the transcript says, as JSON (the listing adds the state and the links).
+    fn to_json(&self, shown: &dyn Fn(&str) -> String) -> serde_json::Value {
+        json!({
+            "id": self.id,
+            "harness": self.harness,
+            "path": self.path.as_deref().map(shown),
+            "size": self.size,
+            "project": self.project.as_deref().map(shown),
+            "gitRoot": self
+                .project
+                .as_deref()
+                .and_then(|cwd| spex_history::git_root(std::path::Path::new(cwd)))
+                .map(|root| shown(&root.display().to_string())),
+            "gitBranch": self.git_branch,
+            "harnessVersion": self.harness_version,
+            "model": self.model,
+            "first": self.first,
+            "last": self.last,
+            "lastActivity": self.last_activity,
+            "title": self.title.as_deref().map(shown),
+            "counts": self.counts,
+            "unknown": self.unknown,
+        })
+    }
 }
 
 /// The spex sessions linked to harness sessions: (harness, harness session id) -> (spex session
@@ -154,11 +331,6 @@ fn spex_links(global: &Global) -> anyhow::Result<Links> {
         }
     }
     Ok(links)
-}
-
-/// Last activity, else the last event's time: the listing order.
-fn activity(summary: &Summary) -> Option<&str> {
-    summary.last_activity.as_deref().or(summary.last.as_deref())
 }
 
 /// The transcript whose session id is `reference` or starts with it (an ambiguous prefix names
@@ -193,13 +365,10 @@ fn list(
         let sessions: Vec<_> = listed
             .iter()
             .map(|entry| {
-                let mut value = summary_json(&entry.summary, shown);
+                let mut value = entry.to_json(shown);
                 if let Some(map) = value.as_object_mut() {
                     map.insert("state".to_owned(), entry.state.name().into());
-                    map.insert(
-                        "spexSession".to_owned(),
-                        entry.link.as_ref().map(|(id, _)| id.clone()).into(),
-                    );
+                    map.insert("spexSession".to_owned(), entry.spex.clone().into());
                     map.insert(
                         "device".to_owned(),
                         json!({ "id": device.id, "host": device.host.as_deref().map(shown) }),
@@ -214,7 +383,7 @@ fn list(
     if listed.is_empty() {
         if !global.quiet {
             eprintln!(
-                "spex: no harness sessions found (Claude Code: CLAUDE_CONFIG_DIR or ~/.claude; Codex: CODEX_HOME or ~/.codex; more with --source)"
+                "spex: no harness sessions found (Claude Code: CLAUDE_CONFIG_DIR or ~/.claude; Codex: CODEX_HOME or ~/.codex; more with --source or the store's history-sources file)"
             );
         }
         return Ok(Code::Ok);
@@ -222,7 +391,7 @@ fn list(
     let paint = Paint::for_stdout(global.color);
     let zone = render::zone(false);
     let now = jiff::Timestamp::now();
-    let ids: Vec<&str> = listed.iter().map(|entry| entry.summary.found.id.as_str()).collect();
+    let ids: Vec<&str> = listed.iter().map(|entry| entry.id.as_str()).collect();
     let lengths = render::unique_prefixes(&ids, 4);
     let header: Vec<String> = ["ID", "HARNESS", "STATE", "ACTIVE", "PROJECT", "FIRST MESSAGE"]
         .iter()
@@ -232,58 +401,33 @@ fn list(
         .iter()
         .zip(lengths)
         .map(|(entry, length)| {
-            let summary = &entry.summary;
-            let when = activity(summary)
+            let when = entry
+                .activity()
                 .and_then(render::parse_ts)
                 .map_or_else(|| "-".to_owned(), |then| render::relative(now, then, &zone));
             let state = match &entry.state {
-                spex_history::State::Running => paint.color("running", anstyle::AnsiColor::Green),
-                spex_history::State::WaitingForInput => {
+                State::Running => paint.color("running", anstyle::AnsiColor::Green),
+                State::WaitingForInput => {
                     paint.color("waiting for input", anstyle::AnsiColor::Yellow)
                 }
-                spex_history::State::Crashed { .. } => {
+                State::Crashed { .. } | State::Degraded { .. } => {
                     paint.color(&entry.state.name(), anstyle::AnsiColor::Red)
                 }
-                spex_history::State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
+                State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
                 other => paint.dim(&other.name()),
             };
             vec![
-                paint.bold(render::prefix(&summary.found.id, length)),
-                summary.found.harness.name().to_owned(),
+                paint.bold(render::prefix(&entry.id, length)),
+                entry.harness.to_owned(),
                 state,
                 when,
-                shown(summary.meta.cwd.as_deref().unwrap_or("-")),
-                render::first_line(&shown(summary.title.as_deref().unwrap_or(""))),
+                shown(entry.project.as_deref().unwrap_or("-")),
+                render::first_line(&shown(entry.title.as_deref().unwrap_or(""))),
             ]
         })
         .collect();
     render::out!("{}", render::table(&header, &rows, render::terminal_columns()))?;
     Ok(Code::Ok)
-}
-
-fn summary_json(summary: &Summary, shown: &dyn Fn(&str) -> String) -> serde_json::Value {
-    json!({
-        "id": summary.found.id,
-        "harness": summary.found.harness.name(),
-        "path": shown(&summary.found.path.display().to_string()),
-        "size": summary.found.size,
-        "project": summary.meta.cwd.as_deref().map(shown),
-        "gitRoot": summary
-            .meta
-            .cwd
-            .as_deref()
-            .and_then(|cwd| spex_history::git_root(std::path::Path::new(cwd)))
-            .map(|root| shown(&root.display().to_string())),
-        "gitBranch": summary.meta.git_branch,
-        "harnessVersion": summary.meta.version,
-        "model": summary.meta.model,
-        "first": summary.first,
-        "last": summary.last,
-        "lastActivity": summary.last_activity,
-        "title": summary.title.as_deref().map(shown),
-        "counts": summary.counts,
-        "unknown": summary.unknown,
-    })
 }
 
 fn event_json(event: &spex_history::Event, shown: &dyn Fn(&str) -> String) -> serde_json::Value {

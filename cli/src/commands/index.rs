@@ -65,13 +65,17 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         }
         Command::Dump => {
             index.refresh(&store)?;
-            index.scan_history(&spex_history::discover(&crate::args::history_roots(&[]))?)?;
+            index.scan_history(&spex_history::discover(&crate::args::history_roots(
+                global,
+                &[],
+            )?)?)?;
             out!("{}", index.dump()?)?;
             return Ok(Code::Ok);
         }
     };
     // The harness transcripts (Claude Code, Codex): each folded past its own watermark.
-    let scanned = index.scan_history(&spex_history::discover(&crate::args::history_roots(&[]))?)?;
+    let scanned =
+        index.scan_history(&spex_history::discover(&crate::args::history_roots(global, &[])?)?)?;
     if global.json {
         print_json(json!({
             "sessions": refreshed.sessions,

@@ -63,7 +63,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             // The harness transcripts too, so an agent's answers are found (not for a search of
             // spex's own timelines only).
             if args.harness.as_deref() != Some("spex") {
-                let found = spex_history::discover(&crate::args::history_roots(&[]))?;
+                let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
                 index.scan_history(&found)?;
             }
             let filter = spex_index::SearchFilter {

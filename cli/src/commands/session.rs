@@ -393,7 +393,7 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     let last = store.tail(id, 1)?;
     let triple = record.public_triple();
     let adapter = store.adapter(id, &record)?;
-    let link = Link::of(&record)?;
+    let link = Link::of(&record, global)?;
     if global.json {
         print_json(json!({
             "session": id.as_str(),
@@ -447,13 +447,13 @@ struct Link {
 
 impl Link {
     /// The record's link (`None` when it names no harness session).
-    fn of(record: &spex_engine::Record) -> anyhow::Result<Option<Link>> {
+    fn of(record: &spex_engine::Record, global: &Global) -> anyhow::Result<Option<Link>> {
         let Some(id) = record.harness_session_id().filter(|id| !id.is_empty()) else {
             return Ok(None);
         };
         let harness = record.harness().to_owned();
         let wanted = spex_history::Harness::parse(&harness);
-        let found = spex_history::discover(&crate::args::history_roots(&[]))?
+        let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?
             .into_iter()
             .find(|found| Some(found.harness) == wanted && found.id == id);
         Ok(Some(Link { harness, id: id.to_owned(), found }))
@@ -607,7 +607,7 @@ fn with_transcript(
     conversation: &mut Conversation,
 ) -> anyhow::Result<Code> {
     let record = store.record(id)?;
-    let link = Link::of(&record)?;
+    let link = Link::of(&record, global)?;
     let events = store.tail(id, args.limit)?;
     let transcript = match link.as_ref().and_then(|link| link.found.as_ref()) {
         Some(found) => spex_history::summarize(found)?.1,
