@@ -1,3 +1,0 @@
-#![no_main]
-//! See `spex_history::fuzz::transcript`.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| spex_history::fuzz::transcript(data));
