@@ -307,6 +307,22 @@ impl ModeArg {
     }
 }
 
+/// The session index of `store`, with the transcript chunk [`spex_index::TRANSCRIPT_CHUNK_ENV`]
+/// sets (if it does).
+pub(crate) fn open_index(store: &Store<RealFs>) -> anyhow::Result<spex_index::Index> {
+    let mut index = spex_index::Index::open(store.layout().root())?;
+    if let Ok(text) = std::env::var(spex_index::TRANSCRIPT_CHUNK_ENV) {
+        let bytes = text.parse().map_err(|_| {
+            BadInput(format!(
+                "{}={text:?} is not a number of bytes",
+                spex_index::TRANSCRIPT_CHUNK_ENV
+            ))
+        })?;
+        index.set_transcript_chunk(bytes);
+    }
+    Ok(index)
+}
+
 /// The file in the store root that names more transcript roots, one `HARNESS=DIR` a line (as
 /// `--source` takes them; `#` starts a comment; a relative DIR is under the store root).
 pub(crate) const HISTORY_SOURCES_FILE: &str = "history-sources";

@@ -199,6 +199,107 @@ fn killed_refreshes_converge_to_a_rebuild() {
     assert_eq!(entries.filter(|line| line.contains("round 5 event 7")).count(), 30);
 }
 
+/// One Codex transcript line: a person's prompt (even `n`) or the agent's answer (odd), naming
+/// `tag` and `n`.
+fn codex_line(tag: &str, n: usize) -> String {
+    let (role, kind) =
+        if n.is_multiple_of(2) { ("user", "input_text") } else { ("assistant", "output_text") };
+    format!(
+        r#"{{"timestamp":"2026-11-30T10:{:02}:{:02}.000Z","type":"response_item","payload":{{"type":"message","role":"{role}","content":[{{"type":"{kind}","text":"{tag} line {n} about crash recovery in storage engines, padded so the transcripts grow {}"}}]}}}}"#,
+        (n / 60) % 60,
+        n % 60,
+        "x".repeat(200)
+    )
+}
+
+/// Appends `count` lines to the Codex transcript `path` (numbered from `from`).
+fn grow(path: &std::path::Path, tag: &str, from: usize, count: usize) {
+    use std::io::Write as _;
+    let mut file = std::io::BufWriter::new(
+        std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap(),
+    );
+    for n in from..from + count {
+        writeln!(file, "{}", codex_line(tag, n)).unwrap();
+    }
+    file.flush().unwrap();
+}
+
+// Transcript scans killed with SIGKILL at seeded moments while transcripts grow (one of them
+// forty chunks long, so a scan stops part way through it), then one that completes:
+// the index equals a rebuild. The seed is printed; SPEX_SEED replays it.
+#[test]
+fn killed_transcript_scans_converge_to_a_rebuild() {
+    let seed: u64 =
+        std::env::var("SPEX_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+        });
+    eprintln!(
+        "killed_transcript_scans_converge_to_a_rebuild: seed {seed} (replay with SPEX_SEED={seed})"
+    );
+    let store = Store::new();
+    let mut state = seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let codex = store.dir.path().join("codex");
+    let day = codex.join("sessions/2026/11/30");
+    std::fs::create_dir_all(&day).unwrap();
+    let path = |t: usize| {
+        day.join(format!("rollout-2026-11-30T10-00-00-019a2d7a-41c4-78b1-b7cc-{t:012x}.jsonl"))
+    };
+    let scan = |store: &Store, args: &[&str]| {
+        let mut command = store.command(args);
+        command
+            .env("CODEX_HOME", &codex)
+            .env("CLAUDE_CONFIG_DIR", store.dir.path().join("no-claude"))
+            .env("HOME", store.dir.path())
+            .env("SPEX_HISTORY_CHUNK_BYTES", "16384")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        command
+    };
+    let mut lines = [0usize; 8];
+    for round in 0..5 {
+        for (t, count) in lines.iter_mut().enumerate().skip(1) {
+            let more = 50 + (next() % 200) as usize;
+            grow(&path(t), &format!("t{t}"), *count, more);
+            *count += more;
+        }
+        // The long one (about 2.5 MiB: 160 chunks of 16 KiB, `SPEX_HISTORY_CHUNK_BYTES`, forty
+        // transactions) appears in the fourth round and never changes after: a scan killed
+        // between two of its transactions leaves a row part way through it, which the next
+        // scan must continue although the file did not change.
+        if round == 3 {
+            grow(&path(0), "long", 0, 6_000);
+            lines[0] = 6_000;
+        }
+        for _ in 0..if round >= 3 { 6 } else { 3 } {
+            let mut child = scan(&store, &["index", "refresh"]).spawn().unwrap();
+            // A whole scan takes about 0.2 s here, 0.4 s with the long transcript new: kills
+            // land before, inside and after it.
+            let window = if round >= 3 { 300_000 } else { 400_000 };
+            std::thread::sleep(Duration::from_micros(next() % window));
+            let _ = child.kill();
+            child.wait().unwrap();
+        }
+    }
+    assert!(scan(&store, &["index", "refresh"]).status().unwrap().success());
+    let dump = |store: &Store| {
+        let output = scan(store, &["index", "dump"]).stdout(std::process::Stdio::piped()).output();
+        String::from_utf8(output.unwrap().stdout).unwrap()
+    };
+    let recovered = dump(&store);
+    assert!(scan(&store, &["index", "rebuild"]).status().unwrap().success());
+    assert_eq!(recovered, dump(&store), "seed {seed}");
+    let entries = recovered.lines().filter(|line| line.starts_with('('));
+    let last = format!("t7 line {} ", lines[7] - 1);
+    assert_eq!(entries.filter(|line| line.contains(&last)).count(), 1, "seed {seed}");
+}
+
 // Several processes refreshing at once while sends land: no update lost, nothing doubled.
 #[test]
 fn concurrent_refreshers_lose_nothing() {

@@ -52,7 +52,9 @@ pub use fold::TRUST_WATERMARK_MUTANT;
 pub use fold::{Folded, Watermark, fold};
 pub use query::{Filter, Hit, Row, SearchFilter, Sort, literal_query};
 pub use refresh::Refreshed;
-pub use transcripts::{HISTORY_CONTENT_VERSION, Scanned, Transcript};
+pub use transcripts::{
+    HISTORY_CONTENT_VERSION, Scanned, TRANSCRIPT_CHUNK_BYTES, TRANSCRIPT_CHUNK_ENV, Transcript,
+};
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
 pub const SCHEMA_VERSION: i64 = 5;
@@ -103,4 +105,6 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct Index {
     path: PathBuf,
     connection: Connection,
+    /// The most transcript bytes one read parses ([`Index::set_transcript_chunk`]).
+    transcript_chunk: u64,
 }

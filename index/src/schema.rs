@@ -42,7 +42,11 @@ impl Index {
         }
         // Derived data: a lost transaction is refolded from the logs, so NORMAL suffices.
         connection.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite)?;
-        let index = Index { path: path.clone(), connection };
+        let index = Index {
+            path: path.clone(),
+            connection,
+            transcript_chunk: crate::TRANSCRIPT_CHUNK_BYTES,
+        };
         index.ensure_schema()?;
         Ok(index)
     }

@@ -37,12 +37,16 @@ const PIN_BYTES: u64 = 4096;
 
 /// The most transcript bytes one read parses: a longer transcript is folded in chunks, its
 /// watermark advancing with each, so a scan's memory is bounded whatever a transcript's size.
-const CHUNK_BYTES: u64 = 8 << 20;
+pub const TRANSCRIPT_CHUNK_BYTES: u64 = 8 << 20;
 
-/// How many transcript bytes one transaction folds before it commits: small transcripts share a
+/// The environment variable that overrides [`TRANSCRIPT_CHUNK_BYTES`] (read by the caller, not
+/// here; tests set it small to stop scans between chunks).
+pub const TRANSCRIPT_CHUNK_ENV: &str = "SPEX_HISTORY_CHUNK_BYTES";
+
+/// How many chunks' bytes one transaction folds before it commits: small transcripts share a
 /// transaction (fewer, larger full-text segments to merge later), and another writer waits for
 /// at most one batch.
-const BATCH_BYTES: u64 = 32 << 20;
+const CHUNKS_PER_BATCH: u64 = 4;
 
 /// What a scan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -146,6 +150,12 @@ impl Index {
         Ok(scanned)
     }
 
+    /// Sets the most transcript bytes one read parses (at least 1; a transaction folds four
+    /// chunks' bytes).
+    pub fn set_transcript_chunk(&mut self, bytes: u64) {
+        self.transcript_chunk = bytes.max(1);
+    }
+
     /// Every transcript row, most recently active first.
     pub fn transcripts(&self) -> Result<Vec<Transcript>> {
         let mut statement = self
@@ -161,7 +171,7 @@ impl Index {
 
     /// Reads the transcripts of `work` in chunks on a second thread, planned from the rows as
     /// `scan_history` saw them, and folds each chunk on this one; transactions commit every
-    /// [`BATCH_BYTES`]. Returns the transcripts whose row moved meanwhile (another scan folded
+    /// [`CHUNKS_PER_BATCH`] chunks' bytes. Returns the transcripts whose row moved meanwhile (another scan folded
     /// them): their chunks were dropped unfolded.
     fn fold_read_ahead<'a>(
         &mut self,
@@ -171,6 +181,8 @@ impl Index {
         let index_path = self.path.clone();
         let sqlite = |source| Error::Sqlite { path: index_path.clone(), source };
         let connection = &mut self.connection;
+        let chunk_bytes = self.transcript_chunk;
+        let batch_bytes = chunk_bytes.saturating_mul(CHUNKS_PER_BATCH);
         std::thread::scope(|scope| {
             let (send, receive) = std::sync::mpsc::sync_channel::<Chunk<'a>>(2);
             scope.spawn(move || {
@@ -183,7 +195,7 @@ impl Index {
                             &mut parser,
                             from,
                             lines_before,
-                            CHUNK_BYTES,
+                            chunk_bytes,
                         );
                         let next = read.as_ref().ok().filter(|read| read.more);
                         let next = next.map(|read| (read.offset, read.lines));
@@ -205,7 +217,7 @@ impl Index {
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(sqlite)?;
                 let mut pending = 0u64;
-                while pending < BATCH_BYTES
+                while pending < batch_bytes
                     && let Some(chunk) = chunks.next()
                 {
                     let first = previous != Some(chunk.found.path.as_path());
@@ -277,7 +289,7 @@ impl Index {
                 &mut spex_history::Parser::new(found.harness),
                 from,
                 lines_before,
-                CHUNK_BYTES,
+                self.transcript_chunk,
             ) {
                 Ok(read) => read,
                 Err(error) if gone(&error) => return Ok(()),
@@ -638,6 +650,29 @@ mod tests {
                 },
             )
             .unwrap()
+    }
+
+    /// A scan stopped after its first transaction (killed) leaves a row part way through a
+    /// transcript; the transcript does not change after, yet the next scan continues the row
+    /// to the end (a row part way never reads as unchanged).
+    #[test]
+    fn a_row_part_way_is_continued_though_the_transcript_did_not_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+        let root = Root { harness: Harness::Codex, dir: fixtures.join("codex") };
+        let found = discover(std::slice::from_ref(&root)).unwrap();
+        let mut index = Index::open(dir.path()).unwrap();
+        let mut parser = spex_history::Parser::new(Harness::Codex);
+        let first = spex_history::read_chunk(&found[0].path, &mut parser, 0, 0, 512).unwrap();
+        assert!(first.more);
+        let transaction = index.connection.transaction().unwrap();
+        fold(&transaction, &found[0], 0, 0, &first).unwrap().unwrap();
+        transaction.commit().unwrap();
+        let scanned = index.scan_history(&found).unwrap();
+        let whole = spex_history::read_from(&found[0].path, Harness::Codex, 0, 0).unwrap();
+        assert_eq!(scanned.lines, whole.lines - first.lines, "continued from the row");
+        assert_eq!(index.transcripts().unwrap()[0].lines as u64, whole.lines);
     }
 
     /// Two scans of one index: the second folds an appended line while the first still plans

@@ -131,7 +131,7 @@ fn listed(
     let mut unreadable = Vec::new();
     match global.existing_store()? {
         Some(store) => {
-            let mut index = spex_index::Index::open(store.layout().root())?;
+            let mut index = crate::args::open_index(&store)?;
             let scanned = index.scan_history(found)?;
             unreadable = scanned.unreadable;
             let paths: std::collections::HashSet<String> =

@@ -43,7 +43,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             )
         })?,
     };
-    let mut index = spex_index::Index::open(store.layout().root())?;
+    let mut index = crate::args::open_index(&store)?;
     let refreshed = match args.command {
         Command::Refresh | Command::Rebuild => {
             let bar = crate::render::progress_bar("sessions folded");

@@ -606,7 +606,7 @@ impl Feed {
 fn start_stream(app: &App) -> anyhow::Result<(broadcast::Receiver<Arc<Value>>, Value)> {
     // Subscribe first: every change after the snapshot's refresh is then broadcast to us.
     let receiver = app.feed.subscribe(&app.store)?;
-    let mut index = spex_index::Index::open(app.store.layout().root())?;
+    let mut index = crate::args::open_index(&app.store)?;
     let reset = super::watch::snapshot(&app.store, &mut index)?;
     Ok((receiver, reset))
 }
@@ -691,7 +691,7 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 let app = stream.app.clone();
                 let reset = tokio::task::spawn_blocking(move || {
-                    let mut index = spex_index::Index::open(app.store.layout().root())?;
+                    let mut index = crate::args::open_index(&app.store)?;
                     super::watch::snapshot(&app.store, &mut index)
                 })
                 .await;

@@ -807,7 +807,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         }
         return Ok(Code::Ok);
     };
-    let mut index = spex_index::Index::open(store.layout().root())?;
+    let mut index = crate::args::open_index(&store)?;
     index.refresh(&store)?;
     let filter = spex_index::Filter {
         sort: match args.sort {
