@@ -54,6 +54,7 @@ fn world() -> &'static World {
             Arc::new(guard),
             Duration::from_secs(1),
             stopped,
+            Vec::new(),
         );
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");

@@ -318,3 +318,90 @@ fn the_store_names_more_transcript_roots() {
     assert_eq!(run.code(), 2);
     assert!(run.stderr().contains("history-sources:1: expected HARNESS=DIR"), "{}", run.stderr());
 }
+
+#[test]
+fn the_watch_stream_carries_history_sessions() {
+    use std::io::{BufRead as _, Write as _};
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "x"]).ok();
+    let homes = store.dir.path().join("homes");
+    copy_fixtures(&homes);
+    // The spex session names the Codex session and declares its work done: that history
+    // session reads as finished, linked.
+    let record = store.root().join("sessions/x/session.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    let text = text.replace("\"harness\": \"\"", "\"harness\": \"codex\"").replace(
+        "\"harness_session_id\": \"\"",
+        "\"harness_session_id\": \"019a2d7a-41c4-78b1-b7cc-a45d62a89cd5\"",
+    );
+    std::fs::write(&record, text).unwrap();
+    let done = store
+        .command(&["session", "done", "--propose", "merge", "--note", "deployed"])
+        .env("SPEX_SESSION_ID", "x")
+        .output()
+        .unwrap();
+    assert!(done.status.success());
+    let mut child = store
+        .command(&["--json", "watch", "--interval-ms", "100"])
+        .env("CLAUDE_CONFIG_DIR", homes.join("claude"))
+        .env("CODEX_HOME", homes.join("codex"))
+        .env("HOME", store.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(serde_json::from_str::<serde_json::Value>(&line).unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(30);
+    let reset = received.recv_timeout(wait).unwrap();
+    assert_eq!(reset["type"], "reset");
+    let history = reset["history"].as_array().unwrap();
+    assert_eq!(history.len(), 2, "{reset}");
+    assert_eq!(history[0]["harness"], "codex");
+    assert_eq!(history[0]["state"], "finished");
+    assert_eq!(history[0]["spexSession"], "x");
+    // A turn in progress in a transcript copied a moment ago: running.
+    assert_eq!(history[1]["state"], "running");
+    assert_eq!(history[1]["spexSession"], serde_json::Value::Null);
+    // Redacted as every surface: the Claude Code session's title names an API key.
+    assert!(reset.to_string().contains("[redacted:"), "{reset}");
+    assert!(!reset.to_string().contains("sk-ant-api03"), "{reset}");
+    // A line appended to a transcript: an update of its history session.
+    let codex = walk(&homes.join("codex")).remove(0);
+    let mut file = std::fs::OpenOptions::new().append(true).open(&codex).unwrap();
+    writeln!(
+        file,
+        r#"{{"timestamp":"2026-11-30T10:09:00.000Z","type":"response_item","payload":{{"type":"message","role":"user","content":[{{"type":"input_text","text":"and now the docs"}}]}}}}"#
+    )
+    .unwrap();
+    drop(file);
+    let mut version = reset["version"].as_i64().unwrap();
+    let update = loop {
+        let value = received.recv_timeout(wait).unwrap();
+        assert!(value["version"].as_i64().unwrap() > version, "versions increase: {value}");
+        version = value["version"].as_i64().unwrap();
+        if value["type"] == "update" && value.get("history").is_some() {
+            break value;
+        }
+    };
+    assert_eq!(update["history"]["harness"], "codex");
+    assert_eq!(update["history"]["lastActivity"], "2026-11-30T10:09:00.000Z");
+    // The transcript removed: a removal of its history session.
+    std::fs::remove_file(&codex).unwrap();
+    let removal = loop {
+        let value = received.recv_timeout(wait).unwrap();
+        if value["type"] == "remove" && value.get("history").is_some() {
+            break value;
+        }
+    };
+    assert_eq!(removal["history"]["id"], update["history"]["id"]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -4,6 +4,7 @@
 use rusqlite::params;
 
 use crate::query::row_of;
+use crate::transcripts::{History, TRANSCRIPT_COLUMNS, history_at};
 use crate::{Index, Result, Row};
 
 /// One change of the index, for watchers.
@@ -18,6 +19,17 @@ pub enum Change {
         /// The index version of the removal.
         version: i64,
     },
+    /// A history session (a harness transcript) changed or appeared.
+    History(Box<History>),
+    /// A history session's transcript is gone.
+    HistoryRemoved {
+        /// Its harness.
+        harness: String,
+        /// The harness's session id.
+        id: String,
+        /// The index version of the removal.
+        version: i64,
+    },
 }
 
 impl Change {
@@ -25,7 +37,17 @@ impl Change {
     pub fn version(&self) -> i64 {
         match self {
             Change::Updated(row) => row.version,
-            Change::Removed { version, .. } => *version,
+            Change::History(history) => history.version,
+            Change::Removed { version, .. } | Change::HistoryRemoved { version, .. } => *version,
+        }
+    }
+
+    /// The change as every surface shows it: a history session's texts redacted (see
+    /// [`History::shown`]).
+    pub fn shown(self, identity: &spex_history::Identity) -> Change {
+        match self {
+            Change::History(history) => Change::History(Box::new(history.shown(identity))),
+            other => other,
         }
     }
 
@@ -38,6 +60,13 @@ impl Change {
             Change::Removed { id, version } => {
                 serde_json::json!({ "type": "remove", "version": version, "id": id })
             }
+            Change::History(history) => serde_json::json!({
+                "type": "update", "version": history.version, "history": history.to_json(),
+            }),
+            Change::HistoryRemoved { harness, id, version } => serde_json::json!({
+                "type": "remove", "version": version,
+                "history": { "harness": harness, "id": id },
+            }),
         }
     }
 }
@@ -80,6 +109,66 @@ impl Index {
                 })
             })
             .map_err(|e| self.sqlite(e))?;
-        changes.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+        let mut changes: Vec<Change> =
+            changes.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?;
+        let mut statement = self
+            .connection
+            .prepare_cached(&format!(
+                "SELECT {TRANSCRIPT_COLUMNS}, t.change_version, t.removed, {LINK}
+                 FROM transcripts t WHERE t.change_version > ?1"
+            ))
+            .map_err(|e| self.sqlite(e))?;
+        let now_ns = now_ns();
+        let histories = statement
+            .query_map(params![version], |row| {
+                let history = history_at(row, now_ns)?;
+                let removed: bool = row.get(18)?;
+                Ok(if removed {
+                    Change::HistoryRemoved {
+                        harness: history.transcript.harness,
+                        id: history.transcript.id,
+                        version: history.version,
+                    }
+                } else {
+                    Change::History(Box::new(history))
+                })
+            })
+            .map_err(|e| self.sqlite(e))?;
+        for change in histories {
+            changes.push(change.map_err(|e| self.sqlite(e))?);
+        }
+        changes.sort_by_key(Change::version);
+        Ok(changes)
     }
+
+    /// Every history session (harness transcript), most recently active first, with the spex
+    /// session linked to it and where it stands now.
+    pub fn history(&self) -> Result<Vec<History>> {
+        let mut statement = self
+            .connection
+            .prepare_cached(&format!(
+                "SELECT {TRANSCRIPT_COLUMNS}, t.change_version, t.removed, {LINK}
+                 FROM transcripts t WHERE t.removed = 0
+                 ORDER BY COALESCE(t.last_activity, t.last_ts) DESC, t.id"
+            ))
+            .map_err(|e| self.sqlite(e))?;
+        let now_ns = now_ns();
+        let rows =
+            statement.query_map([], |row| history_at(row, now_ns)).map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
+    }
+}
+
+/// The spex session linked to a transcript row `t` (one naming its harness and thread), and its
+/// display word: the two columns after a row's version and removal.
+const LINK: &str = "(SELECT s.id FROM sessions s WHERE s.harness = t.harness AND s.thread = t.id
+                       AND s.removed = 0 ORDER BY s.id LIMIT 1),
+                    (SELECT s.display FROM sessions s WHERE s.harness = t.harness
+                       AND s.thread = t.id AND s.removed = 0 ORDER BY s.id LIMIT 1)";
+
+/// Now, in nanoseconds since the epoch.
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| i64::try_from(since.as_nanos()).unwrap_or(i64::MAX))
 }

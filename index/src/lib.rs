@@ -53,11 +53,12 @@ pub use fold::{Folded, Watermark, fold};
 pub use query::{Filter, Hit, Row, SearchFilter, Sort, literal_query};
 pub use refresh::Refreshed;
 pub use transcripts::{
-    HISTORY_CONTENT_VERSION, Scanned, TRANSCRIPT_CHUNK_BYTES, TRANSCRIPT_CHUNK_ENV, Transcript,
+    HISTORY_CONTENT_VERSION, History, Scanned, TRANSCRIPT_CHUNK_BYTES, TRANSCRIPT_CHUNK_ENV,
+    Transcript,
 };
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;

@@ -94,6 +94,8 @@ struct Upsert<'a> {
     pin: &'a str,
     log_mtime_ns: i64,
     record: (i64, i64),
+    /// The harness session the record names: its harness (as `spex_history` names it) and id.
+    thread: Option<(&'static str, &'a str)>,
 }
 
 /// The longest preview kept: the first line of a text, cut at a character boundary.
@@ -186,8 +188,10 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
     transaction.execute(
         "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
              last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
-             log_mtime_ns, record_len, record_mtime_ns, content_version, version, preview)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+             log_mtime_ns, record_len, record_mtime_ns, content_version, version, preview,
+             harness, thread)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                 ?19, ?20)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status,
              proposal = excluded.proposal, note = excluded.note,
              display = excluded.display, created_at = excluded.created_at,
@@ -197,7 +201,8 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
              cursor_pin = excluded.cursor_pin, log_mtime_ns = excluded.log_mtime_ns,
              record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
              content_version = excluded.content_version, version = excluded.version,
-             preview = excluded.preview, removed = 0",
+             preview = excluded.preview, removed = 0, harness = excluded.harness,
+             thread = excluded.thread",
         params![
             row.id,
             row.status,
@@ -217,6 +222,8 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
             CONTENT_VERSION,
             version,
             row.preview,
+            row.thread.map(|(harness, _)| harness),
+            row.thread.map(|(_, thread)| thread),
         ],
     )?;
     Ok(())
@@ -443,6 +450,9 @@ impl Index {
                 pin: &pin,
                 log_mtime_ns: stamp.newest_modified_ns as i64,
                 record,
+                thread: spex_history::Harness::parse(record_now.harness())
+                    .map(spex_history::Harness::name)
+                    .zip(record_now.harness_session_id().filter(|thread| !thread.is_empty())),
             },
         )
         .map_err(sqlite)?;
@@ -500,6 +510,7 @@ impl Index {
                 pin: "",
                 log_mtime_ns: 0,
                 record,
+                thread: None,
             },
         )
         .map_err(sqlite)?;

@@ -85,7 +85,9 @@ impl Index {
                      content_version INTEGER NOT NULL,
                      version INTEGER NOT NULL,
                      preview TEXT,
-                     removed INTEGER NOT NULL DEFAULT 0);
+                     removed INTEGER NOT NULL DEFAULT 0,
+                     harness TEXT, thread TEXT);
+                 CREATE INDEX sessions_thread ON sessions(harness, thread);
                  CREATE INDEX sessions_version ON sessions(version);
                  CREATE INDEX sessions_activity
                      ON sessions(COALESCE(last_activity, created_at));
@@ -103,7 +105,10 @@ impl Index {
                      cwd TEXT, version TEXT, branch TEXT, model TEXT,
                      first_ts TEXT, last_ts TEXT, last_activity TEXT, title TEXT,
                      content_version INTEGER NOT NULL,
-                     counts TEXT, unknown TEXT, signals TEXT);
+                     counts TEXT, unknown TEXT, signals TEXT,
+                     change_version INTEGER NOT NULL DEFAULT 0,
+                     removed INTEGER NOT NULL DEFAULT 0);
+                 CREATE INDEX transcripts_change ON transcripts(change_version);
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
                  INSERT INTO meta VALUES ('generation', 0);

@@ -96,8 +96,53 @@ pub struct Transcript {
 }
 
 /// The columns of a [`Transcript`], in [`transcript_of`]'s order.
-const TRANSCRIPT_COLUMNS: &str = "path, harness, id, size, cwd, version, branch, model, first_ts,
-    last_ts, last_activity, title, lines, modified_ns, counts, unknown, signals";
+pub(crate) const TRANSCRIPT_COLUMNS: &str = "path, harness, id, size, cwd, version, branch, model,
+    first_ts, last_ts, last_activity, title, lines, modified_ns, counts, unknown, signals";
+
+/// A history session as the watch stream carries it: its transcript's row, the spex session
+/// linked to it (a record naming its harness and thread), and where it stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct History {
+    pub transcript: Transcript,
+    /// The index version of its last change.
+    pub version: i64,
+    /// The linked spex session.
+    pub spex: Option<String>,
+    /// Where it stands, when it was read (a linked spex session that declared its work done
+    /// makes it finished).
+    pub state: spex_history::State,
+}
+
+impl History {
+    /// The history session with its title, project and path redacted (credentials and local
+    /// identity), as every surface shows it.
+    pub fn shown(mut self, identity: &spex_history::Identity) -> History {
+        let redact = |text: &mut String| *text = spex_history::redact(text, identity);
+        self.transcript.title.as_mut().map(redact);
+        self.transcript.cwd.as_mut().map(redact);
+        redact(&mut self.transcript.path);
+        self
+    }
+
+    /// The history session as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let t = &self.transcript;
+        serde_json::json!({
+            "harness": t.harness,
+            "id": t.id,
+            "title": t.title,
+            "project": t.cwd,
+            "path": t.path,
+            "first": t.first_ts,
+            "last": t.last_ts,
+            "lastActivity": t.last_activity,
+            "lines": t.lines,
+            "state": self.state.name(),
+            "spexSession": self.spex,
+            "version": self.version,
+        })
+    }
+}
 
 impl Index {
     /// Folds every transcript in `found` past its watermark, and drops the rows of transcripts
@@ -112,7 +157,7 @@ impl Index {
                 .connection
                 .prepare_cached(
                     "SELECT path, offset, lines, pin, size, modified_ns, content_version
-                     FROM transcripts",
+                     FROM transcripts WHERE removed = 0",
                 )
                 .map_err(|e| self.sqlite(e))?;
             let rows = statement
@@ -162,7 +207,8 @@ impl Index {
             .connection
             .prepare_cached(&format!(
                 "SELECT {TRANSCRIPT_COLUMNS}
-                 FROM transcripts ORDER BY COALESCE(last_activity, last_ts) DESC, id"
+                 FROM transcripts WHERE removed = 0
+                 ORDER BY COALESCE(last_activity, last_ts) DESC, id"
             ))
             .map_err(|e| self.sqlite(e))?;
         let rows = statement.query_map([], transcript_of).map_err(|e| self.sqlite(e))?;
@@ -265,7 +311,7 @@ impl Index {
             let seen = transaction
                 .query_row(
                     "SELECT offset, lines, pin, size, modified_ns, content_version
-                     FROM transcripts WHERE path = ?1",
+                     FROM transcripts WHERE path = ?1 AND removed = 0",
                     params![found.path.to_string_lossy()],
                     |row| {
                         Ok(Seen {
@@ -317,7 +363,7 @@ impl Index {
         let known: Vec<(String, String, String)> = {
             let mut statement = self
                 .connection
-                .prepare("SELECT path, harness, id FROM transcripts")
+                .prepare("SELECT path, harness, id FROM transcripts WHERE removed = 0")
                 .map_err(|e| self.sqlite(e))?;
             let rows = statement
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
@@ -341,7 +387,19 @@ impl Index {
             delete_content(&transaction, &harness, &id)
                 .and_then(|()| {
                     transaction
-                        .execute("DELETE FROM transcripts WHERE path = ?1", params![path])
+                        .execute(
+                            "UPDATE transcripts SET removed = 1,
+                                 change_version =
+                                     (SELECT value + 1 FROM meta WHERE key = 'version')
+                             WHERE path = ?1",
+                            params![path],
+                        )
+                        .and_then(|_| {
+                            transaction.execute(
+                                "UPDATE meta SET value = value + 1 WHERE key = 'version'",
+                                [],
+                            )
+                        })
                         .map(drop)
                 })
                 .and_then(|()| transaction.commit())
@@ -419,7 +477,7 @@ fn fold(
         .query_row(
             &format!(
                 "SELECT offset, content_version, {TRANSCRIPT_COLUMNS}
-                 FROM transcripts WHERE path = ?1"
+                 FROM transcripts WHERE path = ?1 AND removed = 0"
             ),
             params![path_text],
             |row| Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)?, transcript_at(row, 2)?)),
@@ -519,12 +577,17 @@ fn fold(
     // row folded part way is not "unchanged" to the next scan.
     let (size, modified_ns) = if read.more { (-1, -1) } else { (size, found.modified_ns) };
     let pinned = pin(&found.path, read.offset).unwrap_or_default();
+    let version: i64 = transaction.query_row(
+        "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
+        [],
+        |row| row.get(0),
+    )?;
     transaction.execute(
         "INSERT INTO transcripts(path, harness, id, offset, lines, pin, size, modified_ns,
              cwd, version, branch, model, first_ts, last_ts, last_activity, title,
-             content_version, counts, unknown, signals)
+             content_version, counts, unknown, signals, change_version, removed)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                 ?19, ?20)
+                 ?19, ?20, ?21, 0)
          ON CONFLICT(path) DO UPDATE SET harness = excluded.harness, id = excluded.id,
              offset = excluded.offset, lines = excluded.lines, pin = excluded.pin,
              size = excluded.size, modified_ns = excluded.modified_ns,
@@ -532,7 +595,8 @@ fn fold(
              model = excluded.model, first_ts = excluded.first_ts,
              last_ts = excluded.last_ts, last_activity = excluded.last_activity,
              title = excluded.title, content_version = excluded.content_version,
-             counts = excluded.counts, unknown = excluded.unknown, signals = excluded.signals",
+             counts = excluded.counts, unknown = excluded.unknown, signals = excluded.signals,
+             change_version = excluded.change_version, removed = 0",
         params![
             path_text,
             source,
@@ -554,6 +618,7 @@ fn fold(
             serde_json::to_string(&transcript.counts).unwrap_or_default(),
             serde_json::to_string(&transcript.unknown).unwrap_or_default(),
             transcript.signals.encode(),
+            version,
         ],
     )?;
     Ok(Some(Folded { reset, lines: read.lines - lines_before }))
@@ -590,6 +655,17 @@ fn title_of(text: &str) -> String {
 
 fn transcript_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Transcript> {
     transcript_at(row, 0)
+}
+
+/// A [`History`] from [`TRANSCRIPT_COLUMNS`], the row's version and removal, and its link (the
+/// linked session's id and display word); its state as of `now_ns`.
+pub(crate) fn history_at(row: &rusqlite::Row<'_>, now_ns: i64) -> rusqlite::Result<History> {
+    let transcript = transcript_at(row, 0)?;
+    let display: Option<String> = row.get(20)?;
+    let finished =
+        display.is_some_and(|d| matches!(d.as_str(), "done" | "review" | "close-pending"));
+    let state = transcript.signals.state(transcript.modified_ns, now_ns, finished);
+    Ok(History { version: row.get(17)?, spex: row.get(19)?, state, transcript })
 }
 
 /// A [`Transcript`] from [`TRANSCRIPT_COLUMNS`], starting at column `at`. Counts or signals that
@@ -636,7 +712,8 @@ mod tests {
         index
             .connection
             .query_row(
-                "SELECT offset, lines, pin, size, modified_ns, content_version FROM transcripts",
+                "SELECT offset, lines, pin, size, modified_ns, content_version FROM transcripts
+                 WHERE removed = 0",
                 [],
                 |row| {
                     Ok(Seen {

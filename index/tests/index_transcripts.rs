@@ -188,3 +188,53 @@ fn an_unreadable_transcript_is_named_and_the_scan_goes_on() {
     assert_eq!(scanned.unreadable[0].0, bad);
     assert_eq!(index.transcripts().unwrap().len(), 1);
 }
+
+#[test]
+fn history_sessions_reach_the_change_feed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, path) = codex_home(dir.path(), 13);
+    index.scan_history(&found(&root)).unwrap();
+    let history = |changes: &[spex_index::Change]| -> Vec<(String, i64)> {
+        changes
+            .iter()
+            .filter_map(|change| match change {
+                spex_index::Change::History(h) => {
+                    Some((format!("update {}", h.transcript.lines), h.version))
+                }
+                spex_index::Change::HistoryRemoved { id, version, .. } => {
+                    Some((format!("remove {id}"), *version))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let first = history(&index.changes_since(0).unwrap());
+    assert_eq!(first.iter().map(|(what, _)| what.as_str()).collect::<Vec<_>>(), ["update 13"]);
+    let version = index.version().unwrap();
+    assert!(index.changes_since(version).unwrap().is_empty(), "an unchanged scan changes nothing");
+    let text = std::fs::read_to_string(fixture("codex")).unwrap();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    writeln!(file, "{}", text.lines().nth(13).unwrap()).unwrap();
+    drop(file);
+    index.scan_history(&found(&root)).unwrap();
+    let grown = history(&index.changes_since(version).unwrap());
+    assert_eq!(grown.len(), 1);
+    assert_eq!(grown[0].0, "update 14");
+    assert!(grown[0].1 > version);
+    assert_eq!(index.history().unwrap()[0].transcript.lines, 14);
+    std::fs::remove_file(&path).unwrap();
+    index.scan_history(&found(&root)).unwrap();
+    let removed = history(&index.changes_since(grown[0].1).unwrap());
+    assert_eq!(
+        removed,
+        [("remove 019a2d7a-41c4-78b1-b7cc-a45d62a89cd5".to_owned(), grown[0].1 + 1)]
+    );
+    assert!(index.history().unwrap().is_empty());
+    // Back again: a new row, read from its start.
+    std::fs::write(&path, text.split_inclusive('\n').take(13).collect::<String>()).unwrap();
+    let again = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((again.read, again.lines), (1, 13));
+    assert_eq!(search(&index, "connections").len(), 0);
+    assert_eq!(index.history().unwrap().len(), 1);
+}

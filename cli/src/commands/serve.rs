@@ -125,6 +125,10 @@ struct App {
     store: Arc<Store<RealFs>>,
     feed: Arc<Feed>,
     stop: watch::Receiver<bool>,
+    /// Where harness transcripts are found (the watch stream carries their sessions).
+    roots: Arc<Vec<spex_history::Root>>,
+    /// Whose identity redaction hides.
+    identity: Arc<spex_history::Identity>,
 }
 
 async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyhow::Result<()> {
@@ -147,7 +151,8 @@ async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyho
         wait_for_signal().await;
         let _ignored = stopping.send(true);
     });
-    let router = router(store, guard, args.read_timeout, stop.clone());
+    let roots = crate::args::history_roots(global, &[])?;
+    let router = router(store, guard, args.read_timeout, stop.clone(), roots);
 
     let http = connection_builder(args.read_timeout);
     let slots = Arc::new(tokio::sync::Semaphore::new(args.max_connections as usize));
@@ -227,8 +232,15 @@ pub(crate) fn router(
     guard: Arc<Guard>,
     read_timeout: Duration,
     stop: watch::Receiver<bool>,
+    roots: Vec<spex_history::Root>,
 ) -> Router {
-    let app = App { store, feed: Arc::new(Feed::default()), stop };
+    let app = App {
+        store,
+        feed: Arc::new(Feed::default()),
+        stop,
+        roots: Arc::new(roots),
+        identity: Arc::new(spex_history::Identity::of_this_machine()),
+    };
     Router::new()
         .route("/api/sessions", get(sessions))
         .route("/api/search", get(search))
@@ -559,13 +571,14 @@ impl Feed {
     fn subscribe(
         &self,
         store: &Arc<Store<RealFs>>,
+        roots: &[spex_history::Root],
     ) -> anyhow::Result<broadcast::Receiver<Arc<Value>>> {
         let mut running = self.running.lock().map_err(|_| anyhow::anyhow!("the feed panicked"))?;
         if let Some(sender) = running.as_ref() {
             return Ok(sender.subscribe());
         }
         let (mut watch, _reset) =
-            super::watch::Watch::start(Arc::clone(store), Duration::from_secs(1))?;
+            super::watch::Watch::start(Arc::clone(store), Duration::from_secs(1), roots.to_vec())?;
         let (sender, receiver) = broadcast::channel(FEED_BACKLOG);
         *running = Some(sender.clone());
         let slot = Arc::clone(&self.running);
@@ -605,9 +618,9 @@ impl Feed {
 /// A subscription and the reset snapshot it starts from (blocking).
 fn start_stream(app: &App) -> anyhow::Result<(broadcast::Receiver<Arc<Value>>, Value)> {
     // Subscribe first: every change after the snapshot's refresh is then broadcast to us.
-    let receiver = app.feed.subscribe(&app.store)?;
+    let receiver = app.feed.subscribe(&app.store, &app.roots)?;
     let mut index = crate::args::open_index(&app.store)?;
-    let reset = super::watch::snapshot(&app.store, &mut index)?;
+    let reset = super::watch::snapshot(&app.store, &mut index, &app.roots, &app.identity)?;
     Ok((receiver, reset))
 }
 
@@ -692,7 +705,7 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
                 let app = stream.app.clone();
                 let reset = tokio::task::spawn_blocking(move || {
                     let mut index = crate::args::open_index(&app.store)?;
-                    super::watch::snapshot(&app.store, &mut index)
+                    super::watch::snapshot(&app.store, &mut index, &app.roots, &app.identity)
                 })
                 .await;
                 match reset {

@@ -1,16 +1,21 @@
 //! `spex watch`: the session list as a stream (NDJSON here, server-sent events over HTTP).
 //!
-//! The stream starts with a reset snapshot `{"type":"reset","version":V,"sessions":[...]}`,
-//! then increments `{"type":"update","version":W,"session":{...}}` and
-//! `{"type":"remove","version":W,"id":"..."}` with strictly increasing versions. Consumer rule:
+//! The stream starts with a reset snapshot
+//! `{"type":"reset","version":V,"sessions":[...],"history":[...]}`, then increments
+//! `{"type":"update","version":W,"session":{...}}` and `{"type":"remove","version":W,"id":"..."}`
+//! for spex sessions, `{"type":"update","version":W,"history":{...}}` and
+//! `{"type":"remove","version":W,"history":{"harness":"...","id":"..."}}` for history sessions
+//! (harness transcripts, redacted), all with strictly increasing versions. Consumer rule:
 //! on a reset, replace everything you hold; apply an increment only if its version is newer than
 //! the last one applied. A rebuild of the index sends a new reset.
 //!
 //! On a terminal (without `--json`), the stream is not printed: it is applied by that rule to
 //! the session table, which is redrawn in place.
 //!
-//! Driven by filesystem notifications on the sessions directory (inotify), with a polling
-//! fallback (every `--interval-ms`) that also catches what notifications miss.
+//! Driven by filesystem notifications on the sessions directory and the transcript roots
+//! (inotify), with a polling fallback (every `--interval-ms`) that also catches what
+//! notifications miss. A history session's state is as of its last change: the stream carries
+//! no increment when only time passes (running turning into unfinished).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
@@ -40,6 +45,10 @@ pub(crate) struct Args {
 pub(crate) struct Watch {
     store: Arc<Store<RealFs>>,
     index: Index,
+    /// Where harness transcripts are found.
+    roots: Vec<spex_history::Root>,
+    /// Whose identity redaction hides.
+    identity: spex_history::Identity,
     version: i64,
     generation: i64,
     interval: Duration,
@@ -59,6 +68,7 @@ impl Watch {
     pub(crate) fn start(
         store: Arc<Store<RealFs>>,
         interval: Duration,
+        roots: Vec<spex_history::Root>,
     ) -> anyhow::Result<(Watch, Value)> {
         let (sender, notified) = channel();
         let notifier = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -72,6 +82,13 @@ impl Watch {
             watcher
                 .watch(&store.layout().sessions_dir(), notify::RecursiveMode::Recursive)
                 .map(|()| watcher)
+        })
+        .map(|mut watcher| {
+            // A transcript root that does not exist (yet) is found by the polling.
+            for root in &roots {
+                let _absent = watcher.watch(&root.dir, notify::RecursiveMode::Recursive);
+            }
+            watcher
         });
         let notifier = match notifier {
             Ok(watcher) => Some(watcher),
@@ -80,10 +97,12 @@ impl Watch {
                 None
             }
         };
-        let index = Index::open(store.layout().root())?;
+        let index = crate::args::open_index(&store)?;
         let mut watch = Watch {
             store,
             index,
+            roots,
+            identity: spex_history::Identity::of_this_machine(),
             version: 0,
             generation: 0,
             interval,
@@ -95,7 +114,7 @@ impl Watch {
     }
 
     fn reset(&mut self) -> anyhow::Result<Value> {
-        let reset = snapshot(&self.store, &mut self.index)?;
+        let reset = snapshot(&self.store, &mut self.index, &self.roots, &self.identity)?;
         self.version = reset["version"].as_i64().unwrap_or(0);
         self.generation = self.index.generation()?;
         Ok(reset)
@@ -112,6 +131,7 @@ impl Watch {
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
             self.index.refresh(&self.store)?;
+            self.index.scan_history(&spex_history::discover(&self.roots)?)?;
             if self.index.generation()? != self.generation {
                 return Ok(vec![self.reset()?]);
             }
@@ -119,9 +139,9 @@ impl Watch {
             if let Some(last) = changes.last() {
                 self.version = last.version();
                 return Ok(changes
-                    .iter()
+                    .into_iter()
                     .map(|change| {
-                        let mut value = change.to_json();
+                        let mut value = change.shown(&self.identity).to_json();
                         if let Some(map) = value.as_object_mut() {
                             map.insert("schema".to_owned(), SCHEMA_VERSION.into());
                         }
@@ -136,17 +156,29 @@ impl Watch {
     }
 }
 
-/// The reset snapshot of `store` through `index` (refreshed first): every session, and the
+/// The reset snapshot of `store` through `index` (refreshed first, and the transcripts under
+/// `roots` scanned): every session, every history session (redacted for `identity`), and the
 /// version an increment must be newer than to apply.
-pub(crate) fn snapshot(store: &Store<RealFs>, index: &mut Index) -> anyhow::Result<Value> {
+pub(crate) fn snapshot(
+    store: &Store<RealFs>,
+    index: &mut Index,
+    roots: &[spex_history::Root],
+    identity: &spex_history::Identity,
+) -> anyhow::Result<Value> {
     index.refresh(store)?;
+    index.scan_history(&spex_history::discover(roots)?)?;
     let version = index.version()?;
     let rows = index.sessions(&Filter { sort: Sort::Activity, status: None, all: true })?;
+    let history = index.history()?;
     Ok(json!({
         "schema": SCHEMA_VERSION,
         "type": "reset",
         "version": version,
         "sessions": rows.iter().map(spex_index::Row::to_json).collect::<Vec<_>>(),
+        "history": history
+            .into_iter()
+            .map(|history| history.shown(identity).to_json())
+            .collect::<Vec<_>>(),
     }))
 }
 
@@ -159,7 +191,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     };
     let store = Arc::new(store);
     let interval = Duration::from_millis(args.interval_ms.max(10));
-    let (mut watch, reset) = Watch::start(Arc::clone(&store), interval)?;
+    let roots = crate::args::history_roots(global, &[])?;
+    let (mut watch, reset) = Watch::start(Arc::clone(&store), interval, roots)?;
     if !global.json && std::io::stdout().is_terminal() {
         return live_table(&store, &mut watch, reset, global);
     }
@@ -310,12 +343,26 @@ fn changes_something(kind: &notify::EventKind) -> bool {
 /// One increment for a terminal.
 fn render(value: &Value) -> String {
     match value["type"].as_str() {
-        Some("update") => format!(
+        Some("update") if value.get("session").is_some() => format!(
             "v{} {} {} {}",
             value["version"],
             value["session"]["id"].as_str().unwrap_or("?"),
             value["session"]["state"]["display"].as_str().unwrap_or("?"),
             value["session"]["lastActivity"].as_str().unwrap_or("-"),
+        ),
+        Some("update") if value.get("history").is_some() => format!(
+            "v{} {} {} {} {}",
+            value["version"],
+            value["history"]["harness"].as_str().unwrap_or("?"),
+            value["history"]["id"].as_str().unwrap_or("?"),
+            value["history"]["state"].as_str().unwrap_or("?"),
+            value["history"]["lastActivity"].as_str().unwrap_or("-"),
+        ),
+        Some("remove") if value.get("history").is_some() => format!(
+            "v{} {} {} removed",
+            value["version"],
+            value["history"]["harness"].as_str().unwrap_or("?"),
+            value["history"]["id"].as_str().unwrap_or("?")
         ),
         Some("remove") => {
             format!("v{} {} removed", value["version"], value["id"].as_str().unwrap_or("?"))
