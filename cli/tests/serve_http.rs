@@ -481,3 +481,53 @@ fn idle_event_streams_do_not_spin() {
     let used = common::cpu_ticks(pid) - before;
     assert!(used <= 15, "four idle streams used {used} ticks in {window:?}");
 }
+
+// Harness transcripts over HTTP: the history sessions, one session's events (paged from its
+// end), and search over what an agent answered, all redacted. The transcript roots come from the
+// store's `history-sources` file.
+#[test]
+fn history_sessions_are_served_redacted() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+    std::fs::write(
+        store.root().join("history-sources"),
+        format!(
+            "codex={}\nclaude={}\n",
+            fixtures.join("codex").display(),
+            fixtures.join("claude").display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&store);
+    let (status, listed) = server.get("/api/history");
+    assert_eq!(status, 200, "{listed}");
+    let ids: Vec<&str> =
+        listed["history"].as_array().unwrap().iter().filter_map(|h| h["id"].as_str()).collect();
+    let codex = "019a2d7a-41c4-78b1-b7cc-a45d62a89cd5";
+    assert!(ids.contains(&codex) && ids.contains(&"7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90"));
+    assert!(!listed.to_string().contains("sk-ant-api03"), "titles are redacted: {listed}");
+    // The last three events: the person's message with a password in a URL, the abort, and an
+    // unknown record.
+    let (status, page) = server.get(&format!("/api/history/codex/{codex}?limit=3"));
+    assert_eq!(status, 200, "{page}");
+    let events = page["events"].as_array().unwrap();
+    assert_eq!(events.len(), 3);
+    assert_eq!(page["more"], true);
+    assert!(page.to_string().contains("[redacted:password]"), "{page}");
+    assert!(!page.to_string().contains("hunter2"), "{page}");
+    // The page before it ends where this one starts.
+    let first = events[0]["line"].as_u64().unwrap();
+    let (_, older) = server.get(&format!("/api/history/codex/{codex}?limit=2&before={first}"));
+    let older = older["events"].as_array().unwrap();
+    assert!(older.iter().all(|event| event["line"].as_u64().unwrap() < first));
+    assert_eq!(older.len(), 2);
+    let (status, hits) = server.get("/api/search?q=connections");
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits["hits"][0]["source"], "codex", "{hits}");
+    assert_eq!(hits["hits"][0]["side"], "agent", "{hits}");
+    assert_eq!(server.get("/api/history/codex/nobody").0, 404);
+    assert_eq!(server.get(&format!("/api/history/gemini/{codex}")).0, 404);
+    assert_eq!(server.get(&format!("/api/history/codex/{codex}?limit=x")).0, 400);
+}

@@ -94,7 +94,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let transcript = resolve(&found, &show.id)?;
             let (summary, events) = spex_history::summarize(transcript)?;
             if global.json {
-                let events: Vec<_> = events.iter().map(|event| event_json(event, &shown)).collect();
+                let events: Vec<_> =
+                    events.iter().map(|event| render::event_json(event, &shown)).collect();
                 let mut document =
                     Listed::of(&summary, State::Unknown { missing: "listing" }).to_json(&shown);
                 if let Some(map) = document.as_object_mut() {
@@ -428,26 +429,4 @@ fn list(
         .collect();
     render::out!("{}", render::table(&header, &rows, render::terminal_columns()))?;
     Ok(Code::Ok)
-}
-
-fn event_json(event: &spex_history::Event, shown: &dyn Fn(&str) -> String) -> serde_json::Value {
-    use spex_history::{Kind, Lifecycle};
-    let mut value = json!({ "ts": event.ts, "line": event.line, "kind": event.kind.name() });
-    let extra = match &event.kind {
-        Kind::User { text } | Kind::Assistant { text } => json!({ "text": shown(text) }),
-        Kind::ToolCall { name, summary } => json!({ "tool": name, "input": shown(summary) }),
-        Kind::ToolResult { ok, bytes } => json!({ "ok": ok, "bytes": bytes }),
-        Kind::Usage { model, input, output, cache_read, cache_write } => json!({
-            "model": model, "input": input, "output": output,
-            "cacheRead": cache_read, "cacheWrite": cache_write,
-        }),
-        Kind::Lifecycle(Lifecycle::Summary { text }) => json!({ "text": shown(text) }),
-        Kind::Lifecycle(Lifecycle::Aborted { reason }) => json!({ "reason": reason }),
-        Kind::Lifecycle(_) => json!({}),
-        Kind::Unknown { kind } => json!({ "raw": kind }),
-    };
-    if let (Some(map), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
-        map.extend(extra.clone());
-    }
-    value
 }

@@ -247,6 +247,8 @@ pub(crate) fn router(
         .route("/api/watch", get(watch_stream))
         .route("/api/sessions/{id}/timeline", get(timeline))
         .route("/api/sessions/{id}/input", post(input))
+        .route("/api/history", get(history_list))
+        .route("/api/history/{harness}/{id}", get(history_events))
         .method_not_allowed_fallback(|uri: Uri| async move {
             Reply::error(405, format!("method not allowed on {}", uri.path()))
         })
@@ -320,7 +322,20 @@ async fn sessions(State(app): State<App>) -> Reply {
 }
 
 async fn search(State(app): State<App>, RawQuery(query): RawQuery) -> Reply {
-    blocking(move || search_blocking(&app.store, query.as_deref().unwrap_or(""))).await
+    blocking(move || search_blocking(&app, query.as_deref().unwrap_or(""))).await
+}
+
+async fn history_list(State(app): State<App>) -> Reply {
+    blocking(move || history_blocking(&app)).await
+}
+
+async fn history_events(
+    State(app): State<App>,
+    Path((harness, id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Reply {
+    blocking(move || history_events_blocking(&app, &harness, &id, query.as_deref().unwrap_or("")))
+        .await
 }
 
 async fn timeline(
@@ -409,6 +424,86 @@ fn fresh_index(store: &Store<RealFs>) -> Result<spex_index::Index, Reply> {
     Ok(index)
 }
 
+/// The index of the app's store, refreshed, with the transcripts under its roots scanned.
+fn fresh_index_with_history(app: &App) -> Result<spex_index::Index, Reply> {
+    let mut index = fresh_index(&app.store)?;
+    let found =
+        spex_history::discover(&app.roots).map_err(|error| Reply::error(500, error.to_string()))?;
+    index.scan_history(&found).map_err(|error| index_error(&error))?;
+    Ok(index)
+}
+
+/// `GET /api/history`: every history session (harness transcript), as the watch stream's reset
+/// carries them.
+fn history_blocking(app: &App) -> Reply {
+    let index = match fresh_index_with_history(app) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    match index.history() {
+        Ok(history) => Reply::ok(json!({
+            "history": history
+                .into_iter()
+                .map(|history| history.shown(&app.identity).to_json())
+                .collect::<Vec<_>>(),
+        })),
+        Err(error) => index_error(&error),
+    }
+}
+
+/// `GET /api/history/:harness/:id[?limit=N&before=LINE]`: a history session's events, redacted,
+/// the last `limit` (default 500) of those before transcript line `before` (default: the end);
+/// `more` says whether older ones remain.
+fn history_events_blocking(app: &App, harness: &str, id: &str, query: &str) -> Reply {
+    let mut limit = 500;
+    let mut before = u64::MAX;
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        let number = value.parse::<u64>();
+        match (name.as_ref(), number) {
+            ("limit", Ok(value)) if value <= TIMELINE_LIMIT_MAX as u64 => limit = value as usize,
+            ("before", Ok(value)) => before = value,
+            ("limit" | "before", _) => {
+                return Reply::error(400, format!("{name} {value:?} is not a number in range"));
+            }
+            (other, _) => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    let Some(harness) = spex_history::Harness::parse(harness) else {
+        return Reply::error(404, format!("no harness {harness:?} (claude or codex)"));
+    };
+    let index = match fresh_index_with_history(app) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    let rows = match index.history() {
+        Ok(rows) => rows,
+        Err(error) => return index_error(&error),
+    };
+    let Some(row) = rows
+        .into_iter()
+        .find(|row| row.transcript.harness == harness.name() && row.transcript.id == id)
+    else {
+        return Reply::error(404, "no such history session");
+    };
+    let read =
+        match spex_history::read_from(std::path::Path::new(&row.transcript.path), harness, 0, 0) {
+            Ok(read) => read,
+            Err(error) => return Reply::error(500, error.to_string()),
+        };
+    let shown = |text: &str| spex_history::redact(text, &app.identity);
+    let earlier: Vec<&spex_history::Event> =
+        read.events.iter().filter(|event| event.line < before).collect();
+    let from = earlier.len().saturating_sub(limit);
+    Reply::ok(json!({
+        "history": row.shown(&app.identity).to_json(),
+        "more": from > 0,
+        "events": earlier[from..]
+            .iter()
+            .map(|event| crate::render::event_json(event, &shown))
+            .collect::<Vec<_>>(),
+    }))
+}
+
 fn list(store: &Store<RealFs>) -> Reply {
     let index = match fresh_index(store) {
         Ok(index) => index,
@@ -423,7 +518,7 @@ fn list(store: &Store<RealFs>) -> Reply {
     }
 }
 
-fn search_blocking(store: &Store<RealFs>, query: &str) -> Reply {
+fn search_blocking(app: &App, query: &str) -> Reply {
     let mut q = None;
     let mut filter = spex_index::SearchFilter { limit: 20, ..spex_index::SearchFilter::default() };
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -447,16 +542,19 @@ fn search_blocking(store: &Store<RealFs>, query: &str) -> Reply {
         }
     }
     let Some(q) = q else { return Reply::error(400, "missing q") };
-    let index = match fresh_index(store) {
+    // The transcripts too, so what an agent answered is found.
+    let index = match fresh_index_with_history(app) {
         Ok(index) => index,
         Err(reply) => return reply,
     };
     // Transcript snippets are redacted as every surface shows them.
-    let identity = spex_history::Identity::of_this_machine();
     match index.search(&q, &filter) {
         Ok(hits) => Reply::ok(json!({
             "query": q,
-            "hits": hits.into_iter().map(|hit| hit.shown(&identity).to_json()).collect::<Vec<_>>(),
+            "hits": hits
+                .into_iter()
+                .map(|hit| hit.shown(&app.identity).to_json())
+                .collect::<Vec<_>>(),
         })),
         Err(error) => index_error(&error),
     }
