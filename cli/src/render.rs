@@ -628,6 +628,38 @@ impl HistoryView {
     }
 }
 
+/// One transcript event as JSON (`spex history show --json`, the HTTP history), its texts
+/// through `shown`.
+pub(crate) fn event_json(
+    event: &spex_history::Event,
+    shown: &dyn Fn(&str) -> String,
+) -> serde_json::Value {
+    use spex_history::{Kind, Lifecycle};
+    let mut value =
+        serde_json::json!({ "ts": event.ts, "line": event.line, "kind": event.kind.name() });
+    let extra = match &event.kind {
+        Kind::User { text } | Kind::Assistant { text } => {
+            serde_json::json!({ "text": shown(text) })
+        }
+        Kind::ToolCall { name, summary } => {
+            serde_json::json!({ "tool": name, "input": shown(summary) })
+        }
+        Kind::ToolResult { ok, bytes } => serde_json::json!({ "ok": ok, "bytes": bytes }),
+        Kind::Usage { model, input, output, cache_read, cache_write } => serde_json::json!({
+            "model": model, "input": input, "output": output,
+            "cacheRead": cache_read, "cacheWrite": cache_write,
+        }),
+        Kind::Lifecycle(Lifecycle::Summary { text }) => serde_json::json!({ "text": shown(text) }),
+        Kind::Lifecycle(Lifecycle::Aborted { reason }) => serde_json::json!({ "reason": reason }),
+        Kind::Lifecycle(_) => serde_json::json!({}),
+        Kind::Unknown { kind } => serde_json::json!({ "raw": kind }),
+    };
+    if let (Some(map), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+        map.extend(extra.clone());
+    }
+    value
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,36 +712,4 @@ mod tests {
         assert_eq!(first_line("one\n\n"), "one");
         assert_eq!(stored_ts(now), "2026-12-01T12:00:00.000Z");
     }
-}
-
-/// One transcript event as JSON (`spex history show --json`, the HTTP history), its texts
-/// through `shown`.
-pub(crate) fn event_json(
-    event: &spex_history::Event,
-    shown: &dyn Fn(&str) -> String,
-) -> serde_json::Value {
-    use spex_history::{Kind, Lifecycle};
-    let mut value =
-        serde_json::json!({ "ts": event.ts, "line": event.line, "kind": event.kind.name() });
-    let extra = match &event.kind {
-        Kind::User { text } | Kind::Assistant { text } => {
-            serde_json::json!({ "text": shown(text) })
-        }
-        Kind::ToolCall { name, summary } => {
-            serde_json::json!({ "tool": name, "input": shown(summary) })
-        }
-        Kind::ToolResult { ok, bytes } => serde_json::json!({ "ok": ok, "bytes": bytes }),
-        Kind::Usage { model, input, output, cache_read, cache_write } => serde_json::json!({
-            "model": model, "input": input, "output": output,
-            "cacheRead": cache_read, "cacheWrite": cache_write,
-        }),
-        Kind::Lifecycle(Lifecycle::Summary { text }) => serde_json::json!({ "text": shown(text) }),
-        Kind::Lifecycle(Lifecycle::Aborted { reason }) => serde_json::json!({ "reason": reason }),
-        Kind::Lifecycle(_) => serde_json::json!({}),
-        Kind::Unknown { kind } => serde_json::json!({ "raw": kind }),
-    };
-    if let (Some(map), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
-        map.extend(extra.clone());
-    }
-    value
 }
