@@ -40,6 +40,8 @@ fn history_lists_every_harness_session_by_last_activity() {
     let sessions = document["sessions"].as_array().unwrap();
     assert_eq!(sessions[0]["lastActivity"], "2026-11-30T10:06:00.000Z");
     assert_eq!(sessions[0]["harnessVersion"], "0.58.0");
+    assert_eq!(sessions[0]["format"], "codex-rollout-jsonl");
+    assert_eq!(sessions[1]["format"], "claude-code-jsonl");
     assert_eq!(sessions[1]["project"], "/home/dev/shop");
     assert_eq!(sessions[1]["unknown"]["file-history-snapshot"], 1, "unknown kinds are counted");
     // Where each stands: the Codex turn was interrupted by the person (their move is next); the

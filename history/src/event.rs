@@ -18,6 +18,15 @@ impl Harness {
         }
     }
 
+    /// The transcript format this harness writes: JSON lines, Claude Code's session records or
+    /// the Codex CLI's rollout records.
+    pub const fn format(self) -> &'static str {
+        match self {
+            Harness::ClaudeCode => "claude-code-jsonl",
+            Harness::Codex => "codex-rollout-jsonl",
+        }
+    }
+
     /// Parses a harness name (`claude`, `claude-code`, `codex`).
     pub fn parse(name: &str) -> Option<Harness> {
         match name {

@@ -178,13 +178,22 @@ pub(crate) fn delete_content(
     Ok(())
 }
 
+/// Takes the next change version (inside the caller's transaction). Two statements, not an
+/// `UPDATE ... RETURNING`: a statement with RETURNING opens a statement journal, and with it a
+/// savepoint at which FTS5 writes out every term it holds in memory, so a fold of many texts
+/// would write one small segment per row update instead of one per transaction.
+pub(crate) fn next_version(transaction: &rusqlite::Transaction<'_>) -> rusqlite::Result<i64> {
+    transaction
+        .prepare_cached("UPDATE meta SET value = value + 1 WHERE key = 'version'")?
+        .execute([])?;
+    transaction
+        .prepare_cached("SELECT value FROM meta WHERE key = 'version'")?
+        .query_row([], |row| row.get(0))
+}
+
 /// Writes one session row under the next change version (inside the caller's transaction).
 fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite::Result<()> {
-    let version: i64 = transaction.query_row(
-        "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
-        [],
-        |row| row.get(0),
-    )?;
+    let version = next_version(transaction)?;
     transaction.execute(
         "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
              last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,

@@ -108,7 +108,6 @@ impl Index {
                      counts TEXT, unknown TEXT, signals TEXT,
                      change_version INTEGER NOT NULL DEFAULT 0,
                      removed INTEGER NOT NULL DEFAULT 0);
-                 CREATE INDEX transcripts_change ON transcripts(change_version);
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
                  INSERT INTO meta VALUES ('generation', 0);

@@ -577,11 +577,7 @@ fn fold(
     // row folded part way is not "unchanged" to the next scan.
     let (size, modified_ns) = if read.more { (-1, -1) } else { (size, found.modified_ns) };
     let pinned = pin(&found.path, read.offset).unwrap_or_default();
-    let version: i64 = transaction.query_row(
-        "UPDATE meta SET value = value + 1 WHERE key = 'version' RETURNING value",
-        [],
-        |row| row.get(0),
-    )?;
+    let version = crate::refresh::next_version(transaction)?;
     transaction.execute(
         "INSERT INTO transcripts(path, harness, id, offset, lines, pin, size, modified_ns,
              cwd, version, branch, model, first_ts, last_ts, last_activity, title,

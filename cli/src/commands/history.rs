@@ -290,6 +290,7 @@ impl Listed {
         json!({
             "id": self.id,
             "harness": self.harness,
+            "format": Harness::parse(self.harness).map(Harness::format),
             "path": self.path.as_deref().map(shown),
             "size": self.size,
             "project": self.project.as_deref().map(shown),
