@@ -407,3 +407,23 @@ fn the_watch_stream_carries_history_sessions() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn search_lists_sessions_whose_id_matches() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "payments-migration"]).ok();
+    store.run(&["session", "send", "payments-migration", "start with the ledger"]).ok();
+    let document: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "search", "PAYMENTS"]).ok()).unwrap();
+    let hits = document["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{document}");
+    assert_eq!(hits[0]["kind"], "session");
+    assert_eq!(hits[0]["match"], "listing");
+    assert_eq!(hits[0]["source"], "spex");
+    assert_eq!(hits[0]["snippet"], "[payments]-migration");
+    // A text hit names the session already: no listing hit beside it.
+    let document: serde_json::Value =
+        serde_json::from_str(&history(&store, &["--json", "search", "ledger"]).ok()).unwrap();
+    assert_eq!(document["hits"].as_array().unwrap().len(), 1);
+    assert_eq!(document["hits"][0]["kind"], "said");
+}

@@ -89,9 +89,10 @@ pub struct Hit {
     /// bm25 rank (lower is better) of a word match; 0 for a substring match (those are listed
     /// newest first).
     pub rank: f64,
-    /// `word` (every word of the query matched whole words) or `substring` (every word of at
-    /// least three characters is inside the text: CJK, parts of identifiers). Word matches are
-    /// listed first.
+    /// `word` (every word of the query matched whole words), `listing` (every word is inside a
+    /// session's id, or a history session's title or project: the hit names the session, kind
+    /// `session`) or `substring` (every word of at least three characters is inside the text:
+    /// CJK, parts of identifiers), listed in that order.
     pub matched: &'static str,
 }
 
@@ -116,6 +117,7 @@ impl Hit {
             "source": self.source,
             "side": match self.kind.as_str() {
                 "answer" | "tool" | "note" => "agent",
+                "session" => "session",
                 _ => "person",
             },
             "line": self.line,
@@ -175,19 +177,114 @@ impl Index {
     pub fn search(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
         let literal = literal_query(query).ok_or(Error::EmptyQuery)?;
         let mut hits = self.search_in(&Phase::Words(literal), filter, filter.limit)?;
+        let whole_words = hits.len();
+        // The listing: sessions whose id, title or project holds every word, unless a text of
+        // theirs is already a hit.
+        let room = filter.limit.saturating_sub(hits.len());
+        if room > 0 {
+            let hit: std::collections::HashSet<(String, String)> =
+                hits.iter().map(|(_, hit)| (hit.source.clone(), hit.session.clone())).collect();
+            let listed = self.listing_hits(query, filter)?;
+            hits.extend(
+                listed
+                    .into_iter()
+                    .filter(|listed| {
+                        !hit.contains(&(listed.source.clone(), listed.session.clone()))
+                    })
+                    .take(room)
+                    .map(|listed| (0, listed)),
+            );
+        }
         let beyond_ascii = !query.is_ascii();
         let room = filter.limit.saturating_sub(hits.len());
         if let Some((grams, words)) = substring_query(query)
             && room > 0
-            && (beyond_ascii || hits.is_empty())
+            && (beyond_ascii || whole_words == 0)
         {
-            let found: std::collections::HashSet<i64> = hits.iter().map(|(id, _)| *id).collect();
+            let found: std::collections::HashSet<i64> =
+                hits.iter().map(|(id, _)| *id).filter(|id| *id != 0).collect();
             let phase = Phase::Substrings { query: grams, words };
             // Asked for enough to fill the room after dropping what the word search found.
             let more = self.search_in(&phase, filter, room + found.len())?;
             hits.extend(more.into_iter().filter(|(id, _)| !found.contains(id)).take(room));
         }
         Ok(hits.into_iter().map(|(_, hit)| hit).collect())
+    }
+
+    /// The sessions whose listing (a spex session's id; a history session's id, title and
+    /// project) holds every word of `query` of any length, ignoring case, most recently active
+    /// first, under the filters that apply to a listing.
+    fn listing_hits(&self, query: &str, filter: &SearchFilter) -> Result<Vec<Hit>> {
+        let words: Vec<String> = query
+            .split(|c: char| c.is_whitespace() || c.is_control())
+            .filter(|word| !word.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let mut candidates: Vec<(String, String, Option<String>, String)> = Vec::new();
+        let spex_wanted = filter.source.as_deref().is_none_or(|source| source == "spex")
+            && filter.project.is_none();
+        if spex_wanted {
+            let rows = self.sessions(&Filter {
+                sort: Sort::Activity,
+                status: filter.status.clone(),
+                all: true,
+            })?;
+            for row in rows {
+                let when = row.last_activity.clone().or(row.created_at.clone());
+                candidates.push(("spex".to_owned(), row.id.clone(), when, row.id));
+            }
+        }
+        if filter.status.is_none() {
+            for t in self.transcripts()? {
+                if filter.source.as_deref().is_some_and(|source| source != t.harness) {
+                    continue;
+                }
+                if let Some(project) = &filter.project {
+                    let under = t.cwd.as_deref().is_some_and(|cwd| {
+                        cwd == project
+                            || cwd
+                                .strip_prefix(project.as_str())
+                                .is_some_and(|rest| rest.starts_with('/'))
+                    });
+                    if !under {
+                        continue;
+                    }
+                }
+                let text = [Some(t.id.as_str()), t.title.as_deref(), t.cwd.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" · ");
+                let when = t.last_activity.clone().or(t.last_ts.clone());
+                candidates.push((t.harness, t.id, when, text));
+            }
+        }
+        let mut hits: Vec<Hit> = candidates
+            .into_iter()
+            .filter(|(_, id, when, _)| {
+                filter.session.as_deref().is_none_or(|session| session == id)
+                    && filter
+                        .since
+                        .as_deref()
+                        .is_none_or(|since| when.as_deref().is_some_and(|when| when >= since))
+            })
+            .filter_map(|(source, session, ts, text)| {
+                let snippet = substring_snippet(&text, &words)?;
+                Some(Hit {
+                    session,
+                    kind: "session".to_owned(),
+                    ts,
+                    mid: None,
+                    source,
+                    line: None,
+                    snippet,
+                    rank: 0.0,
+                    matched: "listing",
+                })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.ts.cmp(&a.ts).then_with(|| a.session.cmp(&b.session)));
+        Ok(hits)
     }
 
     /// One search phase, as content rowids and hits.

@@ -238,3 +238,27 @@ fn history_sessions_reach_the_change_feed() {
     assert_eq!(search(&index, "connections").len(), 0);
     assert_eq!(index.history().unwrap().len(), 1);
 }
+
+#[test]
+fn the_listing_is_searched_with_the_texts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, _) = codex_home(dir.path(), 20);
+    index.scan_history(&found(&root)).unwrap();
+    // Part of the session's id: in no text, in its listing.
+    let filter = SearchFilter { limit: 20, ..SearchFilter::default() };
+    let hits = index.search("A45D62A8", &filter).unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!((hits[0].kind.as_str(), hits[0].matched), ("session", "listing"));
+    assert_eq!((hits[0].source.as_str(), hits[0].line), ("codex", None));
+    assert!(hits[0].snippet.contains("[a45d62a8]"), "{}", hits[0].snippet);
+    // Its project, under the listing's filters.
+    assert_eq!(index.search("dev/api", &filter).unwrap()[0].kind, "session");
+    let elsewhere =
+        SearchFilter { limit: 20, project: Some("/home/dev/web".to_owned()), ..filter.clone() };
+    assert!(index.search("A45D62A8", &elsewhere).unwrap().is_empty());
+    let spex = SearchFilter { limit: 20, source: Some("spex".to_owned()), ..filter.clone() };
+    assert!(index.search("A45D62A8", &spex).unwrap().is_empty());
+    // A session with a text that matches is not listed again.
+    assert!(index.search("30", &filter).unwrap().iter().all(|hit| hit.kind != "session"));
+}
