@@ -531,3 +531,47 @@ fn history_sessions_are_served_redacted() {
     assert_eq!(server.get(&format!("/api/history/gemini/{codex}")).0, 404);
     assert_eq!(server.get(&format!("/api/history/codex/{codex}?limit=x")).0, 400);
 }
+
+// The web page: served at `/` behind the token (the printed URL sets the cookie the page's own
+// requests carry), its assets from the binary, under a policy that lets it load and connect to
+// this server alone; nothing in it names another origin. `GET /api/sessions/:id` gives what the
+// page marks owed.
+#[test]
+fn the_web_page_is_served_from_the_binary() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    store.run(&["session", "send", "w", "first"]).ok();
+    let server = Server::start(&store);
+    let mut response =
+        server.agent.get(format!("{}/?token={}", server.url, server.token)).call().unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let policy = response.headers().get("content-security-policy").unwrap().to_str().unwrap();
+    assert!(policy.starts_with("default-src 'self'"), "{policy}");
+    let cookie = response.headers().get("set-cookie").unwrap().to_str().unwrap().to_owned();
+    let page = response.body_mut().read_to_string().unwrap();
+    assert!(page.contains("<script src=\"/assets/app.js\">"), "{page}");
+    // Without the token, nothing (the page too).
+    let anonymous = server.agent.get(format!("{}/", server.url)).call().unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    for (path, kind) in [("/assets/app.js", "text/javascript"), ("/assets/app.css", "text/css")] {
+        let mut response = server
+            .agent
+            .get(format!("{}{path}", server.url))
+            .header("Cookie", &cookie)
+            .call()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        let content_type = response.headers().get("content-type").unwrap().to_str().unwrap();
+        assert!(content_type.starts_with(kind), "{path}: {content_type}");
+        let text = response.body_mut().read_to_string().unwrap();
+        assert!(!text.contains("http://") && !text.contains("https://"), "{path} names no origin");
+        assert!(!text.contains("innerHTML"), "{path} sets no HTML from data");
+    }
+    let (status, session) = server.get("/api/sessions/w");
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["state"]["display"], "working");
+    assert_eq!(session["owed"].as_array().unwrap().len(), 1);
+    assert!(session["owed"][0]["mid"].as_str().is_some());
+    assert_eq!(server.get("/api/sessions/nobody").0, 404);
+}

@@ -7,6 +7,10 @@
 //! | `GET /api/watch`                         | server-sent events: reset, then increments      |
 //! | `GET /api/sessions/:id/timeline?limit=N` | the last N public events, oldest first (N 500)  |
 //! | `POST /api/sessions/:id/input`           | a send; `Idempotency-Key` makes it keyed        |
+//! | `GET /api/sessions/:id`                  | one session: its state and what it is owed      |
+//! | `GET /api/history`                       | harness sessions (index), redacted              |
+//! | `GET /api/history/:harness/:id?limit=&before=` | one harness session's events, redacted    |
+//! | `GET /`, `GET /assets/*`                 | the web page: the board and the conversation    |
 //!
 //! Every request passes the guard first (see `guard`: the token, the host, JSON from the
 //! server's own origin for a change): 401, 403 or 415 otherwise, before anything is read.
@@ -242,6 +246,10 @@ pub(crate) fn router(
         identity: Arc::new(spex_history::Identity::of_this_machine()),
     };
     Router::new()
+        .route("/", get(|| async { asset(PAGE, "text/html; charset=utf-8") }))
+        .route("/assets/app.js", get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }))
+        .route("/assets/app.css", get(|| async { asset(STYLE, "text/css; charset=utf-8") }))
+        .route("/api/sessions/{id}", get(session))
         .route("/api/sessions", get(sessions))
         .route("/api/search", get(search))
         .route("/api/watch", get(watch_stream))
@@ -256,6 +264,27 @@ pub(crate) fn router(
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(guard, admit))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(read_timeout))
+}
+
+/// The web page and its two assets, built into the binary (no build step, nothing fetched from
+/// elsewhere: the policy below forbids it).
+const PAGE: &str = include_str!("../../assets/index.html");
+const SCRIPT: &str = include_str!("../../assets/app.js");
+const STYLE: &str = include_str!("../../assets/app.css");
+
+/// What the page may load and connect to: this server alone.
+const PAGE_POLICY: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
+                           base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
+
+/// One embedded asset, with its type and the page's content policy.
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert("content-security-policy", HeaderValue::from_static(PAGE_POLICY));
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    response
 }
 
 /// An HTTP answer: status and JSON body.
@@ -315,6 +344,10 @@ async fn blocking(work: impl FnOnce() -> Reply + Send + 'static) -> Reply {
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|error| Reply::error(500, format!("the request's work failed: {error}")))
+}
+
+async fn session(State(app): State<App>, Path(id): Path<String>) -> Reply {
+    blocking(move || session_blocking(&app.store, &id)).await
 }
 
 async fn sessions(State(app): State<App>) -> Reply {
@@ -558,6 +591,39 @@ fn search_blocking(app: &App, query: &str) -> Reply {
         })),
         Err(error) => index_error(&error),
     }
+}
+
+/// `GET /api/sessions/:id`: the session's state as its record says, and the messages it is owed
+/// (their mids and senders: the page marks each message delivered or owed).
+fn session_blocking(store: &Store<RealFs>, id: &str) -> Reply {
+    let id = match parse_id(id) {
+        Ok(id) => id,
+        Err(reply) => return reply,
+    };
+    let record = match store.record(&id) {
+        Ok(record) => record,
+        Err(error) => return engine_error(&error),
+    };
+    let owed = match store.queue(&id) {
+        Ok(owed) => owed,
+        Err(error) => return engine_error(&error),
+    };
+    let triple = record.public_triple();
+    Reply::ok(json!({
+        "id": id.as_str(),
+        "state": {
+            "status": triple.status,
+            "proposal": triple.proposal,
+            "note": triple.note,
+            "display": triple.display_word(),
+        },
+        "createdAt": record.created_at(),
+        "archived": record.archived(),
+        "owed": owed
+            .iter()
+            .map(|entry| json!({ "mid": entry.mid, "from": entry.from }))
+            .collect::<Vec<_>>(),
+    }))
 }
 
 fn parse_id(id: &str) -> Result<SessionId, Reply> {

@@ -1,0 +1,311 @@
+// The spex board and conversation. Everything comes from this server (no request leaves it);
+// every text is set with textContent, never parsed as HTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const board = { rows: new Map(), applied: -Infinity, history: new Map() };
+let open = null; // { id, oldest: number of events loaded }
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = text;
+  return node;
+}
+
+// "3 min ago", from an ISO time.
+function relative(ts) {
+  if (!ts) return "-";
+  const seconds = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
+  if (!isFinite(seconds)) return "-";
+  if (seconds < 45) return "just now";
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min ago`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 24) return `${hours} h ago`;
+  return `${Math.round(hours / 24)} d ago`;
+}
+
+const when = (row) => row.lastActivity || row.createdAt || "";
+
+// The watch stream's consumer rule: a reset replaces everything held; an increment applies
+// only when its version is newer than the last one applied.
+function apply(value) {
+  const version = value.version ?? 0;
+  if (value.type === "reset") {
+    board.rows.clear();
+    board.history.clear();
+    for (const row of value.sessions || []) board.rows.set(row.id, row);
+    for (const h of value.history || []) board.history.set(`${h.harness}/${h.id}`, h);
+    board.applied = version;
+    return true;
+  }
+  if (version <= board.applied) return false;
+  board.applied = version;
+  if (value.type === "update" && value.session) board.rows.set(value.session.id, value.session);
+  if (value.type === "update" && value.history) {
+    board.history.set(`${value.history.harness}/${value.history.id}`, value.history);
+  }
+  if (value.type === "remove" && value.id) board.rows.delete(value.id);
+  if (value.type === "remove" && value.history) {
+    board.history.delete(`${value.history.harness}/${value.history.id}`);
+  }
+  return true;
+}
+
+function renderBoard() {
+  const status = $("status-filter").value;
+  const archived = $("archived").checked;
+  const rows = [...board.rows.values()]
+    .filter((row) => archived || !row.archived)
+    .filter((row) => !status || row.state.display === status)
+    .sort((a, b) => when(b).localeCompare(when(a)) || a.id.localeCompare(b.id));
+  const list = $("board");
+  list.replaceChildren();
+  for (const row of rows) {
+    const item = el("li");
+    item.dataset.id = row.id;
+    const link = el("a");
+    link.href = `#/s/${encodeURIComponent(row.id)}`;
+    link.append(
+      el("span", "id", row.id),
+      el("span", `status ${row.state.display}`, row.state.display),
+      el("span", "when", relative(when(row))),
+      el("span", "owed", row.owed ? `${row.owed} owed` : ""),
+      el("span", "preview", row.preview || row.state.note || ""),
+    );
+    item.append(link);
+    list.append(item);
+  }
+  $("empty").hidden = rows.length > 0;
+  // The status filter offers the words present (and keeps the chosen one).
+  const words = new Set([...board.rows.values()].map((row) => row.state.display));
+  if (status) words.add(status);
+  const select = $("status-filter");
+  const have = [...select.options].map((option) => option.value).filter(Boolean);
+  if (have.join() !== [...words].sort().join()) {
+    select.replaceChildren(el("option", null, "all"));
+    select.options[0].value = "";
+    for (const word of [...words].sort()) {
+      const option = el("option", null, word);
+      option.value = word;
+      select.append(option);
+    }
+    select.value = status;
+  }
+}
+
+function connect() {
+  const source = new EventSource("/api/watch");
+  source.onopen = () => { $("live").textContent = "live"; };
+  source.onerror = () => { $("live").textContent = "reconnecting…"; };
+  source.onmessage = (message) => {
+    const value = JSON.parse(message.data);
+    if (!apply(value)) return;
+    renderBoard();
+    if (open && (value.type === "reset" || (value.session && value.session.id === open.id))) {
+      loadConversation(open.id, false);
+    }
+  };
+}
+
+// A snippet with its [matches] as <mark>, built as nodes.
+function snippetNodes(snippet) {
+  const nodes = [];
+  let rest = snippet;
+  for (;;) {
+    const start = rest.indexOf("[");
+    const end = start < 0 ? -1 : rest.indexOf("]", start);
+    if (end < 0) break;
+    nodes.push(document.createTextNode(rest.slice(0, start)));
+    nodes.push(el("mark", null, rest.slice(start + 1, end)));
+    rest = rest.slice(end + 1);
+  }
+  nodes.push(document.createTextNode(rest));
+  return nodes;
+}
+
+async function search(query) {
+  const results = $("results");
+  if (!query.trim()) { results.hidden = true; return; }
+  const response = await fetch(`/api/search?q=${encodeURIComponent(query)}&limit=20`);
+  const body = await response.json();
+  const hits = $("hits");
+  hits.replaceChildren();
+  for (const hit of body.hits || []) {
+    const item = el("li");
+    const link = el("a");
+    link.href = hit.source === "spex"
+      ? `#/s/${encodeURIComponent(hit.session)}`
+      : `#/h/${encodeURIComponent(hit.source)}/${encodeURIComponent(hit.session)}`;
+    link.append(...snippetNodes(hit.snippet));
+    const where = el("div", "where", `${hit.session} · ${hit.kind} · ${relative(hit.ts)}`);
+    item.append(link, where);
+    hits.append(item);
+  }
+  if (!(body.hits || []).length) hits.append(el("li", "empty", `No matches for “${query}”.`));
+  results.hidden = false;
+}
+
+function dayOf(ts) {
+  return new Date(ts).toLocaleDateString(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
+}
+
+function timeOf(ts) {
+  return new Date(ts).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+}
+
+// One timeline event as a conversation entry: what was said to the session (by you or by
+// another session), or the session's declaration as its reply.
+function entry(event, id, owed) {
+  const item = el("li");
+  if (event.kind === "sent") {
+    const mine = !event.from;
+    const bubble = el("div", mine ? "message mine" : "message");
+    const who = mine ? `you → ${id}` : `${event.from} → ${id}`;
+    const meta = el("span", "meta", `${timeOf(event.ts)} · ${who}`);
+    if (event.replyVia) meta.append(` · reply via ${event.replyVia}`);
+    if (event.mid) {
+      const isOwed = owed.has(event.mid);
+      meta.append(el("span", `mark ${isOwed ? "owed" : "delivered"}`, isOwed ? "owed" : "delivered"));
+    }
+    bubble.append(meta, document.createTextNode(event.text));
+    item.append(bubble);
+  } else {
+    const bubble = el("div", "message");
+    const meta = el("span", "meta", `${timeOf(event.ts)} · ${id} · `);
+    meta.append(el("span", `status ${event.display}`, event.display));
+    if (event.proposal) meta.append(` (proposes ${event.proposal})`);
+    bubble.append(meta);
+    if (event.note) bubble.append(document.createTextNode(event.note));
+    item.append(bubble);
+  }
+  return item;
+}
+
+async function loadConversation(id, scroll) {
+  const limit = open && open.id === id ? open.limit : 200;
+  const [timeline, session] = await Promise.all([
+    fetch(`/api/sessions/${encodeURIComponent(id)}/timeline?limit=${limit}`).then((r) => r.json()),
+    fetch(`/api/sessions/${encodeURIComponent(id)}`).then((r) => r.ok ? r.json() : null),
+  ]);
+  if (!open || open.id !== id) return;
+  const owed = new Set(((session && session.owed) || []).map((message) => message.mid));
+  const list = $("conversation");
+  list.replaceChildren();
+  let day = null;
+  for (const event of timeline.events || []) {
+    const today = dayOf(event.ts);
+    if (today !== day) {
+      list.append(el("li", "day", today));
+      day = today;
+    }
+    list.append(entry(event, id, owed));
+  }
+  $("older").hidden = (timeline.events || []).length < limit;
+  const row = board.rows.get(id);
+  const display = (session && session.state && session.state.display) || (row && row.state.display) || "";
+  const status = $("session-status");
+  status.textContent = display;
+  status.className = `status ${display}`;
+  if (scroll) window.scrollTo(0, document.body.scrollHeight);
+}
+
+function route() {
+  const hash = location.hash;
+  const match = hash.match(/^#\/s\/(.+)$/);
+  if (match) {
+    const id = decodeURIComponent(match[1]);
+    open = { id, limit: 200 };
+    $("board-view").hidden = true;
+    $("session-view").hidden = false;
+    $("session-title").textContent = id;
+    $("send-state").textContent = "";
+    loadConversation(id, true);
+    $("message").focus();
+    return;
+  }
+  open = null;
+  $("session-view").hidden = true;
+  $("board-view").hidden = false;
+}
+
+// A client key per message: a failed request is sent again with the same key, so the server
+// keeps one message whatever happened to the first attempt.
+function newKey() {
+  if (crypto.randomUUID) return `web-${crypto.randomUUID()}`;
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  return `web-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+async function send(id, text) {
+  const key = newKey();
+  const state = $("send-state");
+  for (let attempt = 1; attempt <= 6; attempt++) {
+    try {
+      state.textContent = attempt === 1 ? "sending…" : `sending again (attempt ${attempt})…`;
+      const response = await fetch(`/api/sessions/${encodeURIComponent(id)}/input`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "Idempotency-Key": key },
+        body: JSON.stringify({ text }),
+      });
+      const body = await response.json();
+      if (response.ok) {
+        state.textContent = body.replayed ? "sent (already there)" : "sent";
+        return true;
+      }
+      if (response.status !== 503) {
+        state.textContent = `not sent: ${body.error || response.status}`;
+        return false;
+      }
+    } catch (error) {
+      // The network failed: the message may or may not have landed; the same key finds out.
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250 * attempt));
+  }
+  state.textContent = "not sent: the server did not answer";
+  return false;
+}
+
+$("composer").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  if (!open) return;
+  const box = $("message");
+  const text = box.value;
+  if (!text.trim()) return;
+  box.disabled = true;
+  const sent = await send(open.id, text);
+  box.disabled = false;
+  if (sent) box.value = "";
+  box.focus();
+  await loadConversation(open.id, true);
+});
+
+$("message").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    $("composer").requestSubmit();
+  }
+});
+
+$("older").addEventListener("click", () => {
+  if (!open) return;
+  open.limit *= 2;
+  loadConversation(open.id, false);
+});
+
+$("search").addEventListener("submit", (event) => {
+  event.preventDefault();
+  search($("q").value);
+});
+$("clear-search").addEventListener("click", () => {
+  $("q").value = "";
+  $("results").hidden = true;
+});
+$("status-filter").addEventListener("change", renderBoard);
+$("archived").addEventListener("change", renderBoard);
+window.addEventListener("hashchange", route);
+setInterval(renderBoard, 15000); // relative times stay true
+
+connect();
+route();
