@@ -161,6 +161,25 @@ fn populate(store: &Store, sessions: usize, events: usize, round: usize) {
     }
 }
 
+/// The run's seed (`SPEX_SEED`, else the clock), printed with the command that replays it, and a
+/// generator of numbers from it.
+fn seeded(test: &str) -> (u64, impl FnMut() -> u64) {
+    let seed: u64 =
+        std::env::var("SPEX_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+        });
+    eprintln!("{test}: seed {seed} (replay with SPEX_SEED={seed})");
+    let mut state = seed | 1;
+    let next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (seed, next)
+}
+
 fn dump(store: &Store) -> String {
     store.run(&["index", "dump"]).ok()
 }
@@ -169,20 +188,8 @@ fn dump(store: &Store) -> String {
 // rebuild. The seed is printed; SPEX_SEED replays it.
 #[test]
 fn killed_refreshes_converge_to_a_rebuild() {
-    let seed: u64 =
-        std::env::var("SPEX_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-                as u64
-        });
-    eprintln!("killed_refreshes_converge_to_a_rebuild: seed {seed} (replay with SPEX_SEED={seed})");
+    let (seed, mut next) = seeded("killed_refreshes_converge_to_a_rebuild");
     let store = Store::new();
-    let mut state = seed | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
     for round in 0..6 {
         populate(&store, 30, 8, round);
         for _ in 0..3 {
@@ -229,22 +236,8 @@ fn grow(path: &std::path::Path, tag: &str, from: usize, count: usize) {
 // the index equals a rebuild. The seed is printed; SPEX_SEED replays it.
 #[test]
 fn killed_transcript_scans_converge_to_a_rebuild() {
-    let seed: u64 =
-        std::env::var("SPEX_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-                as u64
-        });
-    eprintln!(
-        "killed_transcript_scans_converge_to_a_rebuild: seed {seed} (replay with SPEX_SEED={seed})"
-    );
+    let (seed, mut next) = seeded("killed_transcript_scans_converge_to_a_rebuild");
     let store = Store::new();
-    let mut state = seed | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
     let codex = store.dir.path().join("codex");
     let day = codex.join("sessions/2026/11/30");
     std::fs::create_dir_all(&day).unwrap();

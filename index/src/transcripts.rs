@@ -155,25 +155,12 @@ impl Index {
         let seen: HashMap<String, Seen> = {
             let mut statement = self
                 .connection
-                .prepare_cached(
-                    "SELECT path, offset, lines, pin, size, modified_ns, content_version
-                     FROM transcripts WHERE removed = 0",
-                )
+                .prepare_cached(&format!(
+                    "SELECT {SEEN_COLUMNS}, path FROM transcripts WHERE removed = 0"
+                ))
                 .map_err(|e| self.sqlite(e))?;
             let rows = statement
-                .query_map([], |row| {
-                    Ok((
-                        row.get(0)?,
-                        Seen {
-                            offset: row.get::<_, i64>(1)? as u64,
-                            lines: row.get::<_, i64>(2)? as u64,
-                            pin: row.get(3)?,
-                            size: row.get(4)?,
-                            modified_ns: row.get(5)?,
-                            version: row.get(6)?,
-                        },
-                    ))
-                })
+                .query_map([], |row| Ok((row.get(6)?, Seen::of(row)?)))
                 .map_err(|e| self.sqlite(e))?;
             rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
         };
@@ -310,19 +297,11 @@ impl Index {
                 .map_err(sqlite)?;
             let seen = transaction
                 .query_row(
-                    "SELECT offset, lines, pin, size, modified_ns, content_version
-                     FROM transcripts WHERE path = ?1 AND removed = 0",
+                    &format!(
+                        "SELECT {SEEN_COLUMNS} FROM transcripts WHERE path = ?1 AND removed = 0"
+                    ),
                     params![found.path.to_string_lossy()],
-                    |row| {
-                        Ok(Seen {
-                            offset: row.get::<_, i64>(0)? as u64,
-                            lines: row.get::<_, i64>(1)? as u64,
-                            pin: row.get(2)?,
-                            size: row.get(3)?,
-                            modified_ns: row.get(4)?,
-                            version: row.get(5)?,
-                        })
-                    },
+                    Seen::of,
                 )
                 .optional()
                 .map_err(sqlite)?;
@@ -421,7 +400,22 @@ struct Seen {
     version: i64,
 }
 
+/// The columns of a [`Seen`], in [`Seen::of`]'s order.
+const SEEN_COLUMNS: &str = "offset, lines, pin, size, modified_ns, content_version";
+
 impl Seen {
+    /// A row's watermark from [`SEEN_COLUMNS`] (the first six columns).
+    fn of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Seen> {
+        Ok(Seen {
+            offset: row.get::<_, i64>(0)? as u64,
+            lines: row.get::<_, i64>(1)? as u64,
+            pin: row.get(2)?,
+            size: row.get(3)?,
+            modified_ns: row.get(4)?,
+            version: row.get(5)?,
+        })
+    }
+
     /// The transcript has the size and modification time this row was folded at.
     fn unchanged(&self, found: &Found) -> bool {
         self.version == HISTORY_CONTENT_VERSION
@@ -708,19 +702,9 @@ mod tests {
         index
             .connection
             .query_row(
-                "SELECT offset, lines, pin, size, modified_ns, content_version FROM transcripts
-                 WHERE removed = 0",
+                &format!("SELECT {SEEN_COLUMNS} FROM transcripts WHERE removed = 0"),
                 [],
-                |row| {
-                    Ok(Seen {
-                        offset: row.get::<_, i64>(0)? as u64,
-                        lines: row.get::<_, i64>(1)? as u64,
-                        pin: row.get(2)?,
-                        size: row.get(3)?,
-                        modified_ns: row.get(4)?,
-                        version: row.get(5)?,
-                    })
-                },
+                Seen::of,
             )
             .unwrap()
     }
