@@ -40,58 +40,81 @@ pub enum Error {
     },
 }
 
-/// One history session: a transcript, what it says about itself, and its events summarized.
+/// One history session: a transcript, what it says about itself, and its events digested.
 #[derive(Clone, Debug)]
 pub struct Summary {
     /// The transcript.
     pub found: Found,
     /// What it says about its session.
     pub meta: Meta,
+    /// What its events say.
+    pub digest: Digest,
+}
+
+/// What a transcript's events say about its session, folded event by event: a whole read and
+/// the index (which continues it from its watermark) keep the same digest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Digest {
     /// The first and last timestamps of its events.
     pub first: Option<String>,
     pub last: Option<String>,
     /// The last activity: the last message a person typed.
     pub last_activity: Option<String>,
-    /// The first message a person typed (its title).
+    /// The first line of the first message a person typed (its title), at most
+    /// [`TITLE_BYTES_MAX`] bytes.
     pub title: Option<String>,
     /// Events by kind.
-    pub counts: std::collections::BTreeMap<&'static str, u64>,
+    pub counts: std::collections::BTreeMap<String, u64>,
     /// Unknown record kinds, counted.
     pub unknown: std::collections::BTreeMap<String, u64>,
+    /// Where the session stands, as far as its events tell.
+    pub signals: Signals,
 }
 
-/// Reads a whole transcript and summarizes it.
-pub fn summarize(found: &Found) -> Result<(Summary, Vec<Event>), Error> {
-    let read = read_from(&found.path, found.harness, 0, 0)?;
-    let mut summary = Summary {
-        found: found.clone(),
-        meta: read.meta.clone(),
-        first: None,
-        last: None,
-        last_activity: None,
-        title: None,
-        counts: std::collections::BTreeMap::new(),
-        unknown: std::collections::BTreeMap::new(),
-    };
-    for event in &read.events {
-        *summary.counts.entry(event.kind.name()).or_default() += 1;
-        if let Kind::Unknown { kind } = &event.kind {
-            *summary.unknown.entry(kind.clone()).or_default() += 1;
-        }
-        if let Some(ts) = &event.ts {
-            if summary.first.is_none() {
-                summary.first = Some(ts.clone());
-            }
-            summary.last = Some(ts.clone());
-        }
-        if let Kind::User { text } = &event.kind {
-            if summary.title.is_none() {
-                summary.title = Some(text.clone());
+/// The longest title kept.
+pub const TITLE_BYTES_MAX: usize = 200;
+
+impl Digest {
+    /// Continues the digest with `events` (those after the ones already folded).
+    pub fn fold(&mut self, events: &[Event]) {
+        self.signals.fold(events);
+        for event in events {
+            *self.counts.entry(event.kind.name().to_owned()).or_default() += 1;
+            if let Kind::Unknown { kind } = &event.kind {
+                *self.unknown.entry(kind.clone()).or_default() += 1;
             }
             if let Some(ts) = &event.ts {
-                summary.last_activity = Some(ts.clone());
+                if self.first.is_none() {
+                    self.first = Some(ts.clone());
+                }
+                self.last = Some(ts.clone());
+            }
+            if let Kind::User { text } = &event.kind {
+                if self.title.is_none() {
+                    self.title = Some(title_of(text));
+                }
+                if event.ts.is_some() {
+                    self.last_activity.clone_from(&event.ts);
+                }
             }
         }
     }
-    Ok((summary, read.events))
+}
+
+/// A title: the first non-blank line of a prompt, at most [`TITLE_BYTES_MAX`] bytes.
+fn title_of(text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
+    let mut end = line.len().min(TITLE_BYTES_MAX);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_owned()
+}
+
+/// Reads a whole transcript and digests it.
+pub fn summarize(found: &Found) -> Result<(Summary, Vec<Event>), Error> {
+    let read = read_from(&found.path, found.harness, 0, 0)?;
+    let mut digest = Digest::default();
+    digest.fold(&read.events);
+    Ok((Summary { found: found.clone(), meta: read.meta.clone(), digest }, read.events))
 }

@@ -305,3 +305,25 @@ fn redaction_replaces_secrets_and_identity_and_leaves_near_misses() {
         assert_eq!(redact(text, &me), text, "a near-miss must survive");
     }
 }
+
+#[test]
+fn a_digest_folded_in_parts_equals_one_folded_whole() {
+    for found in discover(&roots()).unwrap() {
+        let (summary, events) = spex_history::summarize(&found).unwrap();
+        for split in 0..=events.len() {
+            let mut digest = spex_history::Digest::default();
+            digest.fold(&events[..split]);
+            digest.fold(&events[split..]);
+            assert_eq!(digest, summary.digest, "{} split at {split}", found.path.display());
+        }
+    }
+    // The title is the first non-blank line of the first prompt.
+    let mut digest = spex_history::Digest::default();
+    let event = Event {
+        ts: None,
+        line: 1,
+        kind: Kind::User { text: "\n  fix the build \nthen the docs".to_owned() },
+    };
+    digest.fold(&[event]);
+    assert_eq!(digest.title.as_deref(), Some("fix the build"));
+}

@@ -529,28 +529,26 @@ fn fold(
     if meta.model.is_some() {
         transcript.model.clone_from(&meta.model);
     }
-    transcript.signals.fold(&read.events);
+    let mut digest = spex_history::Digest {
+        first: transcript.first_ts.take(),
+        last: transcript.last_ts.take(),
+        last_activity: transcript.last_activity.take(),
+        title: transcript.title.take(),
+        counts: std::mem::take(&mut transcript.counts),
+        unknown: std::mem::take(&mut transcript.unknown),
+        signals: std::mem::take(&mut transcript.signals),
+    };
+    digest.fold(&read.events);
+    transcript.first_ts = digest.first;
+    transcript.last_ts = digest.last;
+    transcript.last_activity = digest.last_activity;
+    transcript.title = digest.title;
+    transcript.counts = digest.counts;
+    transcript.unknown = digest.unknown;
+    transcript.signals = digest.signals;
     for event in &read.events {
-        *transcript.counts.entry(event.kind.name().to_owned()).or_default() += 1;
-        if let Kind::Unknown { kind } = &event.kind {
-            *transcript.unknown.entry(kind.clone()).or_default() += 1;
-        }
-        if let Some(ts) = &event.ts {
-            if transcript.first_ts.is_none() {
-                transcript.first_ts = Some(ts.clone());
-            }
-            transcript.last_ts = Some(ts.clone());
-        }
         let (column, kind, text) = match &event.kind {
-            Kind::User { text } => {
-                if transcript.title.is_none() {
-                    transcript.title = Some(title_of(text));
-                }
-                if event.ts.is_some() {
-                    transcript.last_activity.clone_from(&event.ts);
-                }
-                ("said", "prompt", text.as_str())
-            }
+            Kind::User { text } => ("said", "prompt", text.as_str()),
             Kind::Assistant { text } => ("answers", "answer", text.as_str()),
             Kind::ToolCall { name, .. } => ("answers", "tool", name.as_str()),
             _ => continue,
@@ -631,16 +629,6 @@ fn pin(path: &std::path::Path, offset: u64) -> std::io::Result<String> {
         digest.update(&bytes);
     }
     Ok(hex::encode(digest.finalize()))
-}
-
-/// A title: the first line of a prompt, at most 200 bytes.
-fn title_of(text: &str) -> String {
-    let line = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
-    let mut end = line.len().min(200);
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    line[..end].to_owned()
 }
 
 fn transcript_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Transcript> {
