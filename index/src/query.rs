@@ -224,14 +224,30 @@ impl Index {
         let spex_wanted = filter.source.as_deref().is_none_or(|source| source == "spex")
             && filter.project.is_none();
         if spex_wanted {
-            let rows = self.sessions(&Filter {
-                sort: Sort::Activity,
-                status: filter.status.clone(),
-                all: true,
-            })?;
+            // Narrowed in SQL (ids hold ASCII only, so `lower` folds them whole): a search does
+            // not build a row for every session.
+            let mut sql = String::from(
+                "SELECT id, COALESCE(last_activity, created_at) FROM sessions WHERE removed = 0",
+            );
+            let lowered: Vec<String> = words.iter().map(|word| word.to_lowercase()).collect();
+            for n in 0..lowered.len() {
+                sql.push_str(&format!(" AND instr(lower(id), ?{}) > 0", n + 1));
+            }
+            if filter.status.is_some() {
+                sql.push_str(&format!(" AND (status = ?{0} OR display = ?{0})", lowered.len() + 1));
+            }
+            let mut bound: Vec<&dyn rusqlite::ToSql> =
+                lowered.iter().map(|word| word as &dyn rusqlite::ToSql).collect();
+            if let Some(status) = &filter.status {
+                bound.push(status);
+            }
+            let mut statement = self.connection.prepare(&sql).map_err(|e| self.sqlite(e))?;
+            let rows = statement
+                .query_map(bound.as_slice(), |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+                .map_err(|e| self.sqlite(e))?;
             for row in rows {
-                let when = row.last_activity.clone().or(row.created_at.clone());
-                candidates.push(("spex".to_owned(), row.id.clone(), when, row.id));
+                let (id, when) = row.map_err(|e| self.sqlite(e))?;
+                candidates.push(("spex".to_owned(), id.clone(), when, id));
             }
         }
         if filter.status.is_none() {
