@@ -42,5 +42,5 @@ pub use lifecycle::{Applied, Lifecycle};
 pub use receipts::Known;
 pub use record::Record;
 pub use send::{Accepted, Key, SendRequest};
-pub use store::{Config, SessionSummary, Signature, Store};
-pub use timeline::{Cursor, Event, Proposal, Stamp, Status, Triple};
+pub use store::{Config, Page, SessionSummary, Signature, Store};
+pub use timeline::{Cursor, Event, Position, Proposal, Stamp, Status, Triple};

@@ -172,8 +172,8 @@ struct Record {
 impl Record {
     fn encode(&self, out: &mut [u8]) {
         out[..32].copy_from_slice(&self.key);
-        out[32..40].copy_from_slice(&self.position.0.to_le_bytes());
-        out[40..48].copy_from_slice(&self.position.1.to_le_bytes());
+        out[32..40].copy_from_slice(&self.position.segment.to_le_bytes());
+        out[40..48].copy_from_slice(&self.position.offset.to_le_bytes());
         out[48] = u8::from(self.settled);
         out[49..RECORD_BYTES].fill(0);
     }
@@ -182,7 +182,7 @@ impl Record {
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         Record {
             key: bytes[..32].try_into().expect("32 bytes"),
-            position: (word(32), word(40)),
+            position: Position { segment: word(32), offset: word(40) },
             settled: bytes[48] != 0,
         }
     }

@@ -27,7 +27,7 @@ use crate::record::Record;
 use crate::recover::{Checks, Recovered};
 use crate::sync::{Mutex, lock as lock_mutex};
 // Shared ownership of the injected clock and id source (not synchronization: std's Arc).
-use crate::timeline::{self, Cursor, Event, Line, Stamp, Triple};
+use crate::timeline::{self, Cursor, Event, Line, Position, Stamp, Triple};
 use std::sync::Arc;
 
 /// Tunables of a store handle.
@@ -73,6 +73,18 @@ pub struct SessionSummary {
     pub governed: bool,
     /// The board position: `sortkey` when set, else `createdAt` (epoch milliseconds).
     pub board_key: i64,
+}
+
+/// A page of a session's log (see [`Store::page`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The events, oldest first.
+    pub events: Vec<Event>,
+    /// Where to read the next older page from; `None` when the page reached the start of the
+    /// log. (When only private lines are older, the next page is empty.)
+    pub older: Option<Position>,
+    /// Where the page ends: [`Store::follow_from`] there reads what was appended after it.
+    pub end: Position,
 }
 
 /// What a reader saw of a session, to ask later whether anything changed
@@ -411,6 +423,34 @@ impl<F: Fs> Store<F> {
         let mut events: Vec<Event> = lines.iter().filter_map(Line::public).collect();
         events.reverse();
         Ok(events)
+    }
+
+    /// A page of the log read backward: the last `limit` public events before `before` (a
+    /// position an earlier page handed out; `None`: the end), oldest first. Like [`Store::tail`]
+    /// the cost depends on `limit`, not on the size of the log; paging back through a whole log
+    /// reads each line once.
+    pub fn page(&self, id: &SessionId, before: Option<Position>, limit: usize) -> Result<Page> {
+        self.require_session(id)?;
+        let read =
+            timeline::page_lines(&self.fs, &self.layout, id, before, limit, Line::is_public)?;
+        let older = if read.full { read.lines.last().map(|(position, _)| *position) } else { None };
+        let mut events: Vec<Event> =
+            read.lines.iter().filter_map(|(_, line)| line.public()).collect();
+        events.reverse();
+        Ok(Page { events, older, end: read.end })
+    }
+
+    /// The public events after `position` (a page's `end`, or one this returned), and the
+    /// position after them: [`Store::follow`] for a reader that started from a page rather than
+    /// from the start of the log.
+    pub fn follow_from(
+        &self,
+        id: &SessionId,
+        position: Position,
+    ) -> Result<(Vec<Event>, Position)> {
+        let cursor = Cursor { segment: position.segment, offset: position.offset, index: 0 };
+        let (events, next) = self.follow(id, cursor)?;
+        Ok((events, Position { segment: next.segment, offset: next.offset }))
     }
 
     /// Every public event, in order.

@@ -302,3 +302,89 @@ fn follow_reads_only_what_grew_and_stamp_detects_change() {
     let bogus = Cursor { segment: 99, offset: 0, index: 0 };
     assert!(matches!(store.follow(&s, bogus), Err(Error::InvalidCursor { .. })));
 }
+
+/// Every page of `s` from the end back to the start, with `limit` events each, joined oldest
+/// first; and how many pages it took.
+fn paged_back(
+    store: &spex_engine::Store<spex_engine::faultfs::RealFs>,
+    s: &spex_engine::SessionId,
+    limit: usize,
+) -> (Vec<Event>, usize) {
+    let mut pages = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store.page(s, before, limit).unwrap();
+        eprintln!(
+            "before {before:?} -> {:?} older {:?} end {:?}",
+            summary(&page.events),
+            page.older,
+            page.end
+        );
+        assert!(page.events.len() <= limit, "a page holds at most its limit");
+        pages.push(page.events);
+        match page.older {
+            Some(older) => {
+                assert!(before.is_none_or(|before| older < before), "pages move back");
+                before = Some(older);
+            }
+            None => break,
+        }
+    }
+    let count = pages.len();
+    (pages.into_iter().rev().flatten().collect(), count)
+}
+
+#[test]
+fn pages_read_backward_give_the_whole_log_once() {
+    // Legacy and numbered segments (the existing store), then tiny segments of our own with
+    // private settlement lines between the public ones.
+    let (_dir, store, _root) = fixture("store");
+    let s = id("legacy1");
+    let whole = store.events(&s).unwrap();
+    for limit in [1, 2, 3, 1000] {
+        let (paged, _) = paged_back(&store, &s, limit);
+        assert_eq!(summary(&paged), summary(&whole), "limit {limit}");
+    }
+
+    let (_dir, store) = real_store(Config { segment_bytes_max: 1024, ..config() });
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    for i in 0..40 {
+        let request = SendRequest {
+            key: Some(spex_engine::Key { operation: "op".into(), key: format!("k{i}") }),
+            ..sent(&format!("message {i} {}", "x".repeat(i * 11)))
+        };
+        store.send(&s, &request).unwrap();
+        if i % 3 == 0 {
+            store.drain(&s, &mut common::Recorder::default()).unwrap();
+        }
+    }
+    let whole = store.events(&s).unwrap();
+    assert_eq!(whole.len(), 40);
+    for limit in [1, 4, 7, 39, 40, 41] {
+        let (paged, pages) = paged_back(&store, &s, limit);
+        assert_eq!(summary(&paged), summary(&whole), "limit {limit}");
+        assert_eq!(pages, 40usize.div_ceil(limit), "limit {limit}: one page per {limit} events");
+    }
+    // The first page is the tail.
+    let page = store.page(&s, None, 5).unwrap();
+    assert_eq!(summary(&page.events), summary(&store.tail(&s, 5).unwrap()));
+
+    // What is appended after a page's end is what following from it reads.
+    store.send(&s, &sent("after the page")).unwrap();
+    let (grown, next) = store.follow_from(&s, page.end).unwrap();
+    assert_eq!(summary(&grown), vec!["sent:after the page"]);
+    assert_eq!(store.follow_from(&s, next).unwrap().0, Vec::<Event>::new());
+    assert_eq!(next.to_string().parse::<spex_engine::Position>().unwrap(), next);
+
+    // A position inside a line, past a segment's end or in no segment is refused.
+    let older = page.older.unwrap();
+    for bad in [
+        spex_engine::Position { offset: older.offset + 1, ..older },
+        spex_engine::Position { offset: u64::MAX, ..older },
+        spex_engine::Position { segment: 999, offset: 0 },
+    ] {
+        assert!(matches!(store.page(&s, Some(bad), 5), Err(Error::InvalidCursor { .. })), "{bad}");
+    }
+    assert!("1".parse::<spex_engine::Position>().is_err());
+}

@@ -33,9 +33,9 @@ pub use line::{
     Delivery, Event, Line, Proposal, Receipt, SentEvent, Settlement, Status, StatusEvent, Triple,
     display_word,
 };
-pub use read::{Cursor, Stamp};
+pub use read::{Cursor, Position, Stamp};
 pub(crate) use read::{
-    Position, line_at, list_segments, read_from, read_from_positioned, scan, segment_len, stamp,
+    line_at, list_segments, page_lines, read_from, read_from_positioned, scan, segment_len, stamp,
     tail_lines,
 };
 pub(crate) use write::{LogBoundaries, append, append_or_cut_back, repair_torn_tail, vouch};

@@ -160,8 +160,7 @@ fn torn_from(rest: &[u8]) -> bool {
 /// The length of the newest segment without its torn tail (an unterminated end and the damaged
 /// lines before it, see [`damaged`]), reading backward only as far as that tail reaches.
 pub(crate) fn sound_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
-    let reader = BackwardLines::open(fs, segment, true)?;
-    Ok(reader.pos + reader.buf.len() as u64)
+    Ok(BackwardLines::open(fs, segment, true)?.end())
 }
 
 /// Whether a segment may end in a torn line: the newest one, and the legacy one.
@@ -273,8 +272,36 @@ pub(crate) fn read_from<F: Fs>(
     Ok((lines.into_iter().map(|(_, line)| line).collect(), next))
 }
 
-/// Where a line starts: its segment's key (0 for the legacy segment) and byte offset.
-pub(crate) type Position = (u64, u64);
+/// Where a line of a session's log starts: its segment's key (0 for the legacy segment) and
+/// byte offset. A page of older events is read backward from one (see [`tail_page`]); its text
+/// form is `<segment>.<offset>`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Position {
+    /// Segment key: 0 for the legacy segment, else the segment number.
+    pub segment: u64,
+    /// Byte offset within that segment.
+    pub offset: u64,
+}
+
+impl fmt::Display for Position {
+    /// `<segment>.<offset>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.segment, self.offset)
+    }
+}
+
+impl FromStr for Position {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Position> {
+        let invalid =
+            |reason: &str| Error::InvalidCursor { cursor: s.to_owned(), reason: reason.to_owned() };
+        let (segment, offset) =
+            s.split_once('.').ok_or_else(|| invalid("expected <segment>.<offset>"))?;
+        let number = |text: &str| text.parse::<u64>().map_err(|_| invalid("not a number"));
+        Ok(Position { segment: number(segment)?, offset: number(offset)? })
+    }
+}
 
 /// [`read_from`], with each line's position.
 pub(crate) fn read_from_positioned<F: Fs>(
@@ -316,7 +343,9 @@ pub(crate) fn read_from_positioned<F: Fs>(
         next.segment = segment.key();
         next.offset = end;
         let key = segment.key();
-        lines.extend(parsed.into_iter().map(|(offset, line)| ((key, offset), line)));
+        lines.extend(
+            parsed.into_iter().map(|(offset, line)| (Position { segment: key, offset }, line)),
+        );
     }
     Ok((lines, next))
 }
@@ -329,7 +358,7 @@ pub(crate) fn line_at<F: Fs>(
     id: &SessionId,
     position: Position,
 ) -> Result<Option<Line>> {
-    let (segment, offset) = position;
+    let Position { segment, offset } = position;
     let path = if segment == 0 {
         layout.legacy_segment(id)
     } else {
@@ -394,26 +423,95 @@ fn tail_lines_once<F: Fs>(
     want: usize,
     counts: &impl Fn(&Line) -> bool,
 ) -> Result<Vec<Line>> {
-    let segments = list_segments(fs, layout, id)?;
-    let mut lines = Vec::new();
-    let mut counted = 0usize;
-    if want == 0 {
-        return Ok(lines);
+    let page = page_once(fs, layout, id, None, want, counts)?;
+    Ok(page.lines.into_iter().map(|(_, line)| line).collect())
+}
+
+/// Lines read backward from a position (see [`page_lines`]).
+pub(crate) struct PageLines {
+    /// Newest first, each with where it starts.
+    pub(crate) lines: Vec<(Position, Line)>,
+    /// Whether the read stopped because `want` lines counted with older lines left.
+    pub(crate) full: bool,
+    /// Where the read started: the end of the last complete line (or `before`).
+    pub(crate) end: Position,
+}
+
+/// The lines before `before` (`None`: the end of the log), newest first, until `want` lines
+/// satisfy `counts`: [`tail_lines`] from any line start. `before` must be where a line starts
+/// (or a segment's end): anything else is [`Error::InvalidCursor`].
+pub(crate) fn page_lines<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    before: Option<Position>,
+    want: usize,
+    counts: impl Fn(&Line) -> bool,
+) -> Result<PageLines> {
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match page_once(fs, layout, id, before, want, &counts) {
+            Err(Error::Corrupt { reason: CorruptReason::Shrank, .. }) if attempt < ATTEMPTS => {
+                continue;
+            }
+            result => return result,
+        }
     }
-    for index in (0..segments.len()).rev() {
+}
+
+fn page_once<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    before: Option<Position>,
+    want: usize,
+    counts: &impl Fn(&Line) -> bool,
+) -> Result<PageLines> {
+    let segments = list_segments(fs, layout, id)?;
+    let newest = segments.len().checked_sub(1);
+    let (last, stop) = match before {
+        None => (newest, None),
+        Some(before) => {
+            let index = segments.iter().position(|segment| segment.key() == before.segment);
+            let Some(index) = index else {
+                return Err(Error::InvalidCursor {
+                    cursor: before.to_string(),
+                    reason: "its segment does not exist".to_owned(),
+                });
+            };
+            (Some(index), Some(before.offset))
+        }
+    };
+    let mut page = PageLines { lines: Vec::new(), full: false, end: before.unwrap_or_default() };
+    let Some(last) = last else { return Ok(page) };
+    let mut counted = 0usize;
+    for index in (0..=last).rev() {
         let segment = &segments[index];
-        let mut reader = BackwardLines::open(fs, segment, tail_tolerant(&segments, index))?;
-        while let Some(line) = reader.next_line()? {
+        let mut reader = match stop.filter(|_| index == last) {
+            Some(offset) => BackwardLines::open_before(fs, segment, offset)?,
+            None => BackwardLines::open(fs, segment, tail_tolerant(&segments, index))?,
+        };
+        if index == last {
+            page.end = Position { segment: segment.key(), offset: reader.end() };
+        }
+        if want == 0 {
+            return Ok(page);
+        }
+        while let Some((offset, line)) = reader.next_line()? {
             if counts(&line) {
                 counted += 1;
             }
-            lines.push(line);
+            page.lines.push((Position { segment: segment.key(), offset }, line));
             if counted >= want {
-                return Ok(lines);
+                // Nothing is older than the first line of the first segment.
+                page.full = index > 0 || offset > 0;
+                return Ok(page);
             }
         }
     }
-    Ok(lines)
+    Ok(page)
 }
 
 /// Reads a segment's lines from the end backward, in blocks.
@@ -475,6 +573,34 @@ impl<T: File> BackwardLines<T> {
         Ok(reader)
     }
 
+    /// A reader of the lines that end before `offset`, which must be where a line starts or the
+    /// segment's end (a position a page handed out).
+    fn open_before<F: Fs<File = T>>(fs: &F, segment: &Segment, offset: u64) -> Result<Self> {
+        let file = fs.open(&segment.path, OpenOptions::read(), faultfs::Boundary::new("read"))?;
+        let invalid = |reason: &str| Error::InvalidCursor {
+            cursor: Position { segment: segment.key(), offset }.to_string(),
+            reason: reason.to_owned(),
+        };
+        if offset > file.len()? {
+            return Err(invalid("offset is past the end of its segment"));
+        }
+        let mut reader =
+            BackwardLines { file, segment: segment.clone(), buf: Vec::new(), pos: offset };
+        if offset > 0 {
+            // The buffer holds the bytes up to `offset`, ending at a line end (empty only at 0).
+            reader.read_block()?;
+            if reader.buf.last() != Some(&b'\n') {
+                return Err(invalid("no line starts there"));
+            }
+        }
+        Ok(reader)
+    }
+
+    /// Where the lines not yet returned end.
+    fn end(&self) -> u64 {
+        self.pos + self.buf.len() as u64
+    }
+
     /// Prepends one block before `pos`.
     fn read_block(&mut self) -> Result<()> {
         let take = (READ_BLOCK_BYTES as u64).min(self.pos);
@@ -516,7 +642,8 @@ impl<T: File> BackwardLines<T> {
         }
     }
 
-    fn next_line(&mut self) -> Result<Option<Line>> {
+    /// The previous line, and where it starts.
+    fn next_line(&mut self) -> Result<Option<(u64, Line)>> {
         if self.buf.is_empty() {
             return Ok(None);
         }
@@ -524,7 +651,7 @@ impl<T: File> BackwardLines<T> {
         let offset = self.pos + start as u64;
         let line = Line::decode_at(&body, &self.segment.path, offset)?;
         self.buf.truncate(start);
-        Ok(Some(line))
+        Ok(Some((offset, line)))
     }
 }
 
