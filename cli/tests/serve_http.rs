@@ -575,3 +575,79 @@ fn the_web_page_is_served_from_the_binary() {
     assert!(session["owed"][0]["mid"].as_str().is_some());
     assert_eq!(server.get("/api/sessions/nobody").0, 404);
 }
+
+// A long conversation is read a page at a time from its end (each `older` names the next page,
+// never the whole log), and one session's event stream carries what is appended after a page's
+// end and every change of its state: a send from the CLI, then its delivery.
+#[test]
+fn conversations_page_back_and_stream_one_session() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "p", "--adapter", "exec:cat >/dev/null"]).ok();
+    for i in 0..25 {
+        store.run(&["session", "send", "p", &format!("message {i}")]).ok();
+    }
+    let server = Server::start(&store);
+    let mut texts = Vec::new();
+    let mut before: Option<String> = None;
+    let mut pages = 0;
+    let end = loop {
+        let path = match &before {
+            Some(older) => format!("/api/sessions/p/timeline?limit=10&before={older}"),
+            None => "/api/sessions/p/timeline?limit=10".to_owned(),
+        };
+        let (status, page) = server.get(&path);
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        let mut these: Vec<String> = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|event| event["text"].as_str().unwrap().to_owned())
+            .collect();
+        these.append(&mut texts);
+        texts = these;
+        match page["older"].as_str() {
+            Some(older) => before = Some(older.to_owned()),
+            None => break server.get("/api/sessions/p/timeline?limit=0").1["end"].clone(),
+        }
+    };
+    assert_eq!(pages, 3);
+    let want: Vec<String> = (0..25).map(|i| format!("message {i}")).collect();
+    assert_eq!(texts, want);
+    for bad in ["1", "0.x", "1.3", "99.0"] {
+        let (status, answer) = server.get(&format!("/api/sessions/p/timeline?before={bad}"));
+        assert_eq!(status, 400, "{bad}: {answer}");
+    }
+
+    let end = end.as_str().unwrap();
+    let response = server
+        .agent
+        .get(format!("{}/api/sessions/p/events?after={end}", server.url))
+        .header("Authorization", server.bearer())
+        .call()
+        .unwrap();
+    assert_eq!(response.headers().get("content-type").unwrap(), "text/event-stream");
+    let mut reader = BufReader::new(response.into_body().into_reader());
+    let first = next_data(&mut reader);
+    assert_eq!(first["type"], "session");
+    assert_eq!(first["owed"].as_array().unwrap().len(), 25);
+    store.run(&["session", "send", "p", "from the command line"]).ok();
+    // The line and the queue are two files: either may be seen first.
+    let (mut appended, mut owed) = (None, None);
+    while appended.is_none() || owed.is_none() {
+        let value = next_data(&mut reader);
+        match value["type"].as_str() {
+            Some("events") => appended = Some(value),
+            Some("session") if value["owed"].as_array().unwrap().len() == 26 => owed = Some(value),
+            _ => panic!("neither the send nor its owed entry: {value}"),
+        }
+    }
+    let appended = appended.unwrap();
+    assert_eq!(appended["events"].as_array().unwrap().len(), 1, "only what came after the page");
+    assert_eq!(appended["events"][0]["text"], "from the command line");
+    store.run(&["session", "drain", "p"]).ok();
+    let drained = next_data(&mut reader);
+    assert_eq!(drained["type"], "session");
+    assert_eq!(drained["owed"].as_array().unwrap().len(), 0, "{drained}");
+    assert_eq!(server.get("/api/sessions/p/events?after=nope").0, 400);
+}

@@ -5,7 +5,8 @@
 //! | `GET /api/sessions`                      | sessions, most recently worked in first (index) |
 //! | `GET /api/search?q=..&session=&status=&since=&limit=` | full-text hits (index)             |
 //! | `GET /api/watch`                         | server-sent events: reset, then increments      |
-//! | `GET /api/sessions/:id/timeline?limit=N` | the last N public events, oldest first (N 500)  |
+//! | `GET /api/sessions/:id/timeline?limit=N&before=P` | the last N public events before P (default the end), oldest first; `older`, `end` |
+//! | `GET /api/sessions/:id/events?after=P`   | server-sent events: the session's new events and its state |
 //! | `POST /api/sessions/:id/input`           | a send; `Idempotency-Key` makes it keyed        |
 //! | `GET /api/sessions/:id`                  | one session: its state and what it is owed      |
 //! | `GET /api/history`                       | harness sessions (index), redacted              |
@@ -51,7 +52,7 @@ use faultfs::RealFs;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use spex_engine::layout::TEXT_BYTES_MAX;
-use spex_engine::{Error, Event, Key, SendRequest, SessionId, Store};
+use spex_engine::{Error, Event, Key, Position, SendRequest, SessionId, Store};
 use tokio::sync::{broadcast, watch};
 
 use super::guard::{Guard, Seen, Verdict};
@@ -254,6 +255,7 @@ pub(crate) fn router(
         .route("/api/search", get(search))
         .route("/api/watch", get(watch_stream))
         .route("/api/sessions/{id}/timeline", get(timeline))
+        .route("/api/sessions/{id}/events", get(session_events))
         .route("/api/sessions/{id}/input", post(input))
         .route("/api/history", get(history_list))
         .route("/api/history/{harness}/{id}", get(history_events))
@@ -431,9 +433,10 @@ fn body_error(error: &axum::Error) -> Reply {
 fn engine_error(error: &Error) -> Reply {
     match error {
         Error::NoSuchSession { .. } => Reply::error(404, "no such session"),
-        Error::InvalidId { .. } | Error::InvalidInput { .. } | Error::Revoked { .. } => {
-            Reply::error(400, error.to_string())
-        }
+        Error::InvalidId { .. }
+        | Error::InvalidInput { .. }
+        | Error::InvalidCursor { .. }
+        | Error::Revoked { .. } => Reply::error(400, error.to_string()),
         Error::TooLarge { .. } => Reply::error(413, error.to_string()),
         Error::KeyConflict { .. } => Reply::error(409, error.to_string()),
         Error::Locked { .. } => Reply { retry_after: true, ..Reply::error(503, error.to_string()) },
@@ -596,20 +599,18 @@ fn search_blocking(app: &App, query: &str) -> Reply {
 /// `GET /api/sessions/:id`: the session's state as its record says, and the messages it is owed
 /// (their mids and senders: the page marks each message delivered or owed).
 fn session_blocking(store: &Store<RealFs>, id: &str) -> Reply {
-    let id = match parse_id(id) {
-        Ok(id) => id,
-        Err(reply) => return reply,
-    };
-    let record = match store.record(&id) {
-        Ok(record) => record,
-        Err(error) => return engine_error(&error),
-    };
-    let owed = match store.queue(&id) {
-        Ok(owed) => owed,
-        Err(error) => return engine_error(&error),
-    };
+    match parse_id(id).and_then(|id| session_state(store, &id)) {
+        Ok(state) => Reply::ok(state),
+        Err(reply) => reply,
+    }
+}
+
+/// A session's state and what it is owed, as `GET /api/sessions/:id` answers.
+fn session_state(store: &Store<RealFs>, id: &SessionId) -> Result<Value, Reply> {
+    let record = store.record(id).map_err(|error| engine_error(&error))?;
+    let owed = store.queue(id).map_err(|error| engine_error(&error))?;
     let triple = record.public_triple();
-    Reply::ok(json!({
+    Ok(json!({
         "id": id.as_str(),
         "state": {
             "status": triple.status,
@@ -630,31 +631,41 @@ fn parse_id(id: &str) -> Result<SessionId, Reply> {
     SessionId::new(id).map_err(|error| engine_error(&error))
 }
 
+/// `GET /api/sessions/:id/timeline[?limit=N&before=POSITION]`: the last `limit` public events
+/// before `before` (a page's `older`; default: the end), oldest first, read backward (never the
+/// whole log); `older` names the next page (null at the start), `end` where the page ends (the
+/// session's event stream continues from there).
 fn timeline_blocking(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
     let id = match parse_id(id) {
         Ok(id) => id,
         Err(reply) => return reply,
     };
     let mut limit = 500;
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if name != "limit" {
-            return Reply::error(400, format!("unknown query parameter {name:?}"));
-        }
-        match value.parse::<usize>() {
-            Ok(value) if value <= TIMELINE_LIMIT_MAX => limit = value,
-            _ => {
-                return Reply::error(
-                    400,
-                    format!("limit {value:?} is not a number from 0 to {TIMELINE_LIMIT_MAX}"),
-                );
-            }
+    let mut before = None;
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "limit" => match value.parse::<usize>() {
+                Ok(value) if value <= TIMELINE_LIMIT_MAX => limit = value,
+                _ => {
+                    return Reply::error(
+                        400,
+                        format!("limit {value:?} is not a number from 0 to {TIMELINE_LIMIT_MAX}"),
+                    );
+                }
+            },
+            "before" => match value.parse::<Position>() {
+                Ok(position) => before = Some(position),
+                Err(error) => return Reply::error(400, error.to_string()),
+            },
+            other => return Reply::error(400, format!("unknown query parameter {other:?}")),
         }
     }
-    match store.tail(&id, limit) {
-        Ok(events) => Reply::ok(json!({
+    match store.page(&id, before, limit) {
+        Ok(page) => Reply::ok(json!({
             "session": id.as_str(),
-            "events": events.iter().map(Event::to_public_json).collect::<Vec<_>>(),
+            "events": page.events.iter().map(Event::to_public_json).collect::<Vec<_>>(),
+            "older": page.older.map(|position| position.to_string()),
+            "end": page.end.to_string(),
         })),
         Err(error) => engine_error(&error),
     }
@@ -785,7 +796,30 @@ fn start_stream(app: &App) -> anyhow::Result<(broadcast::Receiver<Arc<Value>>, V
     let receiver = app.feed.subscribe(&app.store, &app.roots)?;
     let mut index = crate::args::open_index(&app.store)?;
     let reset = super::watch::snapshot(&app.store, &mut index, &app.roots, &app.identity)?;
-    Ok((receiver, reset))
+    Ok((receiver, with_owed(&app.store, reset)))
+}
+
+/// A stream value with each session's owed count (`"owed": N`, read from its queue; absent when
+/// the queue cannot be read). The index does not keep it: a drain alone changes no row, so a
+/// count is as of the session's last change (the session's own stream is exact).
+fn with_owed(store: &Store<RealFs>, mut value: Value) -> Value {
+    let add = |session: &mut Value| {
+        let owed = session["id"]
+            .as_str()
+            .and_then(|id| SessionId::new(id).ok())
+            .and_then(|id| store.queue(&id).ok())
+            .map(|queue| queue.len());
+        if let (Some(map), Some(owed)) = (session.as_object_mut(), owed) {
+            map.insert("owed".to_owned(), owed.into());
+        }
+    };
+    if let Some(sessions) = value.get_mut("sessions").and_then(Value::as_array_mut) {
+        sessions.iter_mut().for_each(add);
+    }
+    if let Some(session) = value.get_mut("session") {
+        add(session);
+    }
+    value
 }
 
 /// One stream's progress.
@@ -861,7 +895,14 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
                     let version = value["version"].as_i64().unwrap_or(0);
                     if version > stream.version {
                         stream.version = version;
-                        return Some((Ok(sse(&value)), stream));
+                        let store = Arc::clone(&stream.app.store);
+                        let value = (*value).clone();
+                        let shown = tokio::task::spawn_blocking(move || with_owed(&store, value))
+                            .await
+                            .unwrap_or_else(
+                                |error| json!({ "type": "error", "error": error.to_string() }),
+                            );
+                        return Some((Ok(sse(&shown)), stream));
                     }
                 }
             },
@@ -870,6 +911,7 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
                 let reset = tokio::task::spawn_blocking(move || {
                     let mut index = crate::args::open_index(&app.store)?;
                     super::watch::snapshot(&app.store, &mut index, &app.roots, &app.identity)
+                        .map(|reset| with_owed(&app.store, reset))
                 })
                 .await;
                 match reset {
@@ -890,6 +932,133 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
             Err(broadcast::error::RecvError::Closed) => {
                 stream.done = true;
                 return Some((Ok(sse_error("the watch feed ended")), stream));
+            }
+        }
+    }
+}
+
+/// How often a session's event stream looks for new events and a changed state (a stat of the
+/// newest segment and a read of the small queue and record).
+const SESSION_POLL: Duration = Duration::from_millis(500);
+
+/// One session's event stream.
+struct SessionStream {
+    app: App,
+    id: SessionId,
+    /// Where the next events are read from.
+    after: Position,
+    /// The state last sent.
+    state: Option<Value>,
+    /// Values read but not yet sent.
+    pending: std::collections::VecDeque<Value>,
+    done: bool,
+}
+
+/// `GET /api/sessions/:id/events[?after=POSITION]`: one session as server-sent events:
+/// `{"type":"events","events":[...],"end":P}` for what was appended after `after` (a timeline
+/// page's `end`; default: the end now), and `{"type":"session",...}` (as `GET
+/// /api/sessions/:id`) first and whenever its state or what it is owed changes. Ends with an
+/// `error` event if the session can no longer be read, and when the server stops.
+async fn session_events(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let mut after = None;
+    for (name, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match (name.as_ref(), value.parse::<Position>()) {
+            ("after", Ok(position)) => after = Some(position),
+            ("after", Err(error)) => return Reply::error(400, error.to_string()).into_response(),
+            (other, _) => {
+                return Reply::error(400, format!("unknown query parameter {other:?}"))
+                    .into_response();
+            }
+        }
+    }
+    let id = match parse_id(&id) {
+        Ok(id) => id,
+        Err(reply) => return reply.into_response(),
+    };
+    let started = {
+        let (store, id) = (Arc::clone(&app.store), id.clone());
+        tokio::task::spawn_blocking(move || match after {
+            Some(after) => Ok(after),
+            None => store.page(&id, None, 0).map(|page| page.end).map_err(|e| engine_error(&e)),
+        })
+        .await
+    };
+    let after = match started {
+        Ok(Ok(after)) => after,
+        Ok(Err(reply)) => return reply.into_response(),
+        Err(error) => {
+            return Reply::error(500, format!("the stream failed: {error}")).into_response();
+        }
+    };
+    let stream = SessionStream {
+        app,
+        id,
+        after,
+        state: None,
+        pending: std::collections::VecDeque::new(),
+        done: false,
+    };
+    Sse::new(futures_util::stream::unfold(stream, next_session_event))
+        .keep_alive(KeepAlive::new().interval(WATCH_KEEPALIVE).text("keepalive"))
+        .into_response()
+}
+
+/// The session stream's next event: what it holds, else what a poll finds, else a wait.
+async fn next_session_event(
+    mut stream: SessionStream,
+) -> Option<(Result<SseEvent, Infallible>, SessionStream)> {
+    if stream.done {
+        return None;
+    }
+    let mut stop = stream.app.stop.clone();
+    loop {
+        if let Some(value) = stream.pending.pop_front() {
+            return Some((Ok(SseEvent::default().data(value.to_string())), stream));
+        }
+        let (store, id, after) = (Arc::clone(&stream.app.store), stream.id.clone(), stream.after);
+        let polled = tokio::task::spawn_blocking(move || {
+            let (events, next) = store.follow_from(&id, after).map_err(|e| engine_error(&e))?;
+            let state = session_state(&store, &id)?;
+            Ok::<_, Reply>((events, next, state))
+        })
+        .await;
+        match polled {
+            Ok(Ok((events, next, state))) => {
+                if !events.is_empty() {
+                    stream.pending.push_back(json!({
+                        "type": "events",
+                        "events": events.iter().map(Event::to_public_json).collect::<Vec<_>>(),
+                        "end": next.to_string(),
+                    }));
+                }
+                stream.after = next;
+                if stream.state.as_ref() != Some(&state) {
+                    let mut value = state.clone();
+                    if let Some(map) = value.as_object_mut() {
+                        map.insert("type".to_owned(), "session".into());
+                    }
+                    stream.pending.push_back(value);
+                    stream.state = Some(state);
+                }
+            }
+            Ok(Err(reply)) => {
+                stream.done = true;
+                let message = reply.body["error"].as_str().unwrap_or("cannot read").to_owned();
+                return Some((Ok(sse_error(&message)), stream));
+            }
+            Err(error) => {
+                stream.done = true;
+                return Some((Ok(sse_error(&error.to_string())), stream));
+            }
+        }
+        if stream.pending.is_empty() {
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => return None,
+                () = tokio::time::sleep(SESSION_POLL) => {}
             }
         }
     }
