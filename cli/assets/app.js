@@ -4,7 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const board = { rows: new Map(), applied: -Infinity, history: new Map() };
-let open = null; // { id, oldest: number of events loaded }
+let open = null; // the open conversation (see openConversation)
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -103,9 +103,7 @@ function connect() {
     const value = JSON.parse(message.data);
     if (!apply(value)) return;
     renderBoard();
-    if (open && (value.type === "reset" || (value.session && value.session.id === open.id))) {
-      loadConversation(open.id, false);
-    }
+    if (open && !open.answers.length && value.type === "reset") loadAnswers(open);
   };
 }
 
@@ -171,6 +169,11 @@ function entry(event, id, owed) {
     }
     bubble.append(meta, document.createTextNode(event.text));
     item.append(bubble);
+  } else if (event.kind === "answer") {
+    const bubble = el("div", "message agent");
+    bubble.append(el("span", "meta", `${timeOf(event.ts)} · ${id} answered (${event.harness})`));
+    bubble.append(document.createTextNode(event.text));
+    item.append(bubble);
   } else {
     const bubble = el("div", "message");
     const meta = el("span", "meta", `${timeOf(event.ts)} · ${id} · `);
@@ -183,32 +186,117 @@ function entry(event, id, owed) {
   return item;
 }
 
-async function loadConversation(id, scroll) {
-  const limit = open && open.id === id ? open.limit : 200;
-  const [timeline, session] = await Promise.all([
-    fetch(`/api/sessions/${encodeURIComponent(id)}/timeline?limit=${limit}`).then((r) => r.json()),
-    fetch(`/api/sessions/${encodeURIComponent(id)}`).then((r) => r.ok ? r.json() : null),
-  ]);
-  if (!open || open.id !== id) return;
-  const owed = new Set(((session && session.owed) || []).map((message) => message.mid));
+const PAGE = 100; // events a page of the conversation reads
+
+// The open conversation: its events (oldest first), where the next older page starts, the
+// session's own stream, what it is owed, and the agent's answers from its transcript.
+function closeConversation() {
+  if (open && open.source) open.source.close();
+  if (open && open.retry) clearTimeout(open.retry);
+  open = null;
+}
+
+async function openConversation(id) {
+  closeConversation();
+  const mine = { id, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null };
+  open = mine;
+  const response = await fetch(`/api/sessions/${encodeURIComponent(id)}/timeline?limit=${PAGE}`);
+  const page = await response.json();
+  if (open !== mine) return;
+  if (!response.ok) {
+    $("conversation").replaceChildren(el("li", "empty", page.error || `cannot read ${id}`));
+    return;
+  }
+  mine.events = page.events || [];
+  mine.older = page.older;
+  mine.end = page.end;
+  renderConversation("bottom");
+  follow(mine);
+  loadAnswers(mine);
+}
+
+// The session's own stream, from where the page ended: each new event once, and its state.
+function follow(mine) {
+  const source = new EventSource(`/api/sessions/${encodeURIComponent(mine.id)}/events?after=${encodeURIComponent(mine.end)}`);
+  mine.source = source;
+  source.onmessage = (message) => {
+    if (open !== mine) return;
+    const value = JSON.parse(message.data);
+    if (value.type === "events") {
+      const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+      mine.events.push(...value.events);
+      mine.end = value.end;
+      renderConversation(atBottom ? "bottom" : "keep");
+    } else if (value.type === "session") {
+      mine.owed = new Set((value.owed || []).map((message) => message.mid));
+      mine.state = value.state;
+      renderConversation("keep");
+    }
+  };
+  // A broken stream is opened again from the last position seen (never from the first one:
+  // the browser's own reconnection would repeat what was already shown).
+  source.onerror = () => {
+    source.close();
+    if (open === mine) mine.retry = setTimeout(() => open === mine && follow(mine), 1000);
+  };
+}
+
+// The agent's answers, from the transcript of the harness session this one names.
+async function loadAnswers(mine) {
+  const linked = [...board.history.values()].find((h) => h.spexSession === mine.id);
+  if (!linked) return;
+  const response = await fetch(`/api/history/${encodeURIComponent(linked.harness)}/${encodeURIComponent(linked.id)}?limit=500`);
+  if (!response.ok || open !== mine) return;
+  const body = await response.json();
+  mine.answers = (body.events || [])
+    .filter((event) => event.kind === "assistant" && event.text)
+    .map((event) => ({ ts: event.ts, kind: "answer", text: event.text, harness: linked.harness }));
+  renderConversation("keep");
+}
+
+async function loadOlder() {
+  const mine = open;
+  if (!mine || !mine.older) return;
+  const before = mine.older;
+  mine.older = null; // one request at a time
+  const response = await fetch(`/api/sessions/${encodeURIComponent(mine.id)}/timeline?limit=${PAGE}&before=${encodeURIComponent(before)}`);
+  const page = await response.json();
+  if (open !== mine) return;
+  if (!response.ok) { mine.older = before; return; }
+  const height = document.body.scrollHeight;
+  mine.events = (page.events || []).concat(mine.events);
+  mine.older = page.older;
+  renderConversation("keep");
+  window.scrollBy(0, document.body.scrollHeight - height); // the reader stays where they were
+}
+
+function renderConversation(scroll) {
+  const mine = open;
+  if (!mine) return;
+  const id = mine.id;
+  // Answers older than the loaded events wait for their page.
+  const from = mine.older && mine.events.length ? mine.events[0].ts : "";
+  const items = mine.events.concat(mine.answers.filter((answer) => answer.ts >= from));
+  items.sort((a, b) => (a.ts || "").localeCompare(b.ts || ""));
   const list = $("conversation");
   list.replaceChildren();
   let day = null;
-  for (const event of timeline.events || []) {
+  for (const event of items) {
     const today = dayOf(event.ts);
     if (today !== day) {
       list.append(el("li", "day", today));
       day = today;
     }
-    list.append(entry(event, id, owed));
+    list.append(entry(event, id, mine.owed));
   }
-  $("older").hidden = (timeline.events || []).length < limit;
+  if (!items.length) list.append(el("li", "empty", "Nothing said yet."));
+  $("older").hidden = !mine.older;
   const row = board.rows.get(id);
-  const display = (session && session.state && session.state.display) || (row && row.state.display) || "";
+  const display = (mine.state && mine.state.display) || (row && row.state.display) || "";
   const status = $("session-status");
   status.textContent = display;
   status.className = `status ${display}`;
-  if (scroll) window.scrollTo(0, document.body.scrollHeight);
+  if (scroll === "bottom") window.scrollTo(0, document.body.scrollHeight);
 }
 
 function route() {
@@ -216,16 +304,17 @@ function route() {
   const match = hash.match(/^#\/s\/(.+)$/);
   if (match) {
     const id = decodeURIComponent(match[1]);
-    open = { id, limit: 200 };
+    if (open && open.id === id) return;
     $("board-view").hidden = true;
     $("session-view").hidden = false;
     $("session-title").textContent = id;
     $("send-state").textContent = "";
-    loadConversation(id, true);
+    $("conversation").replaceChildren();
+    openConversation(id);
     $("message").focus();
     return;
   }
-  open = null;
+  closeConversation();
   $("session-view").hidden = true;
   $("board-view").hidden = false;
 }
@@ -279,7 +368,6 @@ $("composer").addEventListener("submit", async (event) => {
   box.disabled = false;
   if (sent) box.value = "";
   box.focus();
-  await loadConversation(open.id, true);
 });
 
 $("message").addEventListener("keydown", (event) => {
@@ -288,10 +376,10 @@ $("message").addEventListener("keydown", (event) => {
   }
 });
 
-$("older").addEventListener("click", () => {
-  if (!open) return;
-  open.limit *= 2;
-  loadConversation(open.id, false);
+$("older").addEventListener("click", loadOlder);
+// Scrolling to the top reads the next older page.
+window.addEventListener("scroll", () => {
+  if (open && open.older && window.scrollY < 80) loadOlder();
 });
 
 $("search").addEventListener("submit", (event) => {

@@ -1,0 +1,248 @@
+//! The web page in a real browser: headless Chromium, driven over WebDriver (Debian's
+//! `chromium` and `chromium-driver`; `.ci/run` installs them), against the real `spex serve` on
+//! loopback. It opens the tokened URL, reads the board in activity order, opens a session, sends
+//! a message and sees it once (and once again after a reload), sees a message sent from the CLI
+//! and a delivery arrive live, pages back to older events, reads the agent's answer from its
+//! transcript, searches and follows a hit. It saves screenshots of the board and of a
+//! conversation (`SPEX_SCREENSHOT_DIR`, default the test's scratch directory; the README's are
+//! from `docs/`).
+
+#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+
+mod common;
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Store;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// The harnesses' homes of the history fixtures (one Codex transcript answers a spex session).
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures")
+}
+
+/// `spex args` against `store`, with the fixture transcripts as the harnesses' homes.
+fn spex(store: &Store, args: &[&str]) -> common::Run {
+    let output = with_homes(store, store.command(args)).output().unwrap();
+    let run = common::Run(output);
+    run.ok();
+    run
+}
+
+fn with_homes(store: &Store, mut command: Command) -> Command {
+    command
+        .env("CLAUDE_CONFIG_DIR", fixtures().join("claude"))
+        .env("CODEX_HOME", fixtures().join("codex"))
+        .env("HOME", store.dir.path());
+    command
+}
+
+/// A process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _gone = self.0.kill();
+        let _reaped = self.0.wait();
+    }
+}
+
+/// chromedriver on a free loopback port.
+fn chromedriver() -> (Killed, u16) {
+    let program = std::env::var("SPEX_CHROMEDRIVER").unwrap_or("/usr/bin/chromedriver".to_owned());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(&program)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|error| {
+            panic!("{program}: {error} (Debian's chromium-driver; .ci/run installs it)")
+        });
+    let driver = Killed(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (driver, port)
+}
+
+/// A headless Chromium session through chromedriver at `port`, with a new empty profile.
+async fn browser(port: u16, profile: &Path) -> Client {
+    let binary = std::env::var("SPEX_CHROMIUM").unwrap_or("/usr/bin/chromium".to_owned());
+    let capabilities = json!({
+        "goog:chromeOptions": {
+            "binary": binary,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                // This machine's network is closed: nothing may try to reach out.
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--lang=en-US",
+                "--window-size=1100,780", format!("--user-data-dir={}", profile.display()),
+            ],
+        },
+    });
+    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap_or_else(|error| panic!("cannot start Chromium through chromedriver: {error}"))
+}
+
+/// Evaluates `script` in the page until it returns what `done` accepts (10 s at most).
+async fn until(client: &Client, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let value = client.execute(script, vec![]).await.unwrap();
+        if done(&value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: the page shows {value}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The texts of the conversation's messages, in order.
+const MESSAGES: &str =
+    "return [...document.querySelectorAll('#conversation .message')].map(m => m.textContent)";
+
+/// How many messages hold `needle`.
+fn count(messages: &Value, needle: &str) -> usize {
+    messages.as_array().unwrap().iter().filter(|m| m.as_str().unwrap().contains(needle)).count()
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let dir = std::env::var_os("SPEX_SCREENSHOT_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screenshots"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(dir.join(name), png).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_page_works_in_a_real_browser() {
+    let store = Store::new();
+    // Three sessions, worked in last to first: gamma, then alpha, then beta.
+    spex(&store, &["session", "new", "--id", "gamma"]);
+    spex(&store, &["session", "new", "--id", "alpha"]);
+    spex(&store, &["session", "new", "--id", "beta", "--adapter", "exec:cat >/dev/null"]);
+    spex(&store, &["session", "send", "gamma", "look for the flaky needle in the parser"]);
+    // Alpha is the Codex session of the fixture transcript: its answer is in the conversation.
+    let record = store.root().join("sessions/alpha/session.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    let text = text.replace("\"harness\": \"\"", "\"harness\": \"codex\"").replace(
+        "\"harness_session_id\": \"\"",
+        "\"harness_session_id\": \"019a2d7a-41c4-78b1-b7cc-a45d62a89cd5\"",
+    );
+    std::fs::write(&record, text).unwrap();
+    spex(&store, &["session", "send", "alpha", "check the pool too"]);
+    // Beta has a long conversation (older pages) and a declaration.
+    for i in 0..130 {
+        spex(&store, &["session", "send", "beta", &format!("step {i} of the migration")]);
+    }
+    spex(&store, &["session", "drain", "beta"]);
+    let declared = store
+        .command(&["session", "done", "--propose", "merge", "--note", "migration is green"])
+        .env("SPEX_SESSION_ID", "beta")
+        .output()
+        .unwrap();
+    assert!(declared.status.success());
+
+    let mut serve = with_homes(&store, store.command(&["serve", "--addr", "127.0.0.1:0"]));
+    let mut server = Killed(serve.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut url = String::new();
+    std::io::BufReader::new(server.0.stdout.take().unwrap()).read_line(&mut url).unwrap();
+    let url = url.trim().to_owned();
+    assert!(url.contains("/?token="), "{url}");
+
+    let (_driver, port) = chromedriver();
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(port, profile.path()).await;
+
+    // The board, most recently worked in first, with colour-coded states and owed counts.
+    client.goto(&url).await.unwrap();
+    let ids = "return [...document.querySelectorAll('#board li .id')].map(e => e.textContent)";
+    until(&client, "the board in activity order", ids, |v| *v == json!(["beta", "alpha", "gamma"]))
+        .await;
+    let beta = "return document.querySelector('#board li[data-id=beta]').textContent";
+    let row =
+        until(&client, "beta's row", beta, |v| v.as_str().is_some_and(|t| t.contains("review")))
+            .await;
+    assert!(row.as_str().unwrap().contains("migration is green"), "{row}");
+    let alpha = "return document.querySelector('#board li[data-id=alpha] .owed').textContent";
+    until(&client, "alpha's owed count", alpha, |v| *v == json!("1 owed")).await;
+    screenshot(&client, "board.png").await;
+
+    // A conversation: the last page first, older pages on demand, the declaration as a reply.
+    client.find(Locator::Css("#board li[data-id=beta] a")).await.unwrap().click().await.unwrap();
+    let messages =
+        until(&client, "beta's last page", MESSAGES, |v| count(v, "step 129 ") == 1).await;
+    assert_eq!(count(&messages, "step 0 "), 0, "the first page is the tail, not the whole log");
+    assert_eq!(count(&messages, "migration is green"), 1, "{messages}");
+    // Scrolled to the top, the reader gets the older page.
+    client.execute("window.scrollTo(0, 0)", vec![]).await.unwrap();
+    let messages = until(&client, "the older page", MESSAGES, |v| count(v, "step 0 ") == 1).await;
+    for i in [0, 64, 129] {
+        assert_eq!(count(&messages, &format!("step {i} ")), 1, "step {i} once: {messages}");
+    }
+
+    // A message from the page: shown once, owed, and still once after a reload.
+    let textarea = client.find(Locator::Id("message")).await.unwrap();
+    textarea.send_keys("please rebase onto main").await.unwrap();
+    client.find(Locator::Css("#composer button")).await.unwrap().click().await.unwrap();
+    let messages =
+        until(&client, "the sent message", MESSAGES, |v| count(v, "please rebase onto main") == 1)
+            .await;
+    let sent = messages.as_array().unwrap().iter().find(|m| m.as_str().unwrap().contains("rebase"));
+    assert!(sent.unwrap().as_str().unwrap().contains("owed"), "{messages}");
+    let timeline = spex(&store, &["--json", "session", "timeline", "beta"]).stdout();
+    assert_eq!(timeline.matches("please rebase onto main").count(), 1, "one message on disk");
+    client.refresh().await.unwrap();
+    until(&client, "the message after a reload", MESSAGES, |v| {
+        count(v, "please rebase onto main") == 1
+    })
+    .await;
+
+    // From the CLI: a message appears live, then its delivery turns both marks.
+    spex(&store, &["session", "send", "beta", "sent from the command line"]);
+    until(&client, "the CLI's message, live", MESSAGES, |v| {
+        count(v, "sent from the command line") == 1
+    })
+    .await;
+    spex(&store, &["session", "drain", "beta"]);
+    let owed = "return document.querySelectorAll('#conversation .mark.owed').length";
+    until(&client, "both delivered", owed, |v| *v == json!(0)).await;
+    client.execute("window.scrollTo(0, document.body.scrollHeight)", vec![]).await.unwrap();
+    screenshot(&client, "conversation.png").await;
+
+    // The agent's own answer, read from its transcript (redacted).
+    client.goto(&format!("{}#/s/alpha", url)).await.unwrap();
+    let messages =
+        until(&client, "alpha's answer", MESSAGES, |v| count(v, "answered (codex)") >= 1).await;
+    assert!(count(&messages, "The database pool holds 4") >= 1, "{messages}");
+    assert_eq!(count(&messages, "hunter2"), 0, "redacted: {messages}");
+
+    // Search, and follow a hit to its conversation.
+    client.goto(&format!("{}#/", url)).await.unwrap();
+    let search = client.find(Locator::Id("q")).await.unwrap();
+    search.send_keys("needle\n").await.unwrap();
+    let hits = "return [...document.querySelectorAll('#hits li a')].map(a => a.textContent)";
+    until(&client, "a hit", hits, |v| v.as_array().is_some_and(|a| !a.is_empty())).await;
+    let marked = client.find(Locator::Css("#hits li a mark")).await.unwrap();
+    assert_eq!(marked.text().await.unwrap(), "needle");
+    client.find(Locator::Css("#hits li a")).await.unwrap().click().await.unwrap();
+    until(&client, "the hit's conversation", MESSAGES, |v| count(v, "flaky needle") == 1).await;
+    let title = client.find(Locator::Id("session-title")).await.unwrap().text().await.unwrap();
+    assert_eq!(title, "gamma");
+
+    client.close().await.unwrap();
+}
