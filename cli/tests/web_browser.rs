@@ -231,8 +231,13 @@ async fn the_web_page_works_in_a_real_browser() {
     assert!(count(&messages, "The database pool holds 4") >= 1, "{messages}");
     assert_eq!(count(&messages, "hunter2"), 0, "redacted: {messages}");
 
-    // Search, and follow a hit to its conversation.
+    // The board's owed counts followed the delivery (a drain writes only the queue).
     client.goto(&format!("{}#/", url)).await.unwrap();
+    let beta_owed = "return document.querySelector('#board li[data-id=beta] .owed').textContent";
+    until(&client, "beta owed nothing", beta_owed, |v| *v == json!("")).await;
+    until(&client, "alpha still owed one", alpha, |v| *v == json!("1 owed")).await;
+
+    // Search, and follow a hit to its conversation.
     let search = client.find(Locator::Id("q")).await.unwrap();
     search.send_keys("needle\n").await.unwrap();
     let hits = "return [...document.querySelectorAll('#hits li a')].map(a => a.textContent)";

@@ -97,6 +97,8 @@ pub struct Signature {
     pub cursor: Cursor,
     /// The mtime of the cursor's segment then.
     pub log_modified_ns: u64,
+    /// The delivery queue's size and mtime (see [`Store::queue_signature`]).
+    pub queue: Option<(u64, u64)>,
 }
 
 /// A handle on the store at one root.
@@ -474,20 +476,34 @@ impl<F: Fs> Store<F> {
     /// The record's signature: its size and modification time (nanoseconds); `None` without a
     /// record.
     pub fn record_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
-        match self.fs.metadata(&self.layout.record(id)) {
+        self.file_signature(&self.layout.record(id))
+    }
+
+    /// The delivery queue's signature: its size and modification time (nanoseconds); `None` without a
+    /// queue file (nothing owed).
+    pub fn queue_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
+        self.file_signature(&self.layout.queue(id))
+    }
+
+    /// A file's size and mtime (nanoseconds); `None` when it does not exist.
+    fn file_signature(&self, path: &Path) -> Result<Option<(u64, u64)>> {
+        match self.fs.metadata(path) {
             Ok(metadata) => Ok(Some((metadata.len, metadata.modified_ns()))),
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
             Err(error) => Err(error.into()),
         }
     }
 
-    /// Whether session `id` is exactly as `seen` recorded it, by three stats and no listing:
-    /// the record (size, mtime), the segment the cursor is in (its length is the cursor's
+    /// Whether session `id` is exactly as `seen` recorded it, by four stats and no listing:
+    /// the record and the queue (size, mtime), the segment the cursor is in (its length is the cursor's
     /// offset and its mtime unchanged), and the next segment number (absent: segments are only
     /// created in order). Any doubt (an empty log, a legacy segment, a torn tail) answers false;
     /// the caller then reads.
     pub fn unchanged_since(&self, id: &SessionId, seen: &Signature) -> Result<bool> {
-        if seen.cursor.segment == 0 || self.record_signature(id)? != seen.record {
+        if seen.cursor.segment == 0
+            || self.record_signature(id)? != seen.record
+            || self.queue_signature(id)? != seen.queue
+        {
             return Ok(false);
         }
         let current = self.layout.segment(id, crate::layout::SegmentNo(seen.cursor.segment));

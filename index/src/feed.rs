@@ -3,7 +3,7 @@
 
 use rusqlite::params;
 
-use crate::query::row_of;
+use crate::query::{ROW_COLUMNS, row_of};
 use crate::transcripts::{History, TRANSCRIPT_COLUMNS, history_at};
 use crate::{Index, Result, Row};
 
@@ -92,15 +92,13 @@ impl Index {
     pub fn changes_since(&self, version: i64) -> Result<Vec<Change>> {
         let mut statement = self
             .connection
-            .prepare_cached(
-                "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
-                        version, preview, removed
-                 FROM sessions WHERE version > ?1 ORDER BY version",
-            )
+            .prepare_cached(&format!(
+                "SELECT {ROW_COLUMNS}, removed FROM sessions WHERE version > ?1 ORDER BY version"
+            ))
             .map_err(|e| self.sqlite(e))?;
         let changes = statement
             .query_map(params![version], |row| {
-                let removed: bool = row.get(10)?;
+                let removed: bool = row.get(11)?;
                 let row = row_of(row)?;
                 Ok(if removed {
                     Change::Removed { id: row.id, version: row.version }

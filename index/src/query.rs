@@ -26,6 +26,8 @@ pub struct Row {
     pub version: i64,
     /// The first line of the last message or note (at most 240 bytes).
     pub preview: Option<String>,
+    /// How many messages it is owed (`None`: its queue could not be read).
+    pub owed: Option<u64>,
 }
 
 impl Row {
@@ -43,6 +45,7 @@ impl Row {
             "archived": self.archived,
             "lastActivity": self.last_activity,
             "preview": self.preview,
+            "owed": self.owed,
             "version": self.version,
         })
     }
@@ -153,8 +156,7 @@ impl Index {
             Sort::Created => "created_at DESC, id",
         };
         let sql = format!(
-            "SELECT id, status, proposal, note, display, created_at, archived, last_activity,
-                    version, preview
+            "SELECT {ROW_COLUMNS}
              FROM sessions
              WHERE removed = 0 AND (?1 OR archived = 0)
                AND (?2 IS NULL OR status = ?2 OR display = ?2)
@@ -479,6 +481,10 @@ impl Index {
 }
 
 /// A listed row from the first ten columns of a `sessions` query.
+/// The columns [`row_of`] reads, in its order.
+pub(crate) const ROW_COLUMNS: &str = "id, status, proposal, note, display, created_at, archived, \
+                                      last_activity, version, preview, owed";
+
 pub(crate) fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
         id: row.get(0)?,
@@ -491,6 +497,7 @@ pub(crate) fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         last_activity: row.get(7)?,
         version: row.get(8)?,
         preview: row.get(9)?,
+        owed: row.get::<_, Option<i64>>(10)?.map(|owed| owed.max(0) as u64),
     })
 }
 

@@ -66,6 +66,8 @@ struct Seen {
     cursor: Cursor,
     log_mtime_ns: i64,
     record: (i64, i64),
+    /// The queue's size and mtime, `(-1, -1)` without a queue file.
+    queue: (i64, i64),
     content_version: i64,
 }
 
@@ -75,8 +77,16 @@ impl Seen {
             record: Some((self.record.0 as u64, self.record.1 as u64)),
             cursor: self.cursor,
             log_modified_ns: self.log_mtime_ns as u64,
+            queue: (self.queue.0 >= 0).then_some((self.queue.0 as u64, self.queue.1 as u64)),
         }
     }
+}
+
+/// A file signature as two columns: `(-1, -1)` for no file.
+fn signature_columns(signature: Option<(u64, u64)>) -> (i64, i64) {
+    signature.map_or((-1, -1), |(len, mtime)| {
+        (i64::try_from(len).unwrap_or(i64::MAX), i64::try_from(mtime).unwrap_or(i64::MAX))
+    })
 }
 
 /// The values of one session row.
@@ -94,6 +104,10 @@ struct Upsert<'a> {
     pin: &'a str,
     log_mtime_ns: i64,
     record: (i64, i64),
+    /// How many messages the session is owed (`None`: its queue cannot be read), and the
+    /// queue's signature when that was read.
+    owed: Option<i64>,
+    queue: (i64, i64),
     /// The harness session the record names: its harness (as `spex_history` names it) and id.
     thread: Option<(&'static str, &'a str)>,
 }
@@ -198,9 +212,9 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
         "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
              last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
              log_mtime_ns, record_len, record_mtime_ns, content_version, version, preview,
-             harness, thread)
+             harness, thread, owed, queue_len, queue_mtime_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                 ?19, ?20)
+                 ?19, ?20, ?21, ?22, ?23)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status,
              proposal = excluded.proposal, note = excluded.note,
              display = excluded.display, created_at = excluded.created_at,
@@ -211,7 +225,8 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
              record_len = excluded.record_len, record_mtime_ns = excluded.record_mtime_ns,
              content_version = excluded.content_version, version = excluded.version,
              preview = excluded.preview, removed = 0, harness = excluded.harness,
-             thread = excluded.thread",
+             thread = excluded.thread, owed = excluded.owed, queue_len = excluded.queue_len,
+             queue_mtime_ns = excluded.queue_mtime_ns",
         params![
             row.id,
             row.status,
@@ -233,6 +248,9 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
             row.preview,
             row.thread.map(|(harness, _)| harness),
             row.thread.map(|(_, thread)| thread),
+            row.owed,
+            row.queue.0,
+            row.queue.1,
         ],
     )?;
     Ok(())
@@ -304,7 +322,7 @@ impl Index {
             .connection
             .prepare_cached(
                 "SELECT id, cursor_segment, cursor_offset, cursor_index, record_len,
-                        record_mtime_ns, content_version, log_mtime_ns
+                        record_mtime_ns, content_version, log_mtime_ns, queue_len, queue_mtime_ns
                  FROM sessions WHERE removed = 0",
             )
             .map_err(|e| self.sqlite(e))?;
@@ -321,6 +339,7 @@ impl Index {
                         record: (row.get(4)?, row.get(5)?),
                         content_version: row.get(6)?,
                         log_mtime_ns: row.get(7)?,
+                        queue: (row.get(8)?, row.get(9)?),
                     },
                 ))
             })
@@ -351,9 +370,12 @@ impl Index {
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
+        // Taken before the queue is read: a change after it is seen by the next refresh.
+        let queue = signature_columns(store.queue_signature(id)?);
         let fresh = |seen: &Seen| {
             seen.content_version == CONTENT_VERSION
                 && seen.record == record
+                && seen.queue == queue
                 && seen.cursor.segment == stamp.newest
                 && seen.cursor.offset == stamp.newest_len
                 && seen.log_mtime_ns == stamp.newest_modified_ns as i64
@@ -442,6 +464,14 @@ impl Index {
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
+        let owed = match store.queue(id) {
+            Ok(entries) => Some(entries.len() as i64),
+            // A damaged queue does not hide the session: its count is unknown (`session repair`
+            // rebuilds it).
+            Err(spex_engine::Error::Corrupt { .. }) => None,
+            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
         let triple = record_now.public_triple();
         upsert(
             &transaction,
@@ -459,6 +489,8 @@ impl Index {
                 pin: &pin,
                 log_mtime_ns: stamp.newest_modified_ns as i64,
                 record,
+                owed,
+                queue,
                 thread: spex_history::Harness::parse(record_now.harness())
                     .map(spex_history::Harness::name)
                     .zip(record_now.harness_session_id().filter(|thread| !thread.is_empty())),
@@ -519,6 +551,8 @@ impl Index {
                 pin: "",
                 log_mtime_ns: 0,
                 record,
+                owed: None,
+                queue: (-1, -1),
                 thread: None,
             },
         )

@@ -86,7 +86,10 @@ impl Index {
                      version INTEGER NOT NULL,
                      preview TEXT,
                      removed INTEGER NOT NULL DEFAULT 0,
-                     harness TEXT, thread TEXT);
+                     harness TEXT, thread TEXT,
+                     owed INTEGER,
+                     queue_len INTEGER NOT NULL DEFAULT -1,
+                     queue_mtime_ns INTEGER NOT NULL DEFAULT -1);
                  CREATE INDEX sessions_thread ON sessions(harness, thread);
                  CREATE INDEX sessions_version ON sessions(version);
                  CREATE INDEX sessions_activity

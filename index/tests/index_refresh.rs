@@ -297,3 +297,42 @@ fn search_is_literal_ranked_and_filtered() {
     let active = SearchFilter { status: Some("active".into()), ..all.clone() };
     assert!(index.search("deploy", &active).unwrap().is_empty());
 }
+
+// The owed count is the queue's: a delivery that writes nothing to the log (unkeyed messages
+// leave no settlement line) still changes the row, under a new version a watcher is sent; an
+// untouched queue costs a refresh nothing.
+#[test]
+fn a_delivery_alone_changes_the_owed_count() {
+    let world = World::new();
+    let mut index = world.index();
+    let a = world.create("a");
+    world.say(&a, "first", None);
+    world.say(&a, "second", None);
+    index.refresh(&world.store).unwrap();
+    let owed = |index: &Index| {
+        index.sessions(&Filter { sort: Sort::Activity, status: None, all: true }).unwrap()[0].owed
+    };
+    assert_eq!(owed(&index), Some(2));
+    let before = index.version().unwrap();
+    let log = world.store.stamp(&a).unwrap();
+    world.store.drain(&a, &mut Accept).unwrap();
+    assert_eq!(world.store.stamp(&a).unwrap(), log, "the delivery wrote nothing to the log");
+    let refreshed = index.refresh(&world.store).unwrap();
+    assert_eq!(refreshed.updated, 1);
+    assert_eq!(owed(&index), Some(0));
+    let changes = index.changes_since(before).unwrap();
+    assert_eq!(changes.len(), 1, "one update for the watch stream");
+    assert_eq!(index.refresh(&world.store).unwrap().updated, 0);
+    // A damaged queue leaves the session listed, with what a reader can read of it.
+    world.say(&a, "third", None);
+    index.refresh(&world.store).unwrap();
+    assert_eq!(owed(&index), Some(1));
+    std::fs::write(world.store.layout().queue(&a), b"{ not json").unwrap();
+    index.refresh(&world.store).unwrap();
+    assert_eq!(owed(&index), Some(0));
+    assert_eq!(
+        index.sessions(&Filter { sort: Sort::Activity, status: None, all: true }).unwrap()[0]
+            .display,
+        "working"
+    );
+}

@@ -796,30 +796,7 @@ fn start_stream(app: &App) -> anyhow::Result<(broadcast::Receiver<Arc<Value>>, V
     let receiver = app.feed.subscribe(&app.store, &app.roots)?;
     let mut index = crate::args::open_index(&app.store)?;
     let reset = super::watch::snapshot(&app.store, &mut index, &app.roots, &app.identity)?;
-    Ok((receiver, with_owed(&app.store, reset)))
-}
-
-/// A stream value with each session's owed count (`"owed": N`, read from its queue; absent when
-/// the queue cannot be read). The index does not keep it: a drain alone changes no row, so a
-/// count is as of the session's last change (the session's own stream is exact).
-fn with_owed(store: &Store<RealFs>, mut value: Value) -> Value {
-    let add = |session: &mut Value| {
-        let owed = session["id"]
-            .as_str()
-            .and_then(|id| SessionId::new(id).ok())
-            .and_then(|id| store.queue(&id).ok())
-            .map(|queue| queue.len());
-        if let (Some(map), Some(owed)) = (session.as_object_mut(), owed) {
-            map.insert("owed".to_owned(), owed.into());
-        }
-    };
-    if let Some(sessions) = value.get_mut("sessions").and_then(Value::as_array_mut) {
-        sessions.iter_mut().for_each(add);
-    }
-    if let Some(session) = value.get_mut("session") {
-        add(session);
-    }
-    value
+    Ok((receiver, reset))
 }
 
 /// One stream's progress.
@@ -895,14 +872,7 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
                     let version = value["version"].as_i64().unwrap_or(0);
                     if version > stream.version {
                         stream.version = version;
-                        let store = Arc::clone(&stream.app.store);
-                        let value = (*value).clone();
-                        let shown = tokio::task::spawn_blocking(move || with_owed(&store, value))
-                            .await
-                            .unwrap_or_else(
-                                |error| json!({ "type": "error", "error": error.to_string() }),
-                            );
-                        return Some((Ok(sse(&shown)), stream));
+                        return Some((Ok(sse(&value)), stream));
                     }
                 }
             },
@@ -911,7 +881,6 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
                 let reset = tokio::task::spawn_blocking(move || {
                     let mut index = crate::args::open_index(&app.store)?;
                     super::watch::snapshot(&app.store, &mut index, &app.roots, &app.identity)
-                        .map(|reset| with_owed(&app.store, reset))
                 })
                 .await;
                 match reset {

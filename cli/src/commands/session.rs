@@ -817,27 +817,11 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         status: args.status.clone(),
         all: args.all,
     };
+    // The owed count is the index's: the refresh just read every queue that changed (a damaged
+    // one reads as unknown).
     let rows = index.sessions(&filter)?;
-    // The owed count is the queue's length now (a queue is small; a damaged one reads as unknown).
-    let owed: Vec<Option<usize>> = rows
-        .iter()
-        .map(|row| {
-            let id = SessionId::new(&row.id).ok()?;
-            store.queue(&id).ok().map(|queue| queue.len())
-        })
-        .collect();
     if global.json {
-        let sessions: Vec<_> = rows
-            .iter()
-            .zip(&owed)
-            .map(|(row, owed)| {
-                let mut value = row.to_json();
-                if let Some(map) = value.as_object_mut() {
-                    map.insert("owed".to_owned(), json!(owed));
-                }
-                value
-            })
-            .collect();
+        let sessions: Vec<_> = rows.iter().map(spex_index::Row::to_json).collect();
         print_json(json!({ "sessions": sessions }))?;
         return Ok(Code::Ok);
     }
@@ -854,12 +838,11 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     }
     let table: Vec<render::SessionRow> = rows
         .iter()
-        .zip(owed)
-        .map(|(row, owed)| render::SessionRow {
+        .map(|row| render::SessionRow {
             id: row.id.clone(),
             display: row.display.clone(),
             when: row.last_activity.clone().or_else(|| row.created_at.clone()),
-            owed,
+            owed: row.owed.map(|owed| owed as usize),
             preview: if row.status == "corrupt" {
                 // The reason names the damaged file (`spex doctor` says what a repair does).
                 render::first_line(row.note.as_deref().unwrap_or("damaged"))

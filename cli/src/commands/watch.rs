@@ -251,10 +251,7 @@ fn live_table(
             .iter()
             .map(|row| {
                 let id = row["id"].as_str().unwrap_or("?").to_owned();
-                let owed = spex_engine::SessionId::new(&id)
-                    .ok()
-                    .and_then(|id| store.queue(&id).ok())
-                    .map(|queue| queue.len());
+                let owed = row["owed"].as_u64().map(|owed| owed as usize);
                 let display = row["state"]["display"].as_str().unwrap_or("?").to_owned();
                 let text = if display == "corrupt" {
                     row["state"]["note"].as_str()
