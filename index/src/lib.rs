@@ -7,15 +7,16 @@
 //! Per session: id, status, proposal, note, display word, created time, archived, last activity
 //! (the timestamp of the last event [`is_activity`] accepts; null when there is none, and the
 //! listing then falls back to the created time), a **watermark** (the cursor its log was folded
-//! to), the record's size and mtime, the content version and a change version. The content index
+//! to), the record's size and mtime, how many messages it is owed and the queue's size and mtime,
+//! the content version and a change version. The content index
 //! holds every public event's text: what was said to the session, and the notes it declared.
 //!
 //! # Freshness without reading logs
 //!
-//! A refresh stats each session's record and its newest segment (one listing and one stat, see
-//! `Store::stamp`); a session whose record and newest segment match what the row recorded is not
-//! read at all. Otherwise only the log bytes past the watermark are folded (`Store::follow`), and
-//! the record is read only if it changed. A log that no longer reaches the watermark (a power
+//! A refresh stats each session's record, its queue and its newest segment (one listing and one
+//! stat, see `Store::stamp`); a session whose record, queue and newest segment match what the row
+//! recorded is not read at all. Otherwise only the log bytes past the watermark are folded
+//! (`Store::follow`), and the record and the queue are read (a delivery writes only the queue). A log that no longer reaches the watermark (a power
 //! loss took unacknowledged bytes) or a content-version bump re-extracts that session.
 //!
 //! # Crash and concurrency story

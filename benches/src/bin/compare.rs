@@ -830,7 +830,7 @@ fn session_index(dir: &Path, args: &Args) {
     println!("|---|---|---|");
     println!("| rebuild from the logs (once) | {} | - |", show(rebuild));
     println!(
-        "| `ls` warm: refresh (three stats per session) + query | {} | 50 ms |",
+        "| `ls` warm: refresh (four stats per session) + query | {} | 50 ms |",
         show(ls.median())
     );
     println!("| the listing query alone | {} | - |", show(query_only.median()));
