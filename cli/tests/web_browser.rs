@@ -132,6 +132,9 @@ async fn screenshot(client: &Client, name: &str) {
 async fn the_web_page_works_in_a_real_browser() {
     let store = Store::new();
     // Three sessions, worked in last to first: gamma, then alpha, then beta.
+    spex(&store, &["session", "new", "--id", "delta"]);
+    spex(&store, &["session", "send", "delta", "an old thread, archived"]);
+    spex(&store, &["session", "archive", "delta"]);
     spex(&store, &["session", "new", "--id", "gamma"]);
     spex(&store, &["session", "new", "--id", "alpha"]);
     spex(&store, &["session", "new", "--id", "beta", "--adapter", "exec:cat >/dev/null"]);
@@ -181,6 +184,29 @@ async fn the_web_page_works_in_a_real_browser() {
     let alpha = "return document.querySelector('#board li[data-id=alpha] .owed').textContent";
     until(&client, "alpha's owed count", alpha, |v| *v == json!("1 owed")).await;
     screenshot(&client, "board.png").await;
+    // Filtered by status, then archived sessions on demand.
+    client
+        .find(Locator::Css("#status-filter option[value=review]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(&client, "only the review", ids, |v| *v == json!(["beta"])).await;
+    client
+        .find(Locator::Css("#status-filter option[value='']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client.find(Locator::Id("archived")).await.unwrap().click().await.unwrap();
+    until(&client, "the archived one too", ids, |v| {
+        *v == json!(["beta", "alpha", "gamma", "delta"])
+    })
+    .await;
+    client.find(Locator::Id("archived")).await.unwrap().click().await.unwrap();
+    until(&client, "archived hidden again", ids, |v| *v == json!(["beta", "alpha", "gamma"])).await;
 
     // A conversation: the last page first, older pages on demand, the declaration as a reply.
     client.find(Locator::Css("#board li[data-id=beta] a")).await.unwrap().click().await.unwrap();
@@ -230,12 +256,23 @@ async fn the_web_page_works_in_a_real_browser() {
         until(&client, "alpha's answer", MESSAGES, |v| count(v, "answered (codex)") >= 1).await;
     assert!(count(&messages, "The database pool holds 4") >= 1, "{messages}");
     assert_eq!(count(&messages, "hunter2"), 0, "redacted: {messages}");
+    // By keyboard: Ctrl+Enter in the composer sends.
+    let textarea = client.find(Locator::Id("message")).await.unwrap();
+    textarea.send_keys("sent by keyboard\u{E009}\u{E007}\u{E000}").await.unwrap();
+    until(&client, "the keyboard's message", MESSAGES, |v| count(v, "sent by keyboard") == 1).await;
+
+    // On a phone's width nothing runs off the side, on the conversation and on the board.
+    client.set_window_size(390, 844).await.unwrap();
+    let fits = "return document.documentElement.scrollWidth <= window.innerWidth";
+    until(&client, "the conversation fits a phone", fits, |v| *v == json!(true)).await;
 
     // The board's owed counts followed the delivery (a drain writes only the queue).
     client.goto(&format!("{}#/", url)).await.unwrap();
     let beta_owed = "return document.querySelector('#board li[data-id=beta] .owed').textContent";
     until(&client, "beta owed nothing", beta_owed, |v| *v == json!("")).await;
-    until(&client, "alpha still owed one", alpha, |v| *v == json!("1 owed")).await;
+    until(&client, "the board fits a phone", fits, |v| *v == json!(true)).await;
+    client.set_window_size(1100, 780).await.unwrap();
+    until(&client, "alpha owed two", alpha, |v| *v == json!("2 owed")).await;
 
     // Search, and follow a hit to its conversation.
     let search = client.find(Locator::Id("q")).await.unwrap();
