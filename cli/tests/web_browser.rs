@@ -271,6 +271,8 @@ async fn the_web_page_works_in_a_real_browser() {
     let beta_owed = "return document.querySelector('#board li[data-id=beta] .owed').textContent";
     until(&client, "beta owed nothing", beta_owed, |v| *v == json!("")).await;
     until(&client, "the board fits a phone", fits, |v| *v == json!(true)).await;
+    let shown = "return document.querySelector('#board li[data-id=alpha] .owed').offsetWidth > 0";
+    until(&client, "the owed count on a phone", shown, |v| *v == json!(true)).await;
     client.set_window_size(1100, 780).await.unwrap();
     until(&client, "alpha owed two", alpha, |v| *v == json!("2 owed")).await;
 
