@@ -95,9 +95,10 @@ async fn browser(port: u16, profile: &Path) -> Client {
         .unwrap_or_else(|error| panic!("cannot start Chromium through chromedriver: {error}"))
 }
 
-/// Evaluates `script` in the page until it returns what `done` accepts (10 s at most).
+/// Evaluates `script` in the page until it returns what `done` accepts (30 s at most).
 async fn until(client: &Client, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Generous: the suite runs beside the crash sweep on two cores.
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let value = client.execute(script, vec![]).await.unwrap();
         if done(&value) {
@@ -232,6 +233,25 @@ async fn the_web_page_works_in_a_real_browser() {
     assert!(sent.unwrap().as_str().unwrap().contains("owed"), "{messages}");
     let timeline = spex(&store, &["--json", "session", "timeline", "beta"]).stdout();
     assert_eq!(timeline.matches("please rebase onto main").count(), 1, "one message on disk");
+
+    // The network fails after the server took a message (its answer is lost): the page sends it
+    // again with the same key, the server answers with the message it kept, and it shows once.
+    let lose_one_answer = "const real = window.fetch; let lost = false;
+        window.fetch = async (url, options) => {
+          const answer = await real(url, options);
+          if (!lost && options && options.method === 'POST') { lost = true; throw new TypeError('lost'); }
+          return answer;
+        };";
+    client.execute(lose_one_answer, vec![]).await.unwrap();
+    let textarea = client.find(Locator::Id("message")).await.unwrap();
+    textarea.send_keys("sent through a flaky network").await.unwrap();
+    client.find(Locator::Css("#composer button")).await.unwrap().click().await.unwrap();
+    let state = "return document.getElementById('send-state').textContent";
+    until(&client, "the resend's answer", state, |v| *v == json!("sent (already there)")).await;
+    until(&client, "the flaky message", MESSAGES, |v| count(v, "through a flaky network") == 1)
+        .await;
+    let timeline = spex(&store, &["--json", "session", "timeline", "beta"]).stdout();
+    assert_eq!(timeline.matches("through a flaky network").count(), 1, "one message on disk");
     client.refresh().await.unwrap();
     until(&client, "the message after a reload", MESSAGES, |v| {
         count(v, "please rebase onto main") == 1
@@ -244,6 +264,9 @@ async fn the_web_page_works_in_a_real_browser() {
         count(v, "sent from the command line") == 1
     })
     .await;
+    // The board (kept live behind the conversation) counts what beta is owed.
+    let owed_now = "return board.rows.get('beta').owed";
+    until(&client, "the board's count of beta", owed_now, |v| *v == json!(3)).await;
     spex(&store, &["session", "drain", "beta"]);
     let owed = "return document.querySelectorAll('#conversation .mark.owed').length";
     until(&client, "both delivered", owed, |v| *v == json!(0)).await;
