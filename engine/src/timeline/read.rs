@@ -392,8 +392,7 @@ pub(crate) fn line_at<F: Fs>(
 
 /// The last lines of the log (newest first) until `want` lines satisfy `counts`, reading
 /// segments backward from the end in blocks. The cost depends on what is read, not on the size
-/// of the log. `stop` ends the scan early at the first line for which it returns true (that
-/// line included).
+/// of the log ([`page_lines`] from the end).
 pub(crate) fn tail_lines<F: Fs>(
     fs: &F,
     layout: &Layout,
@@ -401,29 +400,7 @@ pub(crate) fn tail_lines<F: Fs>(
     want: usize,
     counts: impl Fn(&Line) -> bool,
 ) -> Result<Vec<Line>> {
-    // A reader takes no lock: a writer repairing a torn tail may shrink the newest segment under
-    // it. That is not damage; read again (a few times at most).
-    const ATTEMPTS: usize = 3;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match tail_lines_once(fs, layout, id, want, &counts) {
-            Err(Error::Corrupt { reason: CorruptReason::Shrank, .. }) if attempt < ATTEMPTS => {
-                continue;
-            }
-            result => return result,
-        }
-    }
-}
-
-fn tail_lines_once<F: Fs>(
-    fs: &F,
-    layout: &Layout,
-    id: &SessionId,
-    want: usize,
-    counts: &impl Fn(&Line) -> bool,
-) -> Result<Vec<Line>> {
-    let page = page_once(fs, layout, id, None, want, counts)?;
+    let page = page_lines(fs, layout, id, None, want, counts)?;
     Ok(page.lines.into_iter().map(|(_, line)| line).collect())
 }
 
@@ -448,6 +425,8 @@ pub(crate) fn page_lines<F: Fs>(
     want: usize,
     counts: impl Fn(&Line) -> bool,
 ) -> Result<PageLines> {
+    // A reader takes no lock: a writer repairing a torn tail may shrink the newest segment under
+    // it. That is not damage; read again (a few times at most).
     const ATTEMPTS: usize = 3;
     let mut attempt = 0;
     loop {
