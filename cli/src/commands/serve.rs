@@ -906,9 +906,10 @@ async fn next_event(mut stream: Stream) -> Option<(Result<SseEvent, Infallible>,
     }
 }
 
-/// How often a session's event stream looks for new events and a changed state (a stat of the
-/// newest segment and a read of the small queue and record).
-const SESSION_POLL: Duration = Duration::from_millis(500);
+/// How often a session's event stream looks for new events and a changed state when the shared
+/// feed names nothing (a stat of the newest segment and a read of the small queue and record):
+/// the feed names the session at every change the index sees, so this is only a backstop.
+const SESSION_POLL: Duration = Duration::from_secs(5);
 
 /// One session's event stream.
 struct SessionStream {
@@ -920,7 +921,19 @@ struct SessionStream {
     state: Option<Value>,
     /// Values read but not yet sent.
     pending: std::collections::VecDeque<Value>,
+    /// The shared feed: a value naming this session (or a reset) means a look is due.
+    feed: broadcast::Receiver<Arc<Value>>,
+    feed_ended: bool,
     done: bool,
+}
+
+/// Whether a watch stream value may concern session `id` (a reset or an error may).
+fn names_session(value: &Value, id: &str) -> bool {
+    match value["type"].as_str() {
+        Some("update") => value["session"]["id"] == id,
+        Some("remove") => value["id"] == id,
+        _ => true,
+    }
 }
 
 /// `GET /api/sessions/:id/events[?after=POSITION]`: one session as server-sent events:
@@ -949,15 +962,23 @@ async fn session_events(
         Err(reply) => return reply.into_response(),
     };
     let started = {
-        let (store, id) = (Arc::clone(&app.store), id.clone());
-        tokio::task::spawn_blocking(move || match after {
-            Some(after) => Ok(after),
-            None => store.page(&id, None, 0).map(|page| page.end).map_err(|e| engine_error(&e)),
+        let (app, id) = (app.clone(), id.clone());
+        tokio::task::spawn_blocking(move || {
+            // Subscribed before the position is taken: a change after it is named by the feed.
+            let feed = app
+                .feed
+                .subscribe(&app.store, &app.roots)
+                .map_err(|error| Reply::error(500, format!("{error:#}")))?;
+            let after = match after {
+                Some(after) => after,
+                None => app.store.page(&id, None, 0).map_err(|e| engine_error(&e))?.end,
+            };
+            Ok::<_, Reply>((feed, after))
         })
         .await
     };
-    let after = match started {
-        Ok(Ok(after)) => after,
+    let (feed, after) = match started {
+        Ok(Ok(started)) => started,
         Ok(Err(reply)) => return reply.into_response(),
         Err(error) => {
             return Reply::error(500, format!("the stream failed: {error}")).into_response();
@@ -969,6 +990,8 @@ async fn session_events(
         after,
         state: None,
         pending: std::collections::VecDeque::new(),
+        feed,
+        feed_ended: false,
         done: false,
     };
     Sse::new(futures_util::stream::unfold(stream, next_session_event))
@@ -1024,10 +1047,19 @@ async fn next_session_event(
                 return Some((Ok(sse_error(&error.to_string())), stream));
             }
         }
-        if stream.pending.is_empty() {
+        // Wait for the feed to name this session (or fall behind), or for the backstop.
+        let backstop = tokio::time::sleep(SESSION_POLL);
+        tokio::pin!(backstop);
+        while stream.pending.is_empty() {
             tokio::select! {
                 _ = stop.wait_for(|stop| *stop) => return None,
-                () = tokio::time::sleep(SESSION_POLL) => {}
+                () = &mut backstop => break,
+                received = stream.feed.recv(), if !stream.feed_ended => match received {
+                    Ok(value) if !names_session(&value, stream.id.as_str()) => {}
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    // The feed ended (its watch failed): the backstop alone from here.
+                    Err(broadcast::error::RecvError::Closed) => stream.feed_ended = true,
+                },
             }
         }
     }
