@@ -190,13 +190,24 @@ impl Record {
         for key in ["status", "proposal", "note"] {
             original.insert(key.to_owned(), frozen.get(key).cloned().unwrap_or_else(empty));
         }
-        for key in FROZEN_FLAGS {
-            original.insert(
-                key.to_owned(),
-                self.fields.get(key).cloned().unwrap_or_else(|| default_of(key)),
-            );
-        }
+        self.freeze_flags(&mut original);
         serde_json::json!({"version": 1, "startedAt": self.created_at_ms().unwrap_or(0), "original": original})
+    }
+
+    /// Adds the record's flags to a fence's `original`. A flag of the wrong type in the record
+    /// is frozen as its default: a fence holds booleans and texts only, or no reader takes it.
+    fn freeze_flags(&self, original: &mut Map<String, Value>) {
+        for key in FROZEN_FLAGS {
+            let value = match (key, self.fields.get(key)) {
+                ("stopped" | "archived", Some(flag @ Value::Bool(_))) => flag.clone(),
+                (
+                    "cold_proof" | "adapter_recovery",
+                    Some(text @ (Value::String(_) | Value::Null)),
+                ) => text.clone(),
+                _ => default_of(key),
+            };
+            original.insert(key.to_owned(), value);
+        }
     }
 
     fn runtime_owned(&self) -> bool {
@@ -236,8 +247,13 @@ impl Record {
             Some(pending) => Some(pending),
         };
         let Some(pending) = pending else {
+            // The earlier format froze the triple alone; it becomes a fence on a rewrite, so it
+            // must hold a triple a fence can (an empty object would not).
             return match self.fields.get("launchPending") {
-                Some(Value::Object(frozen)) => Ok(Some(frozen)),
+                Some(Value::Object(frozen)) if frozen_triple_valid(frozen, true) => {
+                    Ok(Some(frozen))
+                }
+                Some(Value::Object(_)) => Err("an invalid launchPending fence".to_owned()),
                 _ => Ok(None),
             };
         };
@@ -247,13 +263,7 @@ impl Record {
             |key: &str| matches!(original.get(key), Some(Value::String(_) | Value::Null));
         let valid = pending.get("version").and_then(Value::as_u64) == Some(1)
             && pending.get("startedAt").and_then(Value::as_f64).is_some_and(f64::is_finite)
-            && original.get("status").and_then(Value::as_str).and_then(Status::parse).is_some()
-            && match original.get("proposal") {
-                Some(Value::Null) => true,
-                Some(Value::String(name)) => name.is_empty() || Proposal::parse(name).is_some(),
-                _ => false,
-            }
-            && text_or_null("note")
+            && frozen_triple_valid(original, false)
             && original.get("stopped").is_some_and(Value::is_boolean)
             && original.get("archived").is_some_and(Value::is_boolean)
             && text_or_null("cold_proof")
@@ -305,12 +315,7 @@ impl Record {
             Value::String(triple.proposal.map_or("", Proposal::name).to_owned()),
         );
         original.insert("note".to_owned(), Value::String(triple.note.unwrap_or_default()));
-        for key in FROZEN_FLAGS {
-            original.insert(
-                key.to_owned(),
-                self.fields.get(key).cloned().unwrap_or_else(|| default_of(key)),
-            );
-        }
+        self.freeze_flags(&mut original);
         self.fields.shift_remove("launchPending");
         self.fields.insert(
             "launch_readiness_pending".to_owned(),
@@ -468,6 +473,23 @@ fn empty() -> Value {
     Value::String(String::new())
 }
 
+/// Whether a fence's frozen triple is one the existing reader takes: a known status, a known or
+/// empty (or null) proposal, a text (or null) note; with `absent_ok` (this engine's earlier
+/// format), a missing proposal or note is none.
+fn frozen_triple_valid(original: &Map<String, Value>, absent_ok: bool) -> bool {
+    original.get("status").and_then(Value::as_str).and_then(Status::parse).is_some()
+        && match original.get("proposal") {
+            None => absent_ok,
+            Some(Value::Null) => true,
+            Some(Value::String(name)) => name.is_empty() || Proposal::parse(name).is_some(),
+            _ => false,
+        }
+        && match original.get("note") {
+            None => absent_ok,
+            Some(note) => matches!(note, Value::String(_) | Value::Null),
+        }
+}
+
 /// The value a governed record's key takes when absent.
 fn default_of(key: &str) -> Value {
     match key {
@@ -544,6 +566,26 @@ mod tests {
 
     fn parse(text: &str) -> Record {
         Record::parse(text.as_bytes(), std::path::Path::new("s.json")).unwrap()
+    }
+
+    /// Every fence this engine writes is one it reads back: an earlier-format `launchPending`
+    /// that holds no triple is refused (it would have become an unreadable fence), and flags of
+    /// the wrong type are frozen as their defaults. Found by the `record` fuzz target.
+    #[test]
+    fn every_fence_written_reads_back() {
+        let path = std::path::Path::new("s.json");
+        let empty = br#"{"session_id":"s","governed":false,"launchPending":{}}"#;
+        assert!(Record::parse(empty, path).is_err());
+        let earlier = parse(
+            r#"{"session_id":"s","status":"active","stopped":"yes","cold_proof":7,"launchPending":{"status":"parked"}}"#,
+        );
+        assert_eq!(earlier.public_triple(), Triple::new(Status::Parked, None, None));
+        let reread = Record::parse(&earlier.encode(), path).unwrap();
+        assert_eq!(reread.public_triple(), Triple::new(Status::Parked, None, None));
+        assert_eq!(reread.fields()["launch_readiness_pending"]["original"]["stopped"], false);
+        let mut launching = parse(r#"{"session_id":"s","status":"active","archived":1}"#);
+        launching.begin_launch(5);
+        assert!(Record::parse(&launching.encode(), path).is_ok(), "a fence begun reads back");
     }
 
     #[test]
