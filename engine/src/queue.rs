@@ -88,8 +88,59 @@ struct SoundEntry {
     from: Option<String>,
     #[serde(default, deserialize_with = "present")]
     attributes: Option<Option<serde_json::Map<String, serde_json::Value>>>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     dispatch: Option<Option<Dispatch>>,
+}
+
+/// A struct read from a JSON object only. A derived struct also accepts an array of its fields
+/// in order (`["m", "t"]`), which the lenient reader rightly refuses (found by the `queue` fuzz
+/// target); this asks the reader for a map instead.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        T::deserialize(MapOnly(deserializer)).map(Object)
+    }
+}
+
+/// A deserializer that reads a struct as a map, and anything else as its inner one does.
+struct MapOnly<D>(D);
+
+impl<'de, D: serde::Deserializer<'de>> serde::Deserializer<'de> for MapOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> std::result::Result<V::Value, D::Error> {
+        self.0.deserialize_any(visitor)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> std::result::Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+/// [`present`] for a struct, read from an object only (see [`Object`]).
+fn present_object<'de, D, T>(deserializer: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<Object<T>>::deserialize(deserializer).map(|object| Some(object.map(|object| object.0)))
 }
 
 /// A field that is present: `Some`, holding `None` for an explicit `null`.
@@ -108,9 +159,9 @@ fn parse_sound(bytes: &[u8]) -> Option<Vec<Entry>> {
     // A typed parse skips the bytes of fields it ignores; the lenient reader refuses invalid
     // UTF-8 anywhere (found by the `queue` fuzz target), so check it first.
     let text = std::str::from_utf8(bytes).ok()?;
-    let raw: Vec<SoundEntry> = serde_json::from_str(text).ok()?;
+    let raw: Vec<Object<SoundEntry>> = serde_json::from_str(text).ok()?;
     raw.into_iter()
-        .map(|entry| {
+        .map(|Object(entry)| {
             let attributes = match entry.attributes {
                 None => None,
                 Some(Some(map)) if map.values().all(serde_json::Value::is_string) => Some(map),
@@ -326,6 +377,8 @@ mod tests {
     fn the_fast_path_reads_what_the_lenient_reader_reads() {
         for bytes in [
             "[]",
+            "[[\"mid\",\"mid\"]]",
+            "[{\"mid\":\"a\",\"text\":\"x\",\"dispatch\":[\"o\",\"d\"]}]",
             "[{\"mid\":\"a\",\"text\":\"x\"}]",
             "[{\"mid\":\"a\",\"text\":\"x\",\"from\":7}]",
             "[{\"mid\":\"a\",\"text\":\"x\",\"from\":\"p\",\"extra\":[1]}]",
