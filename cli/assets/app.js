@@ -235,9 +235,17 @@ function follow(mine) {
   };
   // A broken stream is opened again from the last position seen (never from the first one:
   // the browser's own reconnection would repeat what was already shown).
-  source.onerror = () => {
+  // An error the server sent (the session was closed, or cannot be read) is final: say it and
+  // stop, rather than asking again every second.
+  source.onerror = (event) => {
     source.close();
-    if (open === mine) mine.retry = setTimeout(() => open === mine && follow(mine), 1000);
+    if (open !== mine) return;
+    if (event.data) {
+      const said = JSON.parse(event.data);
+      $("send-state").textContent = `no longer live: ${said.error || "the session cannot be read"}`;
+      return;
+    }
+    mine.retry = setTimeout(() => open === mine && follow(mine), 1000);
   };
 }
 

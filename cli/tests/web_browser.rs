@@ -311,5 +311,13 @@ async fn the_web_page_works_in_a_real_browser() {
     let title = client.find(Locator::Id("session-title")).await.unwrap().text().await.unwrap();
     assert_eq!(title, "gamma");
 
+    // A session closed while its conversation is open: the page says so once and stops asking.
+    spex(&store, &["session", "close", "gamma"]);
+    let said = "return document.getElementById('send-state').textContent";
+    until(&client, "the closed session's end", said, |v| {
+        v.as_str().is_some_and(|text| text.starts_with("no longer live"))
+    })
+    .await;
+
     client.close().await.unwrap();
 }
