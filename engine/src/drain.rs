@@ -59,6 +59,13 @@ pub struct Message<'a> {
 pub trait Adapter {
     /// Delivers one message; `Ok` means the agent has it.
     fn deliver(&mut self, message: &Message<'_>) -> std::result::Result<(), String>;
+
+    /// Attempts per message before the drain stops, when the adapter knows better than the
+    /// store's default (a harness turn that failed is not retried at once: each attempt is a
+    /// whole agent run).
+    fn attempts_max(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Why a drain stopped before the queue emptied.
@@ -326,7 +333,7 @@ fn deliver<F: Fs>(
         from: entry.from.as_deref(),
         attributes: entry.attributes.as_ref(),
     };
-    let attempts_max = store.config.drain_attempts_max.max(1);
+    let attempts_max = adapter.attempts_max().unwrap_or(store.config.drain_attempts_max).max(1);
     let mut last_error = String::new();
     for attempt in 1..=attempts_max {
         match adapter.deliver(&message) {

@@ -26,6 +26,7 @@ mod receipts;
 pub mod record;
 mod recover;
 pub mod reply;
+pub mod runs;
 mod send;
 mod store;
 pub(crate) mod sync;

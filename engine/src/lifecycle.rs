@@ -36,6 +36,7 @@ use crate::boundaries::{APPEND, ARCHIVE};
 use crate::error::{Error, Result};
 use crate::layout::{NOTE_BYTES_MAX, SessionId};
 use crate::mutant::{Mutant, active};
+use crate::record::Record;
 use crate::store::Store;
 use crate::timeline::{Line, Status, StatusEvent, Triple};
 
@@ -73,6 +74,24 @@ pub struct Applied {
 }
 
 impl<F: Fs> Store<F> {
+    /// Binds session `id` to its harness: sets the given [`crate::record::HARNESS_KEYS`] in the
+    /// record, under the record lock, after recovery. No triple moves, so no event is appended;
+    /// an unchanged binding writes nothing. Allowed on a retired session (it is not a lifecycle
+    /// move). Returns the record as written.
+    pub fn bind_harness(&self, id: &SessionId, fields: &[(&str, &str)]) -> Result<Record> {
+        self.transition(id, &APPEND, |recovered| {
+            let mut record = recovered.into_record(id)?;
+            let mut changed = false;
+            for (key, value) in fields {
+                changed |= record.set_harness_field(key, value)?;
+            }
+            if changed {
+                self.write_record(id, &record, &APPEND.record)?;
+            }
+            Ok(record)
+        })
+    }
+
     /// Applies a lifecycle write to session `id` (see the module header).
     pub fn append(&self, id: &SessionId, write: &Lifecycle) -> Result<Applied> {
         if let Lifecycle::Set(triple)

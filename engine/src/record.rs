@@ -72,6 +72,11 @@ pub const GOVERNED_KEYS: [&str; 28] = [
     "launch_readiness_pending",
 ];
 
+/// The keys that bind a session to the harness behind it: which harness, its own session id,
+/// and how it was launched (`launcher`, `launch_cmd`). Writing them moves no triple and appends
+/// no event.
+pub const HARNESS_KEYS: [&str; 4] = ["harness", "harness_session_id", "launcher", "launch_cmd"];
+
 /// Keys written only when set.
 const OPTIONAL_KEYS: [&str; 2] = ["zcode_child_session_ids", "base"];
 
@@ -353,6 +358,33 @@ impl Record {
     /// The harness's own thread id.
     pub fn harness_session_id(&self) -> Option<&str> {
         self.text("harness_session_id")
+    }
+
+    /// The launcher profile (`headless`, `pane`), set when a front end launched the harness.
+    pub fn launcher(&self) -> Option<&str> {
+        self.text("launcher")
+    }
+
+    /// The launcher command pinned at creation (`claude`, `/opt/bin/codex`, ...).
+    pub fn launch_cmd(&self) -> Option<&str> {
+        self.text("launch_cmd")
+    }
+
+    /// Sets one of the harness binding's keys ([`HARNESS_KEYS`]) to `value`; returns whether
+    /// the record changed. Any other key is refused.
+    pub fn set_harness_field(&mut self, key: &str, value: &str) -> Result<bool> {
+        if !HARNESS_KEYS.contains(&key) {
+            return Err(crate::error::Error::InvalidInput {
+                what: "harness binding",
+                reason: format!("{key:?} is not one of {HARNESS_KEYS:?}"),
+            });
+        }
+        let value = Value::String(value.to_owned());
+        if self.fields.get(key) == Some(&value) {
+            return Ok(false);
+        }
+        self.fields.insert(key.to_owned(), value);
+        Ok(true)
     }
 
     /// The branch.

@@ -61,10 +61,13 @@ impl FromStr for ReplyChannel {
     }
 }
 
-/// Whether an adapter spec names a headless adapter (`exec:...`, `stdout`). A pane-backed
-/// (`tmux:...`) or unset adapter keeps the terminal.
+/// Whether an adapter spec names a headless adapter (`exec:...`, `stdout`, a harness run one
+/// process per turn: `claude`, `codex`). A pane-backed (`tmux:...`, `claude:tmux:...`) or unset
+/// adapter keeps the terminal.
 pub fn adapter_is_headless(spec: Option<&str>) -> bool {
-    spec.is_some_and(|spec| spec.starts_with("exec:") || spec == "stdout")
+    spec.is_some_and(|spec| {
+        spec.starts_with("exec:") || matches!(spec, "stdout" | "claude" | "codex")
+    })
 }
 
 /// What the seam decided.
@@ -124,7 +127,10 @@ mod tests {
     fn headless_adapters() {
         assert!(adapter_is_headless(Some("exec:cat")));
         assert!(adapter_is_headless(Some("stdout")));
+        assert!(adapter_is_headless(Some("claude")));
+        assert!(adapter_is_headless(Some("codex")));
         assert!(!adapter_is_headless(Some("tmux:%1")));
+        assert!(!adapter_is_headless(Some("claude:tmux:work.0")));
         assert!(!adapter_is_headless(None));
     }
 }
