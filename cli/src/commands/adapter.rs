@@ -10,6 +10,7 @@
 //!   Only literal characters reach the pane (see [`super::literal`]): nothing in a message can end the
 //!   paste, press a key or reach the terminal as a control sequence.
 //! - `stdout` (headless): prints one JSON line per message (`mid`, `from`, `text`) on stdout.
+//! - `claude`, `codex` (headless): one run of the harness per message (see `super::harness`).
 //!
 //! Delivery is at-least-once in one window (the adapter accepted, the process died before the
 //! settlement): every adapter gets the message id so the receiving side can deduplicate.
@@ -18,7 +19,10 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use spex_engine::{Adapter, Message, SessionId};
+use faultfs::RealFs;
+use spex_engine::{Adapter, Message, SessionId, Store};
+
+use super::harness::{Harness, HarnessAdapter};
 
 use crate::exit::BadInput;
 
@@ -31,6 +35,8 @@ pub(crate) enum Spec {
     Exec(String),
     Tmux(String),
     Stdout,
+    /// `claude`, `codex`: the harness, one headless run per turn (see `super::harness`).
+    Harness(Harness),
 }
 
 impl Spec {
@@ -48,17 +54,24 @@ impl Spec {
             Spec::Tmux(pane.to_owned())
         } else if text == "stdout" {
             Spec::Stdout
+        } else if let Some(harness) = Harness::from_spec(text) {
+            Spec::Harness(harness)
         } else {
             return Err(BadInput(format!(
-                "unknown adapter {text:?} (expected exec:CMD, tmux:PANE or stdout)"
+                "unknown adapter {text:?} (expected exec:CMD, tmux:PANE, stdout, claude or codex)"
             )));
         };
         Ok(spec)
     }
 
-    /// The adapter that delivers to this spec for session `session`.
-    pub(crate) fn adapter(&self, session: &SessionId) -> Box<dyn Adapter> {
-        match self {
+    /// The adapter that delivers to this spec for session `session` of `store`.
+    pub(crate) fn adapter<'s>(
+        &self,
+        store: &'s Store<RealFs>,
+        session: &SessionId,
+    ) -> anyhow::Result<Box<dyn Adapter + 's>> {
+        Ok(match self {
+            Spec::Harness(harness) => Box::new(HarnessAdapter::new(store, session, *harness)?),
             Spec::Exec(command) => Box::new(Exec {
                 command: command.clone(),
                 session: session.to_string(),
@@ -66,7 +79,7 @@ impl Spec {
             }),
             Spec::Tmux(pane) => Box::new(Tmux { pane: pane.clone() }),
             Spec::Stdout => Box::new(Stdout),
-        }
+        })
     }
 }
 
@@ -231,6 +244,8 @@ mod tests {
         assert_eq!(Spec::parse("exec:cat").unwrap(), Spec::Exec("cat".to_owned()));
         assert_eq!(Spec::parse("tmux:%3").unwrap(), Spec::Tmux("%3".to_owned()));
         assert_eq!(Spec::parse("stdout").unwrap(), Spec::Stdout);
+        assert_eq!(Spec::parse("claude").unwrap(), Spec::Harness(Harness::Claude));
+        assert_eq!(Spec::parse("codex").unwrap(), Spec::Harness(Harness::Codex));
         assert!(Spec::parse("exec: ").unwrap_err().0.contains("needs a command"));
         assert!(Spec::parse("tmux:").unwrap_err().0.contains("pane"));
         assert!(Spec::parse("carrier-pigeon").unwrap_err().0.contains("unknown adapter"));
@@ -239,11 +254,21 @@ mod tests {
     #[test]
     fn exec_accepts_on_exit_zero_and_refuses_otherwise() {
         let session = SessionId::new("s").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(
+            RealFs::new(),
+            dir.path(),
+            std::sync::Arc::new(spex_engine::env::SystemClock),
+            std::sync::Arc::new(spex_engine::env::RandomIds),
+            spex_engine::Config::default(),
+        )
+        .unwrap();
         let message = Message { mid: "m1", text: "hello", from: None, attributes: None };
         let mut accept = Spec::Exec("test \"$(cat)\" = hello && test \"$SPEX_MID\" = m1".into())
-            .adapter(&session);
+            .adapter(&store, &session)
+            .unwrap();
         accept.deliver(&message).unwrap();
-        let mut refuse = Spec::Exec("exit 7".into()).adapter(&session);
+        let mut refuse = Spec::Exec("exit 7".into()).adapter(&store, &session).unwrap();
         assert!(refuse.deliver(&message).unwrap_err().contains("exit status: 7"));
         let mut slow =
             Exec { command: "sleep 5".into(), session: "s".into(), timeout: Duration::ZERO };

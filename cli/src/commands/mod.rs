@@ -1,12 +1,14 @@
 //! One module per command, each with an `Args` struct and a `run` function. Commands share only
 //! `crate::args` (argument types) and `crate::render` (output); they never import each other.
-//! `adapter` and `guard` are not commands: the drain adapters and the HTTP guard.
+//! `adapter`, `harness` and `guard` are not commands: the drain adapters (the harness adapters of
+//! Claude Code and Codex among them) and the HTTP guard.
 
 pub(crate) mod adapter;
 pub(crate) mod completions;
 pub(crate) mod demo;
 pub(crate) mod doctor;
 pub(crate) mod guard;
+pub(crate) mod harness;
 pub(crate) mod history;
 pub(crate) mod index;
 pub(crate) mod internal;

@@ -15,6 +15,7 @@ use spex_engine::{
 };
 
 use super::adapter::Spec;
+use super::harness::Harness;
 use crate::args::{
     Declarer, Global, ProposalArg, ReplyArg, SortArg, resolve, session_id, status_parser,
 };
@@ -40,7 +41,9 @@ enum Command {
     #[command(after_help = "Examples:
   spex session new                                  a fresh UUID id
   spex session new --id fix-login --adapter tmux:work.0
-  spex session new --adapter 'exec:./agent.sh' --worktree ../fix-login")]
+  spex session new --adapter 'exec:./agent.sh' --worktree ../fix-login
+  spex session new --harness claude \"Why does the login test fail?\"
+  spex session new --harness codex --model gpt-5 --worktree ../api")]
     New(NewArgs),
     /// Send a message to a session: record it in the timeline, then owe it to the session.
     #[command(after_help = "Examples:
@@ -80,6 +83,11 @@ enum Command {
   spex session drain fix --adapter stdout | jq .text
   spex session drain fix --watch                    keep delivering as messages arrive")]
     Drain(DrainArgs),
+    /// Stop the turn a harness session is running (SIGINT to its run); the message counts as
+    /// delivered.
+    #[command(after_help = "Examples:
+  spex session interrupt fix")]
+    Interrupt(IdArgs),
     /// Archive a session (its timeline is kept).
     #[command(after_help = "Examples:
   spex session archive fix
@@ -110,12 +118,23 @@ struct NewArgs {
     /// The session id (default: a fresh UUID).
     #[arg(long, value_parser = session_id)]
     id: Option<SessionId>,
-    /// Where drained messages go: exec:CMD, tmux:PANE or stdout.
+    /// Where drained messages go: exec:CMD, tmux:PANE, stdout, claude or codex.
     #[arg(long, value_name = "SPEC")]
     adapter: Option<String>,
-    /// The session's worktree; when it is gone, lifecycle writes are refused.
+    /// The session's worktree; when it is gone, lifecycle writes are refused. A harness session
+    /// runs there (default: the current directory).
     #[arg(long, value_name = "DIR")]
     worktree: Option<std::path::PathBuf>,
+    /// Put an agent behind the session: Claude Code or Codex, one headless run per message
+    /// (the command is `SPEX_CLAUDE_CMD` / `SPEX_CODEX_CMD`, else `claude` / `codex`).
+    #[arg(long, value_enum, conflicts_with = "adapter")]
+    harness: Option<Harness>,
+    /// The model the harness uses (its `--model`).
+    #[arg(long, requires = "harness")]
+    model: Option<String>,
+    /// The first message, delivered at once as the agent's first turn.
+    #[arg(requires = "harness")]
+    prompt: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -252,6 +271,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let (store, id) = writing(&args.id)?;
             drain(&store, &id, args, global)
         }
+        Command::Interrupt(args) => {
+            let (store, id) = writing(&args.id)?;
+            interrupt(&store, &id, global)
+        }
         Command::Archive(args) => {
             let (store, id) = writing(&args.id)?;
             store.archive(&id)?;
@@ -291,25 +314,128 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
     if let Some(spec) = &args.adapter {
         Spec::parse(spec)?;
     }
+    if let Some(prompt) = &args.prompt
+        && prompt.is_empty()
+    {
+        return Err(BadInput("the first message is empty; nothing was created".to_owned()).into());
+    }
     let id = match &args.id {
         Some(id) => id.clone(),
         None => SessionId::new(&spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds))?,
     };
-    let worktree = match &args.worktree {
+    // A harness session runs somewhere: the worktree given, else here.
+    let worktree = match (&args.worktree, args.harness) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => {
+            Some(std::env::current_dir().context("cannot read the current directory")?)
+        }
+        (None, None) => None,
+    };
+    let worktree = match worktree {
         Some(path) => Some(
-            std::path::absolute(path)
+            std::path::absolute(&path)
                 .with_context(|| format!("cannot resolve worktree {}", path.display()))?
                 .to_string_lossy()
                 .into_owned(),
         ),
         None => None,
     };
+    let adapter = args.harness.map_or_else(|| args.adapter.clone(), |h| Some(h.name().to_owned()));
     let triple = Triple::new(Status::Active, None, None);
-    store.create_session(&id, &triple, args.adapter.as_deref(), worktree.as_deref())?;
-    if global.json {
-        print_json(json!({ "session": id.as_str(), "status": "active", "adapter": args.adapter }))?;
-    } else {
+    store.create_session(&id, &triple, adapter.as_deref(), worktree.as_deref())?;
+    let Some(harness) = args.harness else {
+        if global.json {
+            print_json(json!({ "session": id.as_str(), "status": "active", "adapter": adapter }))?;
+        } else {
+            outln!("{id}")?;
+        }
+        return Ok(Code::Ok);
+    };
+    let mut command = harness.default_command();
+    if let Some(model) = &args.model {
+        command.push_str(" --model ");
+        command.push_str(&super::harness::sh_quote(model));
+    }
+    store.bind_harness(
+        &id,
+        &[("harness", harness.name()), ("launcher", "headless"), ("launch_cmd", &command)],
+    )?;
+    let Some(prompt) = &args.prompt else {
+        if global.json {
+            print_json(json!({
+                "session": id.as_str(), "status": "active", "adapter": adapter,
+                "harness": harness.name(),
+            }))?;
+        } else {
+            outln!("{id}")?;
+        }
+        return Ok(Code::Ok);
+    };
+    let request = SendRequest {
+        text: prompt.clone(),
+        from: None,
+        reply_via: None,
+        key: None,
+        attributes: None,
+    };
+    let accepted = store.send(&id, &request)?;
+    if !global.json {
         outln!("{id}")?;
+        outln!("{} sent", accepted.mid)?;
+    }
+    let mut adapter = Spec::Harness(harness).adapter(store, &id)?;
+    let report = store.drain(&id, adapter.as_mut())?;
+    if global.json {
+        print_json(json!({
+            "session": id.as_str(), "status": "active", "adapter": harness.name(),
+            "harness": harness.name(), "mid": accepted.mid,
+            "delivered": report.delivered, "stopped": report.stopped.as_ref().map(ToString::to_string),
+            "remaining": report.remaining,
+        }))?;
+    } else {
+        print_drain(&id, &report, global, false)?;
+    }
+    if let Some(stop) = &report.stopped
+        && global.json
+    {
+        eprintln!("spex: drain of {id} stopped: {stop}");
+    }
+    Ok(if report.stopped.is_some() { Code::Failed } else { Code::Ok })
+}
+
+/// Stops the turn session `id`'s harness is running: marks its run as interrupted by a person,
+/// then sends SIGINT to the run's process group.
+fn interrupt(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
+    let Some(run) = super::harness::running(store, id)? else {
+        if global.json {
+            print_json(json!({ "session": id.as_str(), "interrupted": null }))?;
+        } else if !global.quiet {
+            eprintln!("spex: no turn of {id} is running; nothing to interrupt");
+        }
+        return Ok(Code::Ok);
+    };
+    let (ts, at_ms) = store.run_time();
+    store.append_run(
+        id,
+        &spex_engine::runs::RunLine::Hook {
+            ts,
+            at_ms,
+            run: Some(run.run.clone()),
+            harness: run.harness.clone(),
+            event: super::harness::INTERRUPT.to_owned(),
+            native_id: None,
+        },
+    )?;
+    let sent = run
+        .pid
+        .is_some_and(|(pid, _)| super::harness::signal_group(pid, rustix::process::Signal::INT));
+    if !sent {
+        return Err(anyhow::anyhow!("run {} of {id} has no process to interrupt", run.run));
+    }
+    if global.json {
+        print_json(json!({ "session": id.as_str(), "interrupted": run.run }))?;
+    } else {
+        outln!("interrupted run {} of {id}", run.run)?;
     }
     Ok(Code::Ok)
 }
@@ -713,7 +839,7 @@ fn drain(
     let spec = Spec::parse(&spec)?;
     // The stdout adapter's messages are the results on stdout; the report then goes to stderr.
     let report_to_stderr = spec == Spec::Stdout;
-    let mut adapter = spec.adapter(id);
+    let mut adapter = spec.adapter(store, id)?;
     if !args.watch {
         let report = store.drain(id, adapter.as_mut())?;
         print_drain(id, &report, global, report_to_stderr)?;
