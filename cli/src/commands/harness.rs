@@ -14,7 +14,8 @@
 //!   `--allowedTools Bash(spex:*)` lets the agent answer through spex.
 //! - Codex: `codex exec --json --skip-git-repo-check -s workspace-write --add-dir ROOT PROMPT`
 //!   for the first turn, `codex exec resume ID ...` after; `notify` calls
-//!   `spex internal hook codex` when a turn completes.
+//!   `spex internal hook codex` when a turn completes; `allow_login_shell=false` keeps the
+//!   agent's shell on the PATH spex gave it (a login profile resets PATH).
 //!
 //! The native session id is read from the run's own stream (Claude Code's `init` event, Codex's
 //! `thread.started`) and bound to the record (`harness_session_id`) as soon as it is seen, so a
@@ -171,6 +172,8 @@ impl<'s> HarnessAdapter<'s> {
                 }
                 args.extend(["--json".into(), "--skip-git-repo-check".into()]);
                 args.extend(["-c".into(), format!("notify={notify}")]);
+                // A login shell's profile resets PATH: the agent would not find this spex.
+                args.extend(["-c".into(), "allow_login_shell=false".into()]);
                 if native.is_none() {
                     args.extend(["-s".into(), "workspace-write".into()]);
                     args.extend(["--add-dir".into(), root]);
