@@ -50,6 +50,11 @@ enum Command {
   spex session timeline fix
   spex session ls --status review")]
     Session(commands::session::Args),
+    /// The execution records of harness runs (each launch and turn of Claude Code or Codex).
+    #[command(after_help = "Examples:
+  spex runs ls
+  spex runs ls --session fix --failed")]
+    Runs(commands::runs::Args),
     /// Search what was said to sessions and the notes they declared.
     #[command(after_help = "Examples:
   spex search 'deploy failed'                 every word, anywhere
@@ -125,6 +130,7 @@ pub fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         Command::Session(args) => commands::session::run(&args, global),
+        Command::Runs(args) => commands::runs::run(&args, global),
         Command::Search(args) => commands::search::run(&args, global),
         Command::Watch(args) => commands::watch::run(&args, global),
         Command::Index(args) => commands::index::run(&args, global),
