@@ -396,6 +396,8 @@ pub(crate) struct SessionRow {
     /// The first line of the last message or note (the reason, for a damaged session).
     pub(crate) preview: String,
     pub(crate) archived: bool,
+    /// The progress of the agent behind it, for a harness session (`running`, `crashed`, ...).
+    pub(crate) agent: Option<String>,
 }
 
 /// The session table: a header, the shortest unique id prefixes, the status in colour, last
@@ -419,6 +421,9 @@ pub(crate) fn session_table(
             // The prefix is what a command takes; `--json` has the whole id.
             let id = paint.bold(prefix(&id, length));
             let mut status = paint.status(&row.display);
+            if let Some(agent) = &row.agent {
+                status.push_str(&paint.dim(&format!(" · {agent}")));
+            }
             if row.archived {
                 status.push_str(&paint.dim(" (archived)"));
             }

@@ -507,3 +507,19 @@ pub(crate) fn running(
     let (runs, _) = store.runs(id)?;
     Ok(runs.into_iter().rev().find(|run| run.outcome == Outcome::Running))
 }
+
+/// Session `id`'s progress from its runs (see `spex_engine::runs::progress`), when it has a run
+/// log or a harness behind it (`harness`); `None` for a session no harness ever ran for.
+pub(crate) fn agent_progress(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    triple: &spex_engine::Triple,
+    harness: bool,
+) -> anyhow::Result<Option<spex_engine::runs::Progress>> {
+    let log = spex_engine::runs::run_log(store.layout(), id);
+    if !harness && !RealFs::new().exists(&log)? {
+        return Ok(None);
+    }
+    let (runs, _) = store.runs(id)?;
+    Ok(Some(spex_engine::runs::progress(&runs, triple)))
+}

@@ -520,10 +520,13 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     let triple = record.public_triple();
     let adapter = store.adapter(id, &record)?;
     let link = Link::of(&record, global)?;
+    let harness = adapter.as_deref().is_some_and(|spec| Harness::from_spec(spec).is_some());
+    let agent = super::harness::agent_progress(store, id, &triple, harness)?;
     if global.json {
         print_json(json!({
             "session": id.as_str(),
             "state": render::triple_json(&triple),
+            "agent": agent.as_ref().map(ToString::to_string),
             "adapter": adapter,
             "createdAt": record.created_at(),
             "archived": record.archived(),
@@ -543,6 +546,9 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
         outln!("note      {}", indent(note, 10))?;
     }
     outln!("adapter   {}", adapter.as_deref().unwrap_or("-"))?;
+    if let Some(agent) = &agent {
+        outln!("agent     {agent}")?;
+    }
     outln!("created   {}", local_time(record.created_at().as_deref()))?;
     outln!("archived  {}", if record.archived() { "yes" } else { "no" })?;
     outln!("owed      {owed}")?;
@@ -946,8 +952,28 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     // The owed count is the index's: the refresh just read every queue that changed (a damaged
     // one reads as unknown).
     let rows = index.sessions(&filter)?;
+    // The agent's progress, for the sessions a harness ran for (read from their run logs).
+    let agents: Vec<Option<String>> = rows
+        .iter()
+        .map(|row| {
+            let id = SessionId::new(&row.id).ok()?;
+            let triple = store.record(&id).ok()?.public_triple();
+            let progress = super::harness::agent_progress(&store, &id, &triple, false).ok()??;
+            Some(progress.to_string())
+        })
+        .collect();
     if global.json {
-        let sessions: Vec<_> = rows.iter().map(spex_index::Row::to_json).collect();
+        let sessions: Vec<_> = rows
+            .iter()
+            .zip(&agents)
+            .map(|(row, agent)| {
+                let mut json = row.to_json();
+                if let (Some(map), Some(agent)) = (json.as_object_mut(), agent) {
+                    map.insert("agent".to_owned(), json!(agent));
+                }
+                json
+            })
+            .collect();
         print_json(json!({ "sessions": sessions }))?;
         return Ok(Code::Ok);
     }
@@ -964,7 +990,9 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     }
     let table: Vec<render::SessionRow> = rows
         .iter()
-        .map(|row| render::SessionRow {
+        .zip(agents)
+        .map(|(row, agent)| render::SessionRow {
+            agent,
             id: row.id.clone(),
             display: row.display.clone(),
             when: row.last_activity.clone().or_else(|| row.created_at.clone()),

@@ -259,6 +259,7 @@ fn live_table(
                     row["preview"].as_str().or(row["state"]["note"].as_str())
                 };
                 render::SessionRow {
+                    agent: None,
                     id,
                     display,
                     when: when(row).map(str::to_owned),
