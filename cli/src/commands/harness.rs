@@ -36,14 +36,17 @@
 //! Every run is recorded in the session's run log (`spex_engine::runs`): its start before the
 //! process is spawned, the process once it exists, its end after it exits. If spex dies during
 //! a run, the harness process goes on (it is in a process group of its own) and the message
-//! stays owed: the next drain runs it again (at-least-once, one turn: the README's crash
-//! table). The run reads `interrupted` once its process is gone.
+//! stays owed. The next drain of it first waits for that run's process to end, then looks at
+//! its hook signals: a turn the hooks reported complete (Claude Code's `Stop`, Codex's
+//! `agent-turn-complete`, after the prompt) is settled without running it again. Only a turn
+//! with no such signal (the harness died too, or its hooks did not run) is run again: one
+//! extra turn at most, the window the README's crash table states. The run reads
+//! `interrupted` once its process is gone.
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::Read as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use faultfs::{Fs as _, RealFs};
@@ -191,8 +194,54 @@ impl<'s> HarnessAdapter<'s> {
         args
     }
 
+    /// Whether an earlier run of this message, cut off from its drainer (spex died during it),
+    /// finished its turn: its hooks reported the turn complete after the prompt. A run of it
+    /// still going is waited for first, so one message never runs twice at once. The earlier
+    /// run is then closed in the log as accepted, and the message is settled without running
+    /// it again.
+    fn finished_before(&self, mid: &str) -> Result<bool, String> {
+        let started = Instant::now();
+        loop {
+            let (runs, _) = self.store.runs(&self.session).map_err(|error| error.to_string())?;
+            let earlier: Vec<_> =
+                runs.iter().filter(|run| run.mid.as_deref() == Some(mid)).collect();
+            if earlier.iter().any(|run| run.outcome == Outcome::Running) {
+                if started.elapsed() >= self.timeout {
+                    return Err(format!("an earlier run of {mid} is still running"));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            let Some(done) = earlier.iter().rev().find(|run| {
+                run.outcome == Outcome::Interrupted && run.turn_finished_by_hooks()
+            }) else {
+                return Ok(false);
+            };
+            let (ts, at_ms) = self.store.run_time();
+            let end = RunLine::End {
+                ts,
+                at_ms,
+                run: done.run.clone(),
+                outcome: "ok".to_owned(),
+                exit_code: None,
+                signal: None,
+                native_id: done.native_id.clone(),
+                usage: None,
+                error: None,
+                stderr_tail: vec![
+                    "(its drainer died; the hooks reported the turn complete)".to_owned(),
+                ],
+            };
+            self.store.append_run(&self.session, &end).map_err(|error| error.to_string())?;
+            return Ok(true);
+        }
+    }
+
     /// Runs one turn; `Ok` when the harness accepted it (see the module header).
     fn turn(&self, message: &Message<'_>) -> Result<(), String> {
+        if self.finished_before(message.mid)? {
+            return Ok(());
+        }
         let record = self.store.record(&self.session).map_err(|error| error.to_string())?;
         let native = record.harness_session_id().map(str::to_owned);
         let fresh = spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds);
@@ -267,6 +316,22 @@ impl<'s> HarnessAdapter<'s> {
         if let Some(dir) = Path::new(&spex_exe()).parent() {
             paths.insert(0, dir.to_path_buf());
         }
+        // The harness writes into files, not pipes: if spex dies, the turn goes on (a pipe
+        // would end it with the next write), and the next drain can tell how it ended.
+        let dir = spex_engine::runs::runs_dir(self.store.layout());
+        let out_path = dir.join(format!("{}.{run}.stdout", self.session));
+        let err_path = dir.join(format!("{}.{run}.stderr", self.session));
+        let files = std::fs::File::create(&out_path).and_then(|out| {
+            let err = std::fs::File::create(&err_path)?;
+            Ok((out, err))
+        });
+        let (out, err) = match files {
+            Ok(files) => files,
+            Err(error) => {
+                outcome.error = Some(format!("cannot create {}: {error}", out_path.display()));
+                return outcome;
+            }
+        };
         let mut command = Command::new("sh");
         command
             .arg("-c")
@@ -278,8 +343,8 @@ impl<'s> HarnessAdapter<'s> {
             .env("SPEX_RUN_ID", run)
             .env("PATH", std::env::join_paths(paths).unwrap_or(path))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
             // A group of its own: an interrupt or a timeout reaches the harness and what it
             // started, and a signal to spex's own group (Ctrl-C on a drain) does not.
             .process_group(0);
@@ -290,6 +355,7 @@ impl<'s> HarnessAdapter<'s> {
             Ok(child) => child,
             Err(error) => {
                 outcome.error = Some(format!("cannot run {}: {error}", self.command));
+                remove_outputs(&out_path, &err_path);
                 return outcome;
             }
         };
@@ -306,32 +372,11 @@ impl<'s> HarnessAdapter<'s> {
         if let Err(error) = self.store.append_run(&self.session, &process) {
             eprintln!("spex: cannot record the process of run {run}: {error}");
         }
-        let (events, received) = mpsc::channel::<Value>();
-        let stdout = child.stdout.take();
-        let reader = std::thread::spawn(move || {
-            let Some(stdout) = stdout else { return };
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(event) = serde_json::from_str::<Value>(&line) {
-                    let _ignored = events.send(event);
-                }
-            }
-        });
-        let stderr = child.stderr.take();
-        let tail = std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut stderr) = stderr {
-                let _ignored = stderr.read_to_end(&mut bytes);
-            }
-            let text = String::from_utf8_lossy(&bytes);
-            let lines: Vec<String> =
-                text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned).collect();
-            lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].to_vec()
-        });
+        let mut stream = Lines::default();
         let started = Instant::now();
         let mut bound = false;
         let status = loop {
-            while let Ok(event) = received.try_recv() {
+            for event in stream.read_new(&out_path) {
                 self.observe(&event, &mut outcome, first, &mut bound);
             }
             match child.try_wait() {
@@ -348,11 +393,15 @@ impl<'s> HarnessAdapter<'s> {
                 }
             }
         };
-        let _joined = reader.join();
-        while let Ok(event) = received.try_recv() {
+        for event in stream.read_new(&out_path) {
             self.observe(&event, &mut outcome, first, &mut bound);
         }
-        outcome.stderr_tail = tail.join().unwrap_or_default();
+        let stderr = std::fs::read(&err_path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&stderr);
+        let lines: Vec<String> =
+            text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned).collect();
+        outcome.stderr_tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].to_vec();
+        remove_outputs(&out_path, &err_path);
         if let Some(status) = status {
             use std::os::unix::process::ExitStatusExt as _;
             outcome.exit_code = status.code();
@@ -426,6 +475,42 @@ impl Adapter for HarnessAdapter<'_> {
 
 /// The hook event `spex session interrupt` writes into the run it stops.
 pub(crate) const INTERRUPT: &str = "spex-interrupt";
+
+/// Reads the JSON lines a harness appends to its output file, as they complete.
+#[derive(Debug, Default)]
+struct Lines {
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl Lines {
+    /// The events written since the last call.
+    fn read_new(&mut self, path: &Path) -> Vec<Value> {
+        use std::io::Seek as _;
+        let mut fresh = Vec::new();
+        if let Ok(mut file) = std::fs::File::open(path)
+            && file.seek(std::io::SeekFrom::Start(self.offset)).is_ok()
+        {
+            let _ignored = file.read_to_end(&mut fresh);
+        }
+        self.offset += fresh.len() as u64;
+        self.partial.extend_from_slice(&fresh);
+        let mut events = Vec::new();
+        while let Some(end) = self.partial.iter().position(|byte| *byte == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            if let Ok(event) = serde_json::from_slice::<Value>(&line) {
+                events.push(event);
+            }
+        }
+        events
+    }
+}
+
+/// Removes a finished run's output files (what mattered is in the run log).
+fn remove_outputs(out: &Path, err: &Path) {
+    let _ignored = std::fs::remove_file(out);
+    let _ignored = std::fs::remove_file(err);
+}
 
 /// What one run did.
 #[derive(Debug, Default)]

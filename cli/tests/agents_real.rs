@@ -1,0 +1,310 @@
+//! spex in front of the real Claude Code and Codex CLIs, each talking to the scripted model
+//! server on loopback (`spex-modelserver`): a person's message goes in through `spex session`,
+//! the scripted model makes the agent run `spex session ask --note ...`, and the reply comes back
+//! as the session's declaration.
+//!
+//! The CLIs are found in `SPEX_AGENT_BIN_DIR` (`.ci/run` installs the pinned versions there
+//! with npm). Without them a test says so and passes, unless `SPEX_REQUIRE_AGENTS=1` (set by
+//! `.ci/run`), where a missing CLI fails it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Run, Store};
+use serde_json::Value;
+use spex_modelserver::{Api, ModelServer, Reply};
+
+/// The installed CLI `name` (`claude`, `codex`), or `None` (and why) when this machine has none.
+fn agent_bin(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("SPEX_AGENT_BIN_DIR")
+        .map(|dir| Path::new(&dir).join(name))
+        .filter(|path| path.exists());
+    if found.is_none() {
+        let why = format!(
+            "the {name} CLI is not in SPEX_AGENT_BIN_DIR (.ci/run installs it: npm install \
+             --prefix DIR @anthropic-ai/claude-code @openai/codex, then DIR/node_modules/.bin)"
+        );
+        assert!(std::env::var("SPEX_REQUIRE_AGENTS").as_deref() != Ok("1"), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    found
+}
+
+/// A store, a scripted model, a worktree and a private home for the harness.
+struct World {
+    store: Store,
+    model: ModelServer,
+    claude: Option<PathBuf>,
+    codex: Option<PathBuf>,
+}
+
+impl World {
+    fn new(harness: &str) -> Option<World> {
+        let bin = agent_bin(harness)?;
+        let store = Store::new();
+        let model = ModelServer::start().expect("the model server starts");
+        for dir in ["work", "home", "claude-config", "codex-home"] {
+            std::fs::create_dir_all(store.path(dir)).expect("a directory");
+        }
+        let config = format!(
+            "model = \"scripted-model\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\n\
+             name = \"mock\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
+             env_key = \"SPEX_TEST_MODEL_KEY\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+            model.url()
+        );
+        std::fs::write(store.path("codex-home/config.toml"), config).expect("codex config");
+        let (claude, codex) = match harness {
+            "claude" => (Some(bin), None),
+            _ => (None, Some(bin)),
+        };
+        Some(World { store, model, claude, codex })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = self.store.command(args);
+        command
+            .current_dir(self.store.path("work"))
+            .env("HOME", self.store.path("home"))
+            .env("ANTHROPIC_BASE_URL", self.model.url())
+            .env("ANTHROPIC_API_KEY", "scripted")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env("CLAUDE_CONFIG_DIR", self.store.path("claude-config"))
+            .env("CODEX_HOME", self.store.path("codex-home"))
+            .env("SPEX_TEST_MODEL_KEY", "scripted");
+        if let Some(claude) = &self.claude {
+            command.env("SPEX_CLAUDE_CMD", claude);
+        }
+        if let Some(codex) = &self.codex {
+            command.env("SPEX_CODEX_CMD", codex);
+        }
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        Run(self.command(args).output().expect("spex runs"))
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let run = self.run(&full);
+        run.ok();
+        serde_json::from_str(run.stdout().trim()).expect("one JSON document")
+    }
+
+    /// The session's declarations (status events), as (status, note).
+    fn declarations(&self, id: &str) -> Vec<(String, String)> {
+        let timeline = self.json(&["session", "timeline", id]);
+        timeline["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|event| event["kind"] == "status")
+            .map(|event| {
+                (
+                    event["status"].as_str().unwrap_or("").to_owned(),
+                    event["note"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn sent(&self, id: &str) -> Vec<String> {
+        let timeline = self.json(&["session", "timeline", id]);
+        timeline["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|event| event["kind"] == "sent")
+            .map(|event| event["text"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    fn runs(&self, id: &str) -> Vec<Value> {
+        self.json(&["runs", "ls", "--session", id])["runs"].as_array().expect("runs").clone()
+    }
+
+    fn native_id(&self, id: &str) -> Option<String> {
+        let show = self.json(&["session", "show", id]);
+        show["record"]["harness_session_id"].as_str().filter(|id| !id.is_empty()).map(str::to_owned)
+    }
+
+    /// Main-loop requests whose input holds `text`.
+    fn requests_with(&self, text: &str) -> usize {
+        self.model
+            .main_requests()
+            .iter()
+            .filter(|request| request.texts().iter().any(|t| t.contains(text)))
+            .count()
+    }
+}
+
+/// The agent answers through spex, then ends its turn.
+fn answer(note: &str) -> [Reply; 2] {
+    [
+        Reply::Shell(format!("spex session ask --note {}", shell_quote(note))),
+        Reply::Text("I answered through spex.".to_owned()),
+    ]
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// A person's question reaches the harness, the agent's reply comes back as the session's
+/// declaration; a second message resumes the same native session (one transcript, two turns).
+fn converses(harness: &str, api: Api) {
+    let Some(world) = World::new(harness) else { return };
+    world.model.script(api, answer("Deploy to eu-west-1 first."));
+    let created = world.run(&["session", "new", "--id", "agent", "--harness", harness, "Which region?"]);
+    let out = created.ok();
+    assert!(out.contains("delivered"), "{out}");
+    assert_eq!(
+        world.declarations("agent"),
+        vec![("asking".to_owned(), "Deploy to eu-west-1 first.".to_owned())]
+    );
+    // What the harness sent the model: the person's text and the note-reply hint.
+    assert!(world.requests_with("Which region?") >= 1);
+    assert!(world.requests_with("spex reply channel") >= 1);
+    let native = world.native_id("agent").expect("the record names the native session");
+    let runs = world.runs("agent");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["outcome"], "ok");
+    assert_eq!(runs[0]["purpose"], "launch");
+    assert_eq!(runs[0]["native_id"], native.as_str());
+    assert_eq!(runs[0]["usage"]["output_tokens"].as_u64().unwrap() > 0, true);
+    assert!(runs[0]["duration_ms"].as_u64().is_some());
+    let show = world.json(&["session", "show", "agent"]);
+    assert_eq!(show["agent"], "waiting for input", "{show}");
+    // The harness's own transcript holds the turn.
+    let history = world.run(&["history", "show", &native]);
+    assert!(history.ok().contains("Which region?"), "{}", history.stdout());
+
+    world.model.script(api, answer("Then eu-central-1."));
+    world.run(&["session", "send", "agent", "And after that?"]).ok();
+    world.run(&["session", "drain", "agent"]).ok();
+    assert_eq!(world.declarations("agent").last().unwrap().1, "Then eu-central-1.");
+    assert_eq!(world.native_id("agent").as_deref(), Some(native.as_str()), "the same session");
+    let runs = world.runs("agent");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1]["purpose"], "turn");
+    assert_eq!(runs[1]["native_id"], native.as_str());
+    let history = world.json(&["history", "show", &native]);
+    let said: Vec<&str> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|event| event["kind"] == "user")
+        .filter_map(|event| event["text"].as_str())
+        .collect();
+    assert!(said.iter().any(|text| text.starts_with("Which region?")), "{said:?}");
+    assert!(said.iter().any(|text| text.starts_with("And after that?")), "{said:?}");
+    // Both turns went to one conversation: the second request carried the first turn.
+    let last = world.model.main_requests().last().expect("a request").texts().join("\n");
+    assert!(last.contains("Which region?") && last.contains("And after that?"));
+    assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
+}
+
+#[test]
+fn claude_code_answers_through_spex_and_resumes() {
+    converses("claude", Api::Anthropic);
+}
+
+#[test]
+fn codex_answers_through_spex_and_resumes() {
+    converses("codex", Api::Responses);
+}
+
+/// The model server answers 500: the run fails, the message stays owed and the drain exits 1
+/// naming the run; a later drain delivers it once.
+fn a_failed_run_leaves_the_message_owed(harness: &str, api: Api) {
+    let Some(world) = World::new(harness) else { return };
+    world.model.script(api, [Reply::Status(500)]);
+    let created = world.run(&["session", "new", "--id", "agent", "--harness", harness, "Status?"]);
+    assert_eq!(created.code(), 1, "{}", created.stderr());
+    assert!(created.stderr().contains("run "), "{}", created.stderr());
+    assert_eq!(world.json(&["session", "show", "agent"])["owed"], 1);
+    let failed = world.json(&["runs", "ls", "--failed"])["runs"].as_array().unwrap().clone();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["outcome"], "failed");
+    assert!(failed[0]["error"].as_str().is_some());
+    assert_eq!(world.json(&["session", "show", "agent"])["agent"], "failed");
+
+    world.model.script(api, answer("All green."));
+    world.run(&["session", "drain", "agent"]).ok();
+    assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
+    assert_eq!(world.declarations("agent"), vec![("asking".to_owned(), "All green.".to_owned())]);
+    assert_eq!(world.sent("agent"), vec!["Status?".to_owned()], "sent once");
+    // Nothing is owed, so another drain runs nothing.
+    world.run(&["session", "drain", "agent"]).ok();
+    let runs = world.runs("agent");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1]["outcome"], "ok");
+}
+
+#[test]
+fn claude_code_failed_run_leaves_the_message_owed() {
+    a_failed_run_leaves_the_message_owed("claude", Api::Anthropic);
+}
+
+#[test]
+fn codex_failed_run_leaves_the_message_owed() {
+    a_failed_run_leaves_the_message_owed("codex", Api::Responses);
+}
+
+/// spex is killed with SIGKILL while a keyed message's run is in flight. The harness finishes
+/// the turn on its own; the next drain waits for it, sees the turn completed (its hooks), and
+/// settles the message without running it again. A retry of the key replays, and nothing is
+/// delivered twice.
+fn survives_a_killed_drainer(harness: &str, api: Api) {
+    let Some(world) = World::new(harness) else { return };
+    world.run(&["session", "new", "--id", "agent", "--harness", harness]).ok();
+    world.run(&["session", "send", "agent", "Ship it?", "--key", "k1"]).ok();
+    let [shell, text] = answer("Shipped.");
+    world.model.script(api, [Reply::Delay { ms: 1_500, then: Box::new(shell) }, text]);
+    let mut drainer = world
+        .command(&["session", "drain", "agent"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spex drain starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while world.model.main_requests().is_empty() {
+        assert!(Instant::now() < deadline, "the harness never asked the model");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drainer.kill().expect("SIGKILL");
+    drainer.wait().expect("reaped");
+    let runs = world.runs("agent");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["outcome"], "running", "the harness outlives its drainer: {runs:?}");
+    assert_eq!(world.json(&["session", "show", "agent"])["agent"], "running");
+
+    let drained = world.run(&["session", "drain", "agent"]);
+    drained.ok();
+    assert_eq!(world.declarations("agent"), vec![("asking".to_owned(), "Shipped.".to_owned())]);
+    assert_eq!(world.requests_with("Ship it?"), 2, "one turn: a tool call and its answer");
+    assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
+    let runs = world.runs("agent");
+    assert_eq!(runs.len(), 1, "no second run: {runs:?}");
+    assert_eq!(runs[0]["outcome"], "ok");
+    let replay = world.run(&["session", "send", "agent", "Ship it?", "--key", "k1"]);
+    assert!(replay.ok().contains("replayed"));
+    world.run(&["session", "drain", "agent"]).ok();
+    assert_eq!(world.runs("agent").len(), 1);
+    assert_eq!(world.sent("agent"), vec!["Ship it?".to_owned()]);
+}
+
+#[test]
+fn claude_code_survives_a_killed_drainer() {
+    survives_a_killed_drainer("claude", Api::Anthropic);
+}
+
+#[test]
+fn codex_survives_a_killed_drainer() {
+    survives_a_killed_drainer("codex", Api::Responses);
+}
