@@ -160,7 +160,8 @@ fn shell_quote(text: &str) -> String {
 fn converses(harness: &str, api: Api) {
     let Some(world) = World::new(harness) else { return };
     world.model.script(api, answer("Deploy to eu-west-1 first."));
-    let created = world.run(&["session", "new", "--id", "agent", "--harness", harness, "Which region?"]);
+    let created =
+        world.run(&["session", "new", "--id", "agent", "--harness", harness, "Which region?"]);
     let out = created.ok();
     assert!(out.contains("delivered"), "{out}");
     assert_eq!(
@@ -176,7 +177,7 @@ fn converses(harness: &str, api: Api) {
     assert_eq!(runs[0]["outcome"], "ok");
     assert_eq!(runs[0]["purpose"], "launch");
     assert_eq!(runs[0]["native_id"], native.as_str());
-    assert_eq!(runs[0]["usage"]["output_tokens"].as_u64().unwrap() > 0, true);
+    assert!(runs[0]["usage"]["output_tokens"].as_u64().expect("usage recorded") > 0);
     assert!(runs[0]["duration_ms"].as_u64().is_some());
     let show = world.json(&["session", "show", "agent"]);
     assert_eq!(show["agent"], "waiting for input", "{show}");
@@ -187,7 +188,7 @@ fn converses(harness: &str, api: Api) {
     world.model.script(api, answer("Then eu-central-1."));
     world.run(&["session", "send", "agent", "And after that?"]).ok();
     world.run(&["session", "drain", "agent"]).ok();
-    assert_eq!(world.declarations("agent").last().unwrap().1, "Then eu-central-1.");
+    assert_eq!(world.declarations("agent").last().expect("a declaration").1, "Then eu-central-1.");
     assert_eq!(world.native_id("agent").as_deref(), Some(native.as_str()), "the same session");
     let runs = world.runs("agent");
     assert_eq!(runs.len(), 2);
@@ -228,7 +229,7 @@ fn a_failed_run_leaves_the_message_owed(harness: &str, api: Api) {
     assert_eq!(created.code(), 1, "{}", created.stderr());
     assert!(created.stderr().contains("run "), "{}", created.stderr());
     assert_eq!(world.json(&["session", "show", "agent"])["owed"], 1);
-    let failed = world.json(&["runs", "ls", "--failed"])["runs"].as_array().unwrap().clone();
+    let failed = world.json(&["runs", "ls", "--failed"])["runs"].as_array().expect("runs").clone();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["outcome"], "failed");
     assert!(failed[0]["error"].as_str().is_some());

@@ -680,9 +680,8 @@ mod tests {
         append(&fs, &clock, &layout, &id, &start("r", None)).unwrap();
         // A crash in the middle of the next append.
         let path = run_log(&layout, &id);
-        let mut torn = std::fs::read(&path).unwrap();
-        torn.extend_from_slice(b"{\"kind\":\"end\",\"ru");
-        std::fs::write(&path, &torn).unwrap();
+        let file = fs.open(&path, OpenOptions::read_write(), OPEN).unwrap();
+        file.append(b"{\"kind\":\"end\",\"ru", APPEND).unwrap();
         assert_eq!(read(&fs, &layout, &id).unwrap().1, 1);
         append(&fs, &clock, &layout, &id, &end("r", "ok", None)).unwrap();
         let (lines, unreadable) = read(&fs, &layout, &id).unwrap();

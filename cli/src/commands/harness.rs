@@ -212,9 +212,11 @@ impl<'s> HarnessAdapter<'s> {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
-            let Some(done) = earlier.iter().rev().find(|run| {
-                run.outcome == Outcome::Interrupted && run.turn_finished_by_hooks()
-            }) else {
+            let Some(done) = earlier
+                .iter()
+                .rev()
+                .find(|run| run.outcome == Outcome::Interrupted && run.turn_finished_by_hooks())
+            else {
                 return Ok(false);
             };
             let (ts, at_ms) = self.store.run_time();
