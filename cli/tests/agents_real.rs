@@ -9,29 +9,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Run, Store};
+use common::{Run, Store, agent_bin};
 use serde_json::Value;
 use spex_modelserver::{Api, ModelServer, Reply};
-
-/// The installed CLI `name` (`claude`, `codex`), or `None` (and why) when this machine has none.
-fn agent_bin(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("SPEX_AGENT_BIN_DIR")
-        .map(|dir| Path::new(&dir).join(name))
-        .filter(|path| path.exists());
-    if found.is_none() {
-        let why = format!(
-            "the {name} CLI is not in SPEX_AGENT_BIN_DIR (.ci/run installs it: npm install \
-             --prefix DIR @anthropic-ai/claude-code @openai/codex, then DIR/node_modules/.bin)"
-        );
-        assert!(std::env::var("SPEX_REQUIRE_AGENTS").as_deref() != Ok("1"), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
-}
 
 /// A store, a scripted model, a worktree and a private home for the harness.
 struct World {

@@ -321,3 +321,71 @@ async fn the_web_page_works_in_a_real_browser() {
 
     client.close().await.unwrap();
 }
+
+/// The page's composer sends to a session with Claude Code behind it (a drain watching it), the
+/// agent answers through spex, and its note appears on the open conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_answers_the_pages_composer() {
+    let Some(claude) = common::agent_bin("claude") else { return };
+    let store = Store::new();
+    let model = spex_modelserver::ModelServer::start().unwrap();
+    model.script(
+        spex_modelserver::Api::Anthropic,
+        [
+            spex_modelserver::Reply::Shell(
+                "spex session ask --note 'Answer from the agent: use the blue button.'".into(),
+            ),
+            spex_modelserver::Reply::Text("answered".into()),
+        ],
+    );
+    let work = store.path("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(store.path("claude-config")).unwrap();
+    let agent_env = |mut command: Command| {
+        command
+            .current_dir(&work)
+            .env("HOME", store.dir.path())
+            .env("SPEX_CLAUDE_CMD", &claude)
+            .env("ANTHROPIC_BASE_URL", model.url())
+            .env("ANTHROPIC_API_KEY", "scripted")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env("CLAUDE_CONFIG_DIR", store.path("claude-config"));
+        command
+    };
+    let created =
+        agent_env(store.command(&["session", "new", "--id", "agent", "--harness", "claude"]))
+            .output()
+            .unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let _drainer = Killed(
+        agent_env(store.command(&["session", "drain", "agent", "--watch"]))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut serve = agent_env(store.command(&["serve", "--addr", "127.0.0.1:0"]));
+    let mut server = Killed(serve.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut url = String::new();
+    std::io::BufReader::new(server.0.stdout.take().unwrap()).read_line(&mut url).unwrap();
+    let url = url.trim().to_owned();
+
+    let (_driver, port) = chromedriver();
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(port, profile.path()).await;
+    client.goto(&url).await.unwrap();
+    let ids = "return [...document.querySelectorAll('#board li .id')].map(e => e.textContent)";
+    until(&client, "the agent's session", ids, |v| *v == json!(["agent"])).await;
+    client.find(Locator::Css("#board li[data-id=agent] a")).await.unwrap().click().await.unwrap();
+    let textarea = client.find(Locator::Id("message")).await.unwrap();
+    textarea.send_keys("Which button deploys?").await.unwrap();
+    client.find(Locator::Css("#composer button")).await.unwrap().click().await.unwrap();
+    let messages =
+        until(&client, "the agent's answer", MESSAGES, |v| count(v, "use the blue button") == 1)
+            .await;
+    assert_eq!(count(&messages, "Which button deploys?"), 1, "{messages}");
+    let asked = model.main_requests();
+    assert!(asked.iter().any(|r| r.texts().iter().any(|t| t.contains("Which button deploys?"))));
+    client.close().await.unwrap();
+}

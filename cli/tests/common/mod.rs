@@ -137,3 +137,21 @@ pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let ticks = |field: usize| fields[field].parse::<u64>().expect("a tick count");
     ticks(11) + ticks(12)
 }
+
+/// The installed agent CLI `name` (`claude`, `codex`) from `SPEX_AGENT_BIN_DIR`, or `None` (and
+/// why, on stderr) when this machine has none. With `SPEX_REQUIRE_AGENTS=1` (set by `.ci/run`)
+/// a missing CLI fails the test instead.
+pub(crate) fn agent_bin(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("SPEX_AGENT_BIN_DIR")
+        .map(|dir| Path::new(&dir).join(name))
+        .filter(|path| path.exists());
+    if found.is_none() {
+        let why = format!(
+            "the {name} CLI is not in SPEX_AGENT_BIN_DIR (.ci/run installs the versions in \
+             .ci/agents with npm and sets it to their node_modules/.bin)"
+        );
+        assert!(std::env::var("SPEX_REQUIRE_AGENTS").as_deref() != Ok("1"), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    found
+}
