@@ -293,3 +293,48 @@ fn claude_code_survives_a_killed_drainer() {
 fn codex_survives_a_killed_drainer() {
     survives_a_killed_drainer("codex", Api::Responses);
 }
+
+/// `spex session interrupt` stops a running turn: the run ends `interrupted`, the drain settles
+/// the message (a person stopped it on purpose) and nothing is run again.
+fn interrupts_a_running_turn(harness: &str, api: Api) {
+    let Some(world) = World::new(harness) else { return };
+    world.run(&["session", "new", "--id", "agent", "--harness", harness]).ok();
+    world.run(&["session", "send", "agent", "Take your time."]).ok();
+    let [shell, text] = answer("Too late.");
+    world.model.script(api, [Reply::Delay { ms: 20_000, then: Box::new(shell) }, text]);
+    let drainer = world
+        .command(&["session", "drain", "agent"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spex drain starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while world.model.main_requests().is_empty() {
+        assert!(Instant::now() < deadline, "the harness never asked the model");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    let interrupted = world.run(&["session", "interrupt", "agent"]);
+    assert!(interrupted.ok().contains("interrupted run"), "{}", interrupted.stdout());
+    let drained = Run(drainer.wait_with_output().expect("the drain ends"));
+    assert!(started.elapsed() < Duration::from_secs(15), "the turn stopped at once");
+    assert!(drained.ok().contains("delivered"), "{}", drained.stdout());
+    let runs = world.runs("agent");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["outcome"], "interrupted", "{runs:?}");
+    assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
+    assert!(world.declarations("agent").is_empty(), "the agent never answered");
+    // Nothing runs now: a second interrupt says so and changes nothing.
+    world.run(&["session", "interrupt", "agent"]).ok();
+    assert_eq!(world.runs("agent").len(), 1);
+}
+
+#[test]
+fn claude_code_turn_is_interrupted() {
+    interrupts_a_running_turn("claude", Api::Anthropic);
+}
+
+#[test]
+fn codex_turn_is_interrupted() {
+    interrupts_a_running_turn("codex", Api::Responses);
+}
