@@ -284,15 +284,23 @@ async fn answer(api: Api, shared: &Handle, uri: &Uri, body: &Bytes) -> Response 
         };
         return json_response(200, &whole);
     }
+    let dropped = matches!(reply, Reply::Drop);
     let mut chunks: Vec<Result<Bytes, std::io::Error>> = Vec::new();
-    for (index, (name, data)) in events.iter().enumerate() {
-        if matches!(reply, Reply::Drop) && index == 2 {
-            chunks.push(Err(std::io::Error::other("scripted drop")));
-            break;
-        }
+    for (name, data) in events.iter().take(if dropped { 2 } else { events.len() }) {
         chunks.push(Ok(Bytes::from(format!("event: {name}\ndata: {data}\n\n"))));
     }
-    let body = Body::from_stream(futures_util::stream::iter(chunks));
+    let sent = futures_util::stream::iter(chunks);
+    let body = if dropped {
+        use futures_util::StreamExt as _;
+        // The connection is cut after what was sent reached the client.
+        let cut = futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(std::io::Error::other("scripted drop"))
+        });
+        Body::from_stream(sent.chain(cut))
+    } else {
+        Body::from_stream(sent)
+    };
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream")
