@@ -11,7 +11,7 @@ use spex_modelserver::{Api, ModelServer, Reply};
 /// the status line and everything after the head (the body as sent, possibly cut off).
 fn post(server: &ModelServer, path: &str, body: &serde_json::Value) -> (String, String) {
     let addr = server.url().trim_start_matches("http://").to_owned();
-    let mut stream = TcpStream::connect(&addr).unwrap();
+    let mut stream = TcpStream::connect(&addr).expect("the server listens");
     let body = body.to_string();
     write!(
         stream,
@@ -19,7 +19,7 @@ fn post(server: &ModelServer, path: &str, body: &serde_json::Value) -> (String, 
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
-    .unwrap();
+    .expect("the request is written");
     let mut answer = Vec::new();
     // A dropped stream ends the read with an error or early; what arrived is what counts.
     let _partial = stream.read_to_end(&mut answer);
