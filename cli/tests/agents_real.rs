@@ -250,7 +250,8 @@ fn survives_a_killed_drainer(harness: &str, api: Api) {
     world.run(&["session", "new", "--id", "agent", "--harness", harness]).ok();
     world.run(&["session", "send", "agent", "Ship it?", "--key", "k1"]).ok();
     let [shell, text] = answer("Shipped.");
-    world.model.script(api, [Reply::Delay { ms: 1_500, then: Box::new(shell) }, text]);
+    // Long enough for the checks below to see the turn still running on a loaded machine.
+    world.model.script(api, [Reply::Delay { ms: 4_000, then: Box::new(shell) }, text]);
     let mut drainer = world
         .command(&["session", "drain", "agent"])
         .stdout(std::process::Stdio::null())
