@@ -165,6 +165,9 @@ fn converses(harness: &str, api: Api) {
     assert!(runs[0]["duration_ms"].as_u64().is_some());
     let show = world.json(&["session", "show", "agent"]);
     assert_eq!(show["agent"], "waiting for input", "{show}");
+    let listed = world.run(&["session", "ls"]);
+    assert!(listed.ok().contains("asking · waiting for input"), "{}", listed.stdout());
+    assert_eq!(world.json(&["session", "ls"])["sessions"][0]["agent"], "waiting for input");
     // The harness's own transcript holds the turn.
     let history = world.run(&["history", "show", &native]);
     assert!(history.ok().contains("Which region?"), "{}", history.stdout());

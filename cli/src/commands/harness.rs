@@ -610,3 +610,11 @@ pub(crate) fn agent_progress(
     let (runs, _) = store.runs(id)?;
     Ok(Some(spex_engine::runs::progress(&runs, triple)))
 }
+
+/// The progress word of session `id` for a table (`session ls`, the live `watch` table): only
+/// for a session with a run log; `None` for any other, or when its record cannot be read.
+pub(crate) fn agent_word(store: &Store<RealFs>, id: &str) -> Option<String> {
+    let id = SessionId::new(id).ok()?;
+    let triple = store.record(&id).ok()?.public_triple();
+    agent_progress(store, &id, &triple, false).ok()?.map(|progress| progress.to_string())
+}

@@ -953,15 +953,8 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     // one reads as unknown).
     let rows = index.sessions(&filter)?;
     // The agent's progress, for the sessions a harness ran for (read from their run logs).
-    let agents: Vec<Option<String>> = rows
-        .iter()
-        .map(|row| {
-            let id = SessionId::new(&row.id).ok()?;
-            let triple = store.record(&id).ok()?.public_triple();
-            let progress = super::harness::agent_progress(&store, &id, &triple, false).ok()??;
-            Some(progress.to_string())
-        })
-        .collect();
+    let agents: Vec<Option<String>> =
+        rows.iter().map(|row| super::harness::agent_word(&store, &row.id)).collect();
     if global.json {
         let sessions: Vec<_> = rows
             .iter()
