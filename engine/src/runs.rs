@@ -33,7 +33,9 @@
 //!
 //! Readers fold the lines of a run in any arrival order: every field is taken from the richest
 //! line that has it (`end` over `hook` over `process` over `start`), and a later partial line
-//! never clears what an earlier one set.
+//! never clears what an earlier one set. Between lines of the same rank the first in the file
+//! wins: a terminal UI's side threads (Codex runs a title or a summary as threads of their own)
+//! report their ids through the same hook after the conversation's own.
 
 use std::path::PathBuf;
 
@@ -406,7 +408,7 @@ pub fn fold(
         let run = &mut runs[index];
         let mut offer = |native: &Option<String>, rank: u8, run: &mut Run| {
             if let Some(native) = native.as_deref().filter(|native| !native.is_empty())
-                && rank >= native_rank[index]
+                && (rank > native_rank[index] || run.native_id.is_none())
             {
                 run.native_id = Some(native.to_owned());
                 native_rank[index] = rank;
@@ -516,7 +518,16 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
         Status::Error => Progress::Failed,
         _ => Progress::IdleUnfinished,
     };
+    let prompted = last.signals.iter().any(|signal| is_prompt(&signal.event));
     match last.outcome {
+        // A terminal UI (a launch that carries no message) between turns, or before its first.
+        Outcome::Running if last.mid.is_none() && !prompted && !last.turn_finished_by_hooks() => {
+            if last.signals.iter().any(|signal| signal.event == "SessionStart") {
+                Progress::WaitingForInput
+            } else {
+                Progress::Unknown("no hook signal from the terminal UI yet".to_owned())
+            }
+        }
         Outcome::Running if last.turn_finished_by_hooks() => Progress::WaitingForInput,
         Outcome::Running => Progress::Running,
         Outcome::Ok => settled(),
@@ -668,6 +679,40 @@ mod tests {
         assert_eq!(progress(&done, &active), Progress::IdleUnfinished);
         let failed = fold("s", &[start("r", None), end("r", "failed", None)], &dead);
         assert_eq!(progress(&failed, &active), Progress::Failed);
+        // A terminal UI launched in a pane carries no message.
+        let pane = |extra: &[RunLine]| {
+            let mut lines = vec![
+                RunLine::Start {
+                    ts: "t".into(),
+                    at_ms: 1,
+                    run: "p".into(),
+                    harness: "claude".into(),
+                    purpose: "launch".into(),
+                    mid: None,
+                    command: Vec::new(),
+                    native_id: None,
+                },
+                process("p"),
+            ];
+            lines.extend_from_slice(extra);
+            progress(&fold("s", &lines, &alive), &active)
+        };
+        assert!(matches!(pane(&[]), Progress::Unknown(_)));
+        assert_eq!(pane(&[hook("p", "SessionStart", None)]), Progress::WaitingForInput);
+        assert_eq!(pane(&[hook("p", "UserPromptSubmit", None)]), Progress::Running);
+        let turned = [hook("p", "UserPromptSubmit", None), hook("p", "Stop", None)];
+        assert_eq!(pane(&turned), Progress::WaitingForInput);
+    }
+
+    #[test]
+    fn a_side_threads_id_does_not_replace_the_conversations() {
+        let dead = |_, _| false;
+        let lines = [
+            start("r", None),
+            hook("r", "agent-turn-complete", Some("conversation")),
+            hook("r", "agent-turn-complete", Some("title-thread")),
+        ];
+        assert_eq!(fold("s", &lines, &dead)[0].native_id.as_deref(), Some("conversation"));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!   Only literal characters reach the pane (see [`super::literal`]): nothing in a message can end the
 //!   paste, press a key or reach the terminal as a control sequence.
 //! - `stdout` (headless): prints one JSON line per message (`mid`, `from`, `text`) on stdout.
-//! - `claude`, `codex` (headless): one run of the harness per message (see `super::harness`).
+//! - `claude`, `codex` (headless): one run of the harness per message; `claude:tmux:PANE`,
+//!   `codex:tmux:PANE`: the harness's terminal UI in a pane, pasted into (see `super::harness`).
 //!
 //! Delivery is at-least-once in one window (the adapter accepted, the process died before the
 //! settlement): every adapter gets the message id so the receiving side can deduplicate.
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use faultfs::RealFs;
 use spex_engine::{Adapter, Message, SessionId, Store};
 
-use super::harness::{Harness, HarnessAdapter};
+use super::harness::{Harness, HarnessAdapter, PaneAdapter};
 
 use crate::exit::BadInput;
 
@@ -35,8 +36,9 @@ pub(crate) enum Spec {
     Exec(String),
     Tmux(String),
     Stdout,
-    /// `claude`, `codex`: the harness, one headless run per turn (see `super::harness`).
-    Harness(Harness),
+    /// `claude`, `codex`: the harness, one headless run per turn; `claude:tmux:PANE`,
+    /// `codex:tmux:PANE`: its terminal UI in a tmux pane (see `super::harness`).
+    Harness(Harness, Option<String>),
 }
 
 impl Spec {
@@ -54,8 +56,8 @@ impl Spec {
             Spec::Tmux(pane.to_owned())
         } else if text == "stdout" {
             Spec::Stdout
-        } else if let Some(harness) = Harness::from_spec(text) {
-            Spec::Harness(harness)
+        } else if let Some((harness, pane)) = Harness::from_spec(text) {
+            Spec::Harness(harness, pane)
         } else {
             return Err(BadInput(format!(
                 "unknown adapter {text:?} (expected exec:CMD, tmux:PANE, stdout, claude or codex)"
@@ -71,7 +73,12 @@ impl Spec {
         session: &SessionId,
     ) -> anyhow::Result<Box<dyn Adapter + 's>> {
         Ok(match self {
-            Spec::Harness(harness) => Box::new(HarnessAdapter::new(store, session, *harness)?),
+            Spec::Harness(harness, None) => {
+                Box::new(HarnessAdapter::new(store, session, *harness)?)
+            }
+            Spec::Harness(harness, Some(pane)) => {
+                Box::new(PaneAdapter::new(store, session, *harness, pane)?)
+            }
             Spec::Exec(command) => Box::new(Exec {
                 command: command.clone(),
                 session: session.to_string(),
@@ -169,6 +176,12 @@ fn show_output(command: &str, mid: &str, output: &[u8]) {
     let _ignored = std::io::stderr().lock().write_all(framed.as_bytes());
 }
 
+/// Pastes `message` into tmux pane `pane` as one literal bracketed paste and presses Enter (the
+/// `tmux:PANE` adapter's delivery; a harness's terminal UI in a pane is delivered to the same way).
+pub(crate) fn paste(pane: &str, message: &Message<'_>) -> Result<(), String> {
+    Tmux { pane: pane.to_owned() }.deliver(message)
+}
+
 /// `tmux:PANE`.
 #[derive(Debug)]
 struct Tmux {
@@ -244,8 +257,13 @@ mod tests {
         assert_eq!(Spec::parse("exec:cat").unwrap(), Spec::Exec("cat".to_owned()));
         assert_eq!(Spec::parse("tmux:%3").unwrap(), Spec::Tmux("%3".to_owned()));
         assert_eq!(Spec::parse("stdout").unwrap(), Spec::Stdout);
-        assert_eq!(Spec::parse("claude").unwrap(), Spec::Harness(Harness::Claude));
-        assert_eq!(Spec::parse("codex").unwrap(), Spec::Harness(Harness::Codex));
+        assert_eq!(Spec::parse("claude").unwrap(), Spec::Harness(Harness::Claude, None));
+        assert_eq!(Spec::parse("codex").unwrap(), Spec::Harness(Harness::Codex, None));
+        assert_eq!(
+            Spec::parse("claude:tmux:%4").unwrap(),
+            Spec::Harness(Harness::Claude, Some("%4".to_owned()))
+        );
+        assert!(Spec::parse("codex:tmux:").is_err());
         assert!(Spec::parse("exec: ").unwrap_err().0.contains("needs a command"));
         assert!(Spec::parse("tmux:").unwrap_err().0.contains("pane"));
         assert!(Spec::parse("carrier-pigeon").unwrap_err().0.contains("unknown adapter"));

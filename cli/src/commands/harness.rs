@@ -78,12 +78,29 @@ impl Harness {
         }
     }
 
-    /// The harness an adapter spec names, if it names one.
-    pub(crate) fn from_spec(spec: &str) -> Option<Harness> {
-        match spec {
-            "claude" => Some(Harness::Claude),
-            "codex" => Some(Harness::Codex),
-            _ => None,
+    /// The harness an adapter spec names, if it names one: `claude`, `codex` (headless), or
+    /// `claude:tmux:PANE`, `codex:tmux:PANE` (its terminal UI in a tmux pane), with the pane.
+    pub(crate) fn from_spec(spec: &str) -> Option<(Harness, Option<String>)> {
+        let (name, pane) = match spec.split_once(":tmux:") {
+            Some((name, pane)) if !pane.is_empty() && !pane.contains(char::is_whitespace) => {
+                (name, Some(pane.to_owned()))
+            }
+            Some(_) => return None,
+            None => (spec, None),
+        };
+        let harness = match name {
+            "claude" => Harness::Claude,
+            "codex" => Harness::Codex,
+            _ => return None,
+        };
+        Some((harness, pane))
+    }
+
+    /// The line a ready terminal UI shows its input prompt on starts with this.
+    const fn prompt_marker(self) -> &'static str {
+        match self {
+            Harness::Claude => "\u{276f}",
+            Harness::Codex => "\u{203a}",
         }
     }
 
@@ -98,6 +115,24 @@ impl Harness {
             .filter(|command| !command.trim().is_empty())
             .unwrap_or_else(|| self.name().to_owned())
     }
+}
+
+/// Claude Code's arguments for spex's hooks (for one run only, through `--settings`) and for
+/// the agent to answer through spex without a permission prompt.
+fn claude_hooks(spex: &str) -> [String; 4] {
+    let hook = format!("{} internal hook claude", sh_quote(spex));
+    let entry = json!([{"hooks": [{"type": "command", "command": hook}]}]);
+    let settings = json!({"hooks": {
+        "SessionStart": entry, "UserPromptSubmit": entry, "Stop": entry,
+    }});
+    ["--settings".into(), settings.to_string(), "--allowedTools".into(), "Bash(spex:*)".into()]
+}
+
+/// Codex's arguments for spex's turn-complete signal, and a shell that keeps the `PATH` spex
+/// gave it (a login shell's profile resets it: the agent would not find this spex).
+fn codex_notify(spex: &str) -> [String; 4] {
+    let notify = json!([spex, "internal", "hook", "codex"]);
+    ["-c".into(), format!("notify={notify}"), "-c".into(), "allow_login_shell=false".into()]
 }
 
 /// Quotes `text` for `sh`.
@@ -153,30 +188,21 @@ impl<'s> HarnessAdapter<'s> {
         let mut args: Vec<String> = Vec::new();
         match self.harness {
             Harness::Claude => {
-                let hook = format!("{} internal hook claude", sh_quote(&spex));
-                let entry = json!([{"hooks": [{"type": "command", "command": hook}]}]);
-                let settings = json!({"hooks": {
-                    "SessionStart": entry, "UserPromptSubmit": entry, "Stop": entry,
-                }});
                 args.extend(["-p".into(), prompt.to_owned()]);
                 args.extend(["--output-format".into(), "stream-json".into(), "--verbose".into()]);
                 match native {
                     Some(native) => args.extend(["--resume".into(), native.to_owned()]),
                     None => args.extend(["--session-id".into(), fresh.to_owned()]),
                 }
-                args.extend(["--settings".into(), settings.to_string()]);
-                args.extend(["--allowedTools".into(), "Bash(spex:*)".into()]);
+                args.extend(claude_hooks(&spex));
             }
             Harness::Codex => {
-                let notify = json!([spex, "internal", "hook", "codex"]);
                 args.push("exec".into());
                 if let Some(native) = native {
                     args.extend(["resume".into(), native.to_owned()]);
                 }
                 args.extend(["--json".into(), "--skip-git-repo-check".into()]);
-                args.extend(["-c".into(), format!("notify={notify}")]);
-                // A login shell's profile resets PATH: the agent would not find this spex.
-                args.extend(["-c".into(), "allow_login_shell=false".into()]);
+                args.extend(codex_notify(&spex));
                 if native.is_none() {
                     args.extend(["-s".into(), "workspace-write".into()]);
                     args.extend(["--add-dir".into(), root]);
@@ -313,11 +339,6 @@ impl<'s> HarnessAdapter<'s> {
 
     fn spawn_and_wait(&self, run: &str, args: &[String], first: bool) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut paths: Vec<PathBuf> = std::env::split_paths(&path).collect();
-        if let Some(dir) = Path::new(&spex_exe()).parent() {
-            paths.insert(0, dir.to_path_buf());
-        }
         // The harness writes into files, not pipes: if spex dies, the turn goes on (a pipe
         // would end it with the next write), and the next drain can tell how it ended.
         let dir = spex_engine::runs::runs_dir(self.store.layout());
@@ -343,7 +364,7 @@ impl<'s> HarnessAdapter<'s> {
             .env("SPEX_SESSION_ID", self.session.as_str())
             .env("SPEX_ROOT", self.store.layout().root())
             .env("SPEX_RUN_ID", run)
-            .env("PATH", std::env::join_paths(paths).unwrap_or(path))
+            .env("PATH", agent_path())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -580,6 +601,16 @@ pub(crate) fn signal_group(pid: u32, signal: rustix::process::Signal) -> bool {
     rustix::process::kill_process_group(pid, signal).is_ok()
 }
 
+/// The agent's `PATH`: this binary's directory first, so `spex` is this spex.
+fn agent_path() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    if let Some(dir) = Path::new(&spex_exe()).parent() {
+        paths.insert(0, dir.to_path_buf());
+    }
+    std::env::join_paths(paths).unwrap_or(path)
+}
+
 /// This binary's path (what the agent runs as `spex`, and the hooks call).
 fn spex_exe() -> String {
     std::env::current_exe()
@@ -617,4 +648,262 @@ pub(crate) fn agent_word(store: &Store<RealFs>, id: &str) -> Option<String> {
     let id = SessionId::new(id).ok()?;
     let triple = store.record(&id).ok()?.public_triple();
     agent_progress(store, &id, &triple, false).ok()?.map(|progress| progress.to_string())
+}
+
+// ---- pane mode ---------------------------------------------------------------------------
+
+/// How long a delivery waits for the terminal UI's input prompt.
+const PANE_READY_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a delivery waits for the pasted prompt to reach the harness's transcript.
+const PANE_ACCEPT_WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `tmux args`; its stdout, or why it failed.
+fn tmux(args: &[&str]) -> Result<String, String> {
+    let output = Command::new("tmux")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|error| format!("cannot run tmux: {error}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!("tmux {}: {}", args[0], String::from_utf8_lossy(&output.stderr).trim()))
+    }
+}
+
+/// Starts `harness`'s terminal UI for session `id` in a new window of tmux target `target`, in
+/// `worktree`, with this process's environment and spex's (`SPEX_SESSION_ID`, `SPEX_ROOT`,
+/// `SPEX_RUN_ID`, `PATH`). The launch is a run of its own in the session's run log (its
+/// process: the pane's). Returns the pane id and the native session id when it is chosen here
+/// (Claude Code's `--session-id`).
+pub(crate) fn launch_pane(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    harness: Harness,
+    command: &str,
+    worktree: &str,
+    target: &str,
+) -> anyhow::Result<(String, Option<String>)> {
+    let spex = spex_exe();
+    let run = spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds);
+    let native = (harness == Harness::Claude)
+        .then(|| spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds));
+    let mut args: Vec<String> = Vec::new();
+    match harness {
+        Harness::Claude => {
+            args.extend(["--session-id".into(), native.clone().unwrap_or_default()]);
+            args.extend(claude_hooks(&spex));
+        }
+        Harness::Codex => {
+            args.extend(codex_notify(&spex));
+            args.extend(["-s".into(), "workspace-write".into(), "--add-dir".into()]);
+            args.push(store.layout().root().to_string_lossy().into_owned());
+        }
+    }
+    let (ts, at_ms) = store.run_time();
+    store.append_run(
+        id,
+        &RunLine::Start {
+            ts,
+            at_ms,
+            run: run.clone(),
+            harness: harness.name().to_owned(),
+            purpose: "launch".to_owned(),
+            mid: None,
+            command: std::iter::once(command.to_owned()).chain(args.iter().cloned()).collect(),
+            native_id: native.clone(),
+        },
+    )?;
+    let mut tmux_args: Vec<String> =
+        ["new-window", "-d", "-P", "-F", "#{pane_id} #{pane_pid}"].map(str::to_owned).to_vec();
+    tmux_args.extend(["-t".into(), target.to_owned(), "-c".into(), worktree.to_owned()]);
+    // A tmux server has the environment it was started with: the harness gets this one.
+    for (name, value) in std::env::vars() {
+        if !matches!(name.as_str(), "TMUX" | "TMUX_PANE" | "PATH") && !name.starts_with("SPEX_") {
+            tmux_args.extend(["-e".into(), format!("{name}={value}")]);
+        }
+    }
+    for (name, value) in [
+        ("SPEX_SESSION_ID", id.as_str().to_owned()),
+        ("SPEX_ROOT", store.layout().root().to_string_lossy().into_owned()),
+        ("SPEX_RUN_ID", run.clone()),
+        ("PATH", agent_path().to_string_lossy().into_owned()),
+    ] {
+        tmux_args.extend(["-e".into(), format!("{name}={value}")]);
+    }
+    tmux_args.extend(["sh".into(), "-c".into(), format!("exec {command} \"$@\"")]);
+    tmux_args.push(harness.name().to_owned());
+    tmux_args.extend(args);
+    let borrowed: Vec<&str> = tmux_args.iter().map(String::as_str).collect();
+    let launched = tmux(&borrowed);
+    let (ts, at_ms) = store.run_time();
+    let printed = match launched {
+        Ok(printed) => printed,
+        Err(error) => {
+            let end = RunLine::End {
+                ts,
+                at_ms,
+                run,
+                outcome: "failed".to_owned(),
+                exit_code: None,
+                signal: None,
+                native_id: None,
+                usage: None,
+                error: Some(error.clone()),
+                stderr_tail: Vec::new(),
+            };
+            store.append_run(id, &end)?;
+            return Err(anyhow::anyhow!("cannot open a tmux window in {target:?}: {error}"));
+        }
+    };
+    let mut words = printed.split_whitespace();
+    let pane = words.next().unwrap_or_default().to_owned();
+    if let Some(pid) = words.next().and_then(|pid| pid.parse::<u32>().ok()) {
+        store.append_run(
+            id,
+            &RunLine::Process {
+                ts,
+                at_ms,
+                run,
+                pid,
+                pid_start_ms: RealFs::new().process_start_ms(pid).ok().flatten(),
+            },
+        )?;
+    }
+    Ok((pane, native))
+}
+
+/// The adapter of a session whose harness runs its terminal UI in a tmux pane: each message is
+/// pasted (literally, as one bracketed paste) once the UI shows its input prompt, and is
+/// accepted when it reached the harness's transcript.
+#[derive(Debug)]
+pub(crate) struct PaneAdapter<'s> {
+    store: &'s Store<RealFs>,
+    session: SessionId,
+    harness: Harness,
+    pane: String,
+    worktree: Option<String>,
+}
+
+impl<'s> PaneAdapter<'s> {
+    /// The adapter of session `session`, whose `harness` runs in `pane`.
+    pub(crate) fn new(
+        store: &'s Store<RealFs>,
+        session: &SessionId,
+        harness: Harness,
+        pane: &str,
+    ) -> anyhow::Result<PaneAdapter<'s>> {
+        let record = store.record(session)?;
+        Ok(PaneAdapter {
+            store,
+            session: session.clone(),
+            harness,
+            pane: pane.to_owned(),
+            worktree: record.worktree().map(str::to_owned),
+        })
+    }
+
+    /// Waits until the pane shows the UI's input prompt (see the module header).
+    fn ready(&self) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            let screen = tmux(&["capture-pane", "-p", "-t", &self.pane])?;
+            let marker = self.harness.prompt_marker();
+            if screen.lines().any(|line| line.trim_start().starts_with(marker)) {
+                return Ok(());
+            }
+            if started.elapsed() >= PANE_READY_WAIT {
+                return Err(format!(
+                    "the {} pane {} shows no input prompt after {} s",
+                    self.harness.name(),
+                    self.pane,
+                    PANE_READY_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Whether the harness's transcript holds a prompt starting with `first_line`, written
+    /// after `since_ns`; binds a native id learned this way (Codex) to the record.
+    fn in_transcript(&self, first_line: &str, since_ns: i64) -> bool {
+        let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        let roots = spex_history::Root::defaults(&env);
+        let Ok(found) = spex_history::discover(&roots) else { return false };
+        let wanted = match self.harness {
+            Harness::Claude => spex_history::Harness::ClaudeCode,
+            Harness::Codex => spex_history::Harness::Codex,
+        };
+        let native = self
+            .store
+            .record(&self.session)
+            .ok()
+            .and_then(|record| record.harness_session_id().map(str::to_owned));
+        for candidate in found.iter().filter(|found| found.harness == wanted) {
+            let mine = match &native {
+                Some(native) => candidate.id == *native,
+                None => candidate.modified_ns >= since_ns,
+            };
+            if !mine {
+                continue;
+            }
+            let Ok((summary, events)) = spex_history::summarize(candidate) else { continue };
+            if native.is_none() && summary.meta.cwd.as_deref() != self.worktree.as_deref() {
+                continue;
+            }
+            let reached = events.iter().any(|event| {
+                matches!(&event.kind, spex_history::Kind::User { text }
+                    if text.trim_start().starts_with(first_line))
+            });
+            if reached {
+                if native.is_none()
+                    && let Err(error) = self
+                        .store
+                        .bind_harness(&self.session, &[("harness_session_id", &candidate.id)])
+                {
+                    eprintln!("spex: cannot bind {} to {}: {error}", candidate.id, self.session);
+                }
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl Adapter for PaneAdapter<'_> {
+    fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
+        self.ready()?;
+        let since_ns = jiff::Timestamp::now().as_nanosecond() as i64 - 1_000_000_000;
+        super::adapter::paste(&self.pane, message)?;
+        let first_line =
+            crate::render::literal(message.text.lines().next().unwrap_or("")).trim().to_owned();
+        let started = Instant::now();
+        while started.elapsed() < PANE_ACCEPT_WAIT {
+            if self.in_transcript(&first_line, since_ns) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(format!(
+            "the prompt pasted into pane {} did not reach the {} transcript within {} s",
+            self.pane,
+            self.harness.name(),
+            PANE_ACCEPT_WAIT.as_secs()
+        ))
+    }
+
+    fn attempts_max(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+/// Presses Escape in a harness's pane (its terminal UI's interrupt).
+pub(crate) fn interrupt_pane(pane: &str) -> Result<(), String> {
+    tmux(&["send-keys", "-t", pane, "Escape"]).map(drop)
+}
+
+/// Closes a harness's pane (a launch whose session could not be created).
+pub(crate) fn close_pane(pane: &str) {
+    let _closed = tmux(&["kill-pane", "-t", pane]);
 }

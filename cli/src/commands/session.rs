@@ -132,6 +132,10 @@ struct NewArgs {
     /// The model the harness uses (its `--model`).
     #[arg(long, requires = "harness")]
     model: Option<String>,
+    /// Run the harness's terminal UI in a new window of this tmux target (`tmux:SESSION` or
+    /// `tmux:SESSION:WINDOW`) and deliver by paste, instead of one headless run per message.
+    #[arg(long, value_name = "tmux:TARGET", requires = "harness")]
+    pane: Option<String>,
     /// The first message, delivered at once as the agent's first turn.
     #[arg(requires = "harness")]
     prompt: Option<String>,
@@ -340,12 +344,13 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
         ),
         None => None,
     };
-    let adapter = args.harness.map_or_else(|| args.adapter.clone(), |h| Some(h.name().to_owned()));
     let triple = Triple::new(Status::Active, None, None);
-    store.create_session(&id, &triple, adapter.as_deref(), worktree.as_deref())?;
     let Some(harness) = args.harness else {
+        store.create_session(&id, &triple, args.adapter.as_deref(), worktree.as_deref())?;
         if global.json {
-            print_json(json!({ "session": id.as_str(), "status": "active", "adapter": adapter }))?;
+            print_json(
+                json!({ "session": id.as_str(), "status": "active", "adapter": args.adapter }),
+            )?;
         } else {
             outln!("{id}")?;
         }
@@ -356,15 +361,48 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
         command.push_str(" --model ");
         command.push_str(&super::harness::sh_quote(model));
     }
-    store.bind_harness(
-        &id,
-        &[("harness", harness.name()), ("launcher", "headless"), ("launch_cmd", &command)],
-    )?;
+    let mut binding = vec![("harness", harness.name().to_owned()), ("launch_cmd", command.clone())];
+    let (adapter, pane) = match &args.pane {
+        None => {
+            binding.push(("launcher", "headless".to_owned()));
+            (harness.name().to_owned(), None)
+        }
+        Some(target) => {
+            let target =
+                target.strip_prefix("tmux:").filter(|t| !t.is_empty()).ok_or_else(|| {
+                    BadInput(format!(
+                        "--pane {target:?}: expected tmux:TARGET (a tmux session or window)"
+                    ))
+                })?;
+            // Refused before anything is launched: the id is taken.
+            if store.record(&id).is_ok() {
+                return Err(Error::SessionExists { id: id.to_string() }.into());
+            }
+            let dir = worktree.as_deref().unwrap_or(".");
+            let (pane, native) =
+                super::harness::launch_pane(store, &id, harness, &command, dir, target)?;
+            binding.push(("launcher", "pane".to_owned()));
+            if let Some(native) = native {
+                binding.push(("harness_session_id", native));
+            }
+            (format!("{}:tmux:{pane}", harness.name()), Some(pane))
+        }
+    };
+    if let Err(error) = store.create_session(&id, &triple, Some(&adapter), worktree.as_deref()) {
+        if let Some(pane) = &pane {
+            super::harness::close_pane(pane);
+        }
+        return Err(error.into());
+    }
+    let binding: Vec<(&str, &str)> =
+        binding.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    store.bind_harness(&id, &binding)?;
+    let spec = Spec::parse(&adapter)?;
     let Some(prompt) = &args.prompt else {
         if global.json {
             print_json(json!({
                 "session": id.as_str(), "status": "active", "adapter": adapter,
-                "harness": harness.name(),
+                "harness": harness.name(), "pane": pane,
             }))?;
         } else {
             outln!("{id}")?;
@@ -383,11 +421,11 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
         outln!("{id}")?;
         outln!("{} sent", accepted.mid)?;
     }
-    let mut adapter = Spec::Harness(harness).adapter(store, &id)?;
-    let report = store.drain(&id, adapter.as_mut())?;
+    let mut delivery = spec.adapter(store, &id)?;
+    let report = store.drain(&id, delivery.as_mut())?;
     if global.json {
         print_json(json!({
-            "session": id.as_str(), "status": "active", "adapter": harness.name(),
+            "session": id.as_str(), "status": "active", "adapter": adapter, "pane": pane,
             "harness": harness.name(), "mid": accepted.mid,
             "delivered": report.delivered, "stopped": report.stopped.as_ref().map(ToString::to_string),
             "remaining": report.remaining,
@@ -406,6 +444,16 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
 /// Stops the turn session `id`'s harness is running: marks its run as interrupted by a person,
 /// then sends SIGINT to the run's process group.
 fn interrupt(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
+    let adapter = store.adapter(id, &store.record(id)?)?;
+    if let Some((_, Some(pane))) = adapter.as_deref().and_then(Harness::from_spec) {
+        super::harness::interrupt_pane(&pane).map_err(|error| anyhow::anyhow!(error))?;
+        if global.json {
+            print_json(json!({ "session": id.as_str(), "interrupted": pane }))?;
+        } else {
+            outln!("pressed Escape in pane {pane} of {id}")?;
+        }
+        return Ok(Code::Ok);
+    }
     let Some(run) = super::harness::running(store, id)? else {
         if global.json {
             print_json(json!({ "session": id.as_str(), "interrupted": null }))?;
