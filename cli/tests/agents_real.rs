@@ -30,9 +30,19 @@ impl World {
         let bin = agent_bin(harness)?;
         let store = Store::new();
         let model = ModelServer::start().expect("the model server starts");
-        for dir in ["work", "home", "claude-config", "codex-home"] {
+        for dir in ["work", "home", "claude-config", "codex-home", "tmux"] {
             std::fs::create_dir_all(store.path(dir)).expect("a directory");
         }
+        // A terminal UI's first start asks about onboarding, the API key and trusting the
+        // folder; a user has answered those once. The tests answer them in the config.
+        let work = store.path("work").to_string_lossy().into_owned();
+        let claude_json = serde_json::json!({
+            "hasCompletedOnboarding": true, "theme": "dark",
+            "customApiKeyResponses": {"approved": ["scripted"], "rejected": []},
+            "projects": {work: {"hasTrustDialogAccepted": true, "hasCompletedProjectOnboarding": true}},
+        });
+        std::fs::write(store.path("claude-config/.claude.json"), claude_json.to_string())
+            .expect("claude config");
         let config = format!(
             "model = \"scripted-model\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\n\
              name = \"mock\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\n\
@@ -58,7 +68,10 @@ impl World {
             .env("CLAUDE_CODE_MAX_RETRIES", "0")
             .env("CLAUDE_CONFIG_DIR", self.store.path("claude-config"))
             .env("CODEX_HOME", self.store.path("codex-home"))
-            .env("SPEX_TEST_MODEL_KEY", "scripted");
+            .env("SPEX_TEST_MODEL_KEY", "scripted")
+            // A tmux server of the test's own.
+            .env("TMUX_TMPDIR", self.store.path("tmux"))
+            .env_remove("TMUX");
         if let Some(claude) = &self.claude {
             command.env("SPEX_CLAUDE_CMD", claude);
         }
@@ -341,4 +354,130 @@ fn claude_code_turn_is_interrupted() {
 #[test]
 fn codex_turn_is_interrupted() {
     interrupts_a_running_turn("codex", Api::Responses);
+}
+
+/// The tmux server of a world, killed when dropped.
+struct TmuxServer<'w>(&'w World);
+
+impl TmuxServer<'_> {
+    fn start(world: &World) -> TmuxServer<'_> {
+        let mut command = world.command(&[]);
+        let mut tmux = Command::new("tmux");
+        tmux.args(["new-session", "-d", "-s", "agents", "-x", "160", "-y", "45"]);
+        for (name, value) in command.get_envs() {
+            match value {
+                Some(value) => tmux.env(name, value),
+                None => tmux.env_remove(name),
+            };
+        }
+        let started = tmux.current_dir(world.store.path("work")).status().expect("tmux runs");
+        assert!(started.success(), "tmux new-session");
+        let _unused = command.arg("unused");
+        TmuxServer(world)
+    }
+
+    /// What pane `pane` shows.
+    fn screen(&self, pane: &str) -> String {
+        let output = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", pane])
+            .env("TMUX_TMPDIR", self.0.store.path("tmux"))
+            .env_remove("TMUX")
+            .output()
+            .expect("tmux runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits until `pane` shows `text`.
+    fn shows(&self, pane: &str, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = self.screen(pane);
+            if screen.contains(text) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "pane {pane} never showed {text:?}:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for TmuxServer<'_> {
+    fn drop(&mut self) {
+        let _killed = Command::new("tmux")
+            .arg("kill-server")
+            .env("TMUX_TMPDIR", self.0.store.path("tmux"))
+            .env_remove("TMUX")
+            .status();
+    }
+}
+
+/// Waits until `spex session show ID` names the agent's progress `word`.
+fn progress_becomes(world: &World, id: &str, word: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let show = world.json(&["session", "show", id]);
+        if show["agent"] == word {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the agent never read {word:?}: {show}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The harness's terminal UI in a tmux pane of a private tmux server: spex launches it, pastes
+/// each message once the UI shows its input prompt, accepts it when it reached the transcript,
+/// and the model's answer shows in the pane. Both messages go to one native conversation.
+fn talks_to_a_pane(harness: &str, api: Api) {
+    let Some(world) = World::new(harness) else { return };
+    let tmux = TmuxServer::start(&world);
+    world.model.script(
+        api,
+        [Reply::Text("Pane answer one.".into()), Reply::Text("Pane answer two.".into())],
+    );
+    let created = world.run(&[
+        "session",
+        "new",
+        "--id",
+        "pane",
+        "--harness",
+        harness,
+        "--pane",
+        "tmux:agents",
+        "First from the pane test",
+    ]);
+    assert!(created.ok().contains("delivered"), "{}", created.stdout());
+    let show = world.json(&["session", "show", "pane"]);
+    let adapter = show["adapter"].as_str().expect("an adapter").to_owned();
+    let pane = adapter.strip_prefix(&format!("{harness}:tmux:")).expect("a pane spec").to_owned();
+    assert_eq!(show["record"]["launcher"], "pane");
+    tmux.shows(&pane, "Pane answer one.");
+    progress_becomes(&world, "pane", "waiting for input");
+    let native = world.native_id("pane").expect("the record names the native session");
+    let history = world.run(&["history", "show", &native]);
+    assert!(history.ok().contains("First from the pane test"), "{}", history.stdout());
+
+    world.run(&["session", "send", "pane", "Second from the pane test"]).ok();
+    world.run(&["session", "drain", "pane"]).ok();
+    tmux.shows(&pane, "Pane answer two.");
+    assert_eq!(world.native_id("pane").as_deref(), Some(native.as_str()), "one conversation");
+    let history = world.run(&["history", "show", &native]);
+    assert!(history.ok().contains("Second from the pane test"), "{}", history.stdout());
+    let runs = world.runs("pane");
+    assert_eq!(runs.len(), 1, "one launch: {runs:?}");
+    assert_eq!(runs[0]["purpose"], "launch");
+    assert_eq!(runs[0]["outcome"], "running", "the terminal UI lives on");
+    assert_eq!(runs[0]["native_id"], native.as_str());
+    assert_eq!(world.json(&["session", "show", "pane"])["owed"], 0);
+    let interrupted = world.run(&["session", "interrupt", "pane"]);
+    assert!(interrupted.ok().contains("Escape"), "{}", interrupted.stdout());
+}
+
+#[test]
+fn claude_code_in_a_pane() {
+    talks_to_a_pane("claude", Api::Anthropic);
+}
+
+#[test]
+fn codex_in_a_pane() {
+    talks_to_a_pane("codex", Api::Responses);
 }

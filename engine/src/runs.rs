@@ -32,7 +32,7 @@
 //! # Reconciliation
 //!
 //! Readers fold the lines of a run in any arrival order: every field is taken from the richest
-//! line that has it (`end` over `hook` over `process` over `start`), and a later partial line
+//! line that has it (`end` over `bound` over `hook` over `process` over `start`), and a later partial line
 //! never clears what an earlier one set. Between lines of the same rank the first in the file
 //! wins: a terminal UI's side threads (Codex runs a title or a summary as threads of their own)
 //! report their ids through the same hook after the conversation's own.
@@ -120,6 +120,18 @@ pub enum RunLine {
         /// The native session id the hook reported.
         native_id: Option<String>,
     },
+    /// spex learned the run's native session id from the harness's transcript (a terminal UI
+    /// reports no id of its own when it starts): richer than any hook's report.
+    Bound {
+        /// When.
+        ts: String,
+        /// When (epoch ms).
+        at_ms: UnixMs,
+        /// The run id.
+        run: String,
+        /// The native session id.
+        native_id: String,
+    },
     /// The run ended.
     End {
         /// When.
@@ -150,6 +162,7 @@ impl RunLine {
         match self {
             RunLine::Start { run, .. }
             | RunLine::Process { run, .. }
+            | RunLine::Bound { run, .. }
             | RunLine::End { run, .. } => Some(run),
             RunLine::Hook { run, .. } => run.as_deref(),
         }
@@ -394,7 +407,7 @@ pub fn fold(
         ended.push(None);
         runs.len() - 1
     };
-    // Native ids by the richness of their source: end 3, hook 2, start 1.
+    // Native ids by the richness of their source: end 4, bound 3, hook 2, start 1.
     let mut native_rank: Vec<u8> = Vec::new();
     for line in lines {
         let index = match line.run() {
@@ -433,9 +446,12 @@ pub fn fold(
                 run.signals.push(Signal { at_ms: *at_ms, event: event.clone() });
                 offer(native_id, 2, run);
             }
+            RunLine::Bound { native_id, .. } => {
+                offer(&Some(native_id.clone()), 3, run);
+            }
             RunLine::End { ts, at_ms, native_id, .. } => {
                 run.ended = Some((ts.clone(), *at_ms));
-                offer(native_id, 3, run);
+                offer(native_id, 4, run);
                 ended[index] = Some(line.clone());
             }
         }
@@ -713,6 +729,22 @@ mod tests {
             hook("r", "agent-turn-complete", Some("title-thread")),
         ];
         assert_eq!(fold("s", &lines, &dead)[0].native_id.as_deref(), Some("conversation"));
+        // The side thread may report first: the id spex found in the transcript decides.
+        let bound = RunLine::Bound {
+            ts: "t".into(),
+            at_ms: 3,
+            run: "r".into(),
+            native_id: "conversation".into(),
+        };
+        let lines = [
+            start("r", None),
+            hook("r", "agent-turn-complete", Some("title-thread")),
+            hook("r", "agent-turn-complete", Some("conversation")),
+            bound,
+        ];
+        for order in [lines.to_vec(), lines.iter().rev().cloned().collect()] {
+            assert_eq!(fold("s", &order, &dead)[0].native_id.as_deref(), Some("conversation"));
+        }
     }
 
     #[test]

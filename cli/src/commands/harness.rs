@@ -857,17 +857,32 @@ impl<'s> PaneAdapter<'s> {
                     if text.trim_start().starts_with(first_line))
             });
             if reached {
-                if native.is_none()
-                    && let Err(error) = self
-                        .store
-                        .bind_harness(&self.session, &[("harness_session_id", &candidate.id)])
-                {
-                    eprintln!("spex: cannot bind {} to {}: {error}", candidate.id, self.session);
+                if native.is_none() {
+                    self.bind(&candidate.id);
                 }
                 return true;
             }
         }
         false
+    }
+}
+
+impl PaneAdapter<'_> {
+    /// Binds the native id found in the transcript to the record, and to the launch's run.
+    fn bind(&self, native: &str) {
+        if let Err(error) =
+            self.store.bind_harness(&self.session, &[("harness_session_id", native)])
+        {
+            eprintln!("spex: cannot bind {native} to {}: {error}", self.session);
+        }
+        let launch = running(self.store, &self.session).ok().flatten();
+        if let Some(launch) = launch.filter(|run| run.mid.is_none()) {
+            let (ts, at_ms) = self.store.run_time();
+            let line = RunLine::Bound { ts, at_ms, run: launch.run, native_id: native.to_owned() };
+            if let Err(error) = self.store.append_run(&self.session, &line) {
+                eprintln!("spex: cannot record {native} for {}: {error}", self.session);
+            }
+        }
     }
 }
 
