@@ -360,8 +360,9 @@ fn codex_turn_is_interrupted() {
 struct TmuxServer<'w>(&'w World);
 
 impl TmuxServer<'_> {
+    /// A detached tmux session `agents` in the world's own tmux server, with its environment.
     fn start(world: &World) -> TmuxServer<'_> {
-        let mut command = world.command(&[]);
+        let command = world.command(&[]);
         let mut tmux = Command::new("tmux");
         tmux.args(["new-session", "-d", "-s", "agents", "-x", "160", "-y", "45"]);
         for (name, value) in command.get_envs() {
@@ -372,7 +373,6 @@ impl TmuxServer<'_> {
         }
         let started = tmux.current_dir(world.store.path("work")).status().expect("tmux runs");
         assert!(started.success(), "tmux new-session");
-        let _unused = command.arg("unused");
         TmuxServer(world)
     }
 
