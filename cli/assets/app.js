@@ -230,6 +230,7 @@ function follow(mine) {
     } else if (value.type === "session") {
       mine.owed = new Set((value.owed || []).map((message) => message.mid));
       mine.state = value.state;
+      mine.agent = value.agent || null;
       renderConversation("keep");
     }
   };
@@ -302,7 +303,7 @@ function renderConversation(scroll) {
   const row = board.rows.get(id);
   const display = (mine.state && mine.state.display) || (row && row.state.display) || "";
   const status = $("session-status");
-  status.textContent = display;
+  status.textContent = mine.agent ? `${display} · ${mine.agent}` : display;
   status.className = `status ${display}`;
   if (scroll === "bottom") window.scrollTo(0, document.body.scrollHeight);
 }

@@ -181,6 +181,16 @@ fn converses(harness: &str, api: Api) {
     let listed = world.run(&["session", "ls"]);
     assert!(listed.ok().contains("asking · waiting for input"), "{}", listed.stdout());
     assert_eq!(world.json(&["session", "ls"])["sessions"][0]["agent"], "waiting for input");
+    // `history ls` links the transcript to the session and names spex's view of the agent.
+    let listed = world.json(&["history", "ls"]);
+    let row = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|row| row["id"] == native.as_str())
+        .unwrap_or_else(|| panic!("{native} is listed: {listed}"));
+    assert_eq!(row["spexSession"], "agent", "{listed}");
+    assert_eq!(row["agent"], "waiting for input", "{listed}");
     // The harness's own transcript holds the turn.
     let history = world.run(&["history", "show", &native]);
     assert!(history.ok().contains("Which region?"), "{}", history.stdout());
@@ -480,4 +490,29 @@ fn claude_code_in_a_pane() {
 #[test]
 fn codex_in_a_pane() {
     talks_to_a_pane("codex", Api::Responses);
+}
+
+/// `drain --watch` on a harness whose model keeps failing waits longer between tries (each try
+/// is a whole agent run) instead of running the agent again every poll.
+#[test]
+fn a_watching_drain_backs_off_a_failing_harness() {
+    let Some(world) = World::new("codex") else { return };
+    world.model.script(Api::Responses, std::iter::repeat_n(Reply::Status(500), 50));
+    world.run(&["session", "new", "--id", "agent", "--harness", "codex"]).ok();
+    world.run(&["session", "send", "agent", "Keep failing"]).ok();
+    let mut drainer = world
+        .command(&["session", "drain", "agent", "--watch"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spex drain --watch starts");
+    std::thread::sleep(Duration::from_secs(6));
+    drainer.kill().expect("stopped");
+    drainer.wait().expect("reaped");
+    let runs = world.runs("agent");
+    // Tries at about 0 s, 1 s and 3 s after each failure: three or four runs in six seconds, not
+    // one every poll.
+    assert!((1..=4).contains(&runs.len()), "{} runs: {runs:?}", runs.len());
+    assert!(runs.iter().all(|run| run["outcome"] != "ok"));
+    assert_eq!(world.json(&["session", "show", "agent"])["owed"], 1);
 }

@@ -385,6 +385,10 @@ async fn an_agent_answers_the_pages_composer() {
         until(&client, "the agent's answer", MESSAGES, |v| count(v, "use the blue button") == 1)
             .await;
     assert_eq!(count(&messages, "Which button deploys?"), 1, "{messages}");
+    // The header names the agent's progress once its run ended (it asked: waiting for input).
+    let header = "return document.getElementById('session-status').textContent";
+    until(&client, "the agent's progress", header, |v| *v == json!("asking · waiting for input"))
+        .await;
     let asked = model.main_requests();
     assert!(asked.iter().any(|r| r.texts().iter().any(|t| t.contains("Which button deploys?"))));
     client.close().await.unwrap();

@@ -362,15 +362,26 @@ fn list(
     global: &Global,
     shown: &dyn Fn(&str) -> String,
 ) -> anyhow::Result<Code> {
+    // The progress spex derives from its own runs, for a transcript a spex session drives.
+    let store = global.existing_store()?;
+    let agents: Vec<Option<String>> = listed
+        .iter()
+        .map(|entry| {
+            let (store, spex) = (store.as_ref()?, entry.spex.as_deref()?);
+            super::harness::agent_word(store, spex)
+        })
+        .collect();
     if global.json {
         let device = spex_history::Device::this_machine();
         let sessions: Vec<_> = listed
             .iter()
-            .map(|entry| {
+            .zip(&agents)
+            .map(|(entry, agent)| {
                 let mut value = entry.to_json(shown);
                 if let Some(map) = value.as_object_mut() {
                     map.insert("state".to_owned(), entry.state.name().into());
                     map.insert("spexSession".to_owned(), entry.spex.clone().into());
+                    map.insert("agent".to_owned(), agent.clone().into());
                     map.insert(
                         "device".to_owned(),
                         json!({ "id": device.id, "host": device.host.as_deref().map(shown) }),
@@ -402,7 +413,8 @@ fn list(
     let rows: Vec<Vec<String>> = listed
         .iter()
         .zip(lengths)
-        .map(|(entry, length)| {
+        .zip(&agents)
+        .map(|((entry, length), agent)| {
             let when = entry
                 .activity()
                 .and_then(render::parse_ts)
@@ -417,6 +429,13 @@ fn list(
                 }
                 State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
                 other => paint.dim(&other.name()),
+            };
+            // What spex's own runs say, when a spex session drives it and they say more.
+            let state = match agent {
+                Some(agent) if *agent != entry.state.name() => {
+                    format!("{state}{}", paint.dim(&format!(" · spex: {agent}")))
+                }
+                _ => state,
             };
             vec![
                 paint.bold(render::prefix(&entry.id, length)),

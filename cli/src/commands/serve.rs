@@ -610,8 +610,19 @@ fn session_state(store: &Store<RealFs>, id: &SessionId) -> Result<Value, Reply> 
     let record = store.record(id).map_err(|error| engine_error(&error))?;
     let owed = store.queue(id).map_err(|error| engine_error(&error))?;
     let triple = record.public_triple();
+    // The agent's progress, for a session a harness runs for (from its run log).
+    let harness = store
+        .adapter(id, &record)
+        .ok()
+        .flatten()
+        .is_some_and(|spec| super::harness::Harness::from_spec(&spec).is_some());
+    let agent = super::harness::agent_progress(store, id, &triple, harness)
+        .ok()
+        .flatten()
+        .map(|progress| progress.to_string());
     Ok(json!({
         "id": id.as_str(),
+        "agent": agent,
         "state": {
             "status": triple.status,
             "proposal": triple.proposal,

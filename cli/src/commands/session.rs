@@ -25,6 +25,10 @@ use crate::render::{self, Conversation, Paint, outln, print_json};
 /// How often `--follow` and `--watch` look for new work.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
+/// The first and the longest wait of `drain --watch` before it tries a stopped drain again.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_secs(1);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
 /// The operation of a keyed send from the command line (when `--operation` is not given).
 pub(crate) const CLI_OPERATION: &str = "cli-send";
 
@@ -903,11 +907,19 @@ fn drain(
         eprintln!("spex: draining {id} as messages arrive (Ctrl-C stops)");
     }
     let mut last_stop = None;
+    // After a drain that stopped, the next try waits longer each time (a refusing adapter, a
+    // harness whose model keeps failing: every try of a harness is a whole agent run).
+    let mut backoff = Duration::ZERO;
     loop {
         match store.queue(id) {
-            Ok(queue) if queue.is_empty() => {}
+            Ok(queue) if queue.is_empty() => backoff = Duration::ZERO,
             Ok(_) => {
+                std::thread::sleep(backoff);
                 let report = store.drain(id, adapter.as_mut())?;
+                backoff = match (&report.stopped, report.delivered.is_empty()) {
+                    (Some(_), true) => (backoff * 2).clamp(RETRY_BACKOFF_MIN, RETRY_BACKOFF_MAX),
+                    _ => Duration::ZERO,
+                };
                 if !report.delivered.is_empty()
                     || !report.consumed.is_empty()
                     || !report.dropped.is_empty()
