@@ -461,6 +461,15 @@ fn talks_to_a_pane(harness: &str, api: Api) {
     let pane = adapter.strip_prefix(&format!("{harness}:tmux:")).expect("a pane spec").to_owned();
     assert_eq!(show["record"]["launcher"], "pane");
     tmux.shows(&pane, "Pane answer one.");
+    // The environment reached the UI (it found the scripted model) through a private file its
+    // shell removed, not through tmux's command line.
+    let runs_dir = world.store.root().join("runs");
+    let left: Vec<_> = std::fs::read_dir(&runs_dir)
+        .expect("the run log's directory")
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".env"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     progress_becomes(&world, "pane", "waiting for input");
     let native = world.native_id("pane").expect("the record names the native session");
     let history = world.run(&["history", "show", &native]);

@@ -44,6 +44,8 @@
 //! `interrupted` once its process is gone.
 
 use std::io::Read as _;
+
+use anyhow::Context as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -718,10 +720,21 @@ pub(crate) fn launch_pane(
     let mut tmux_args: Vec<String> =
         ["new-window", "-d", "-P", "-F", "#{pane_id} #{pane_pid}"].map(str::to_owned).to_vec();
     tmux_args.extend(["-t".into(), target.to_owned(), "-c".into(), worktree.to_owned()]);
-    // A tmux server has the environment it was started with: the harness gets this one.
+    // A tmux server has the environment it was started with: the harness gets this one. It
+    // goes through a file only the user can read, which the pane's shell reads and removes, never
+    // through tmux's command line (where every local user could read an API key in it).
+    let env_file = spex_engine::runs::runs_dir(store.layout()).join(format!("{id}.{run}.env"));
+    let mut exports = String::new();
     for (name, value) in std::env::vars() {
-        if !matches!(name.as_str(), "TMUX" | "TMUX_PANE" | "PATH") && !name.starts_with("SPEX_") {
-            tmux_args.extend(["-e".into(), format!("{name}={value}")]);
+        let plain = name
+            .chars()
+            .enumerate()
+            .all(|(at, c)| c == '_' || c.is_ascii_alphabetic() || (at > 0 && c.is_ascii_digit()));
+        if plain
+            && !matches!(name.as_str(), "TMUX" | "TMUX_PANE" | "PATH")
+            && !name.starts_with("SPEX_")
+        {
+            exports.push_str(&format!("export {name}={}\n", sh_quote(&value)));
         }
     }
     for (name, value) in [
@@ -730,10 +743,13 @@ pub(crate) fn launch_pane(
         ("SPEX_RUN_ID", run.clone()),
         ("PATH", agent_path().to_string_lossy().into_owned()),
     ] {
-        tmux_args.extend(["-e".into(), format!("{name}={value}")]);
+        exports.push_str(&format!("export {name}={}\n", sh_quote(&value)));
     }
-    tmux_args.extend(["sh".into(), "-c".into(), format!("exec {command} \"$@\"")]);
-    tmux_args.push(harness.name().to_owned());
+    write_private(&env_file, exports.as_bytes())
+        .with_context(|| format!("cannot write {}", env_file.display()))?;
+    tmux_args.extend(["sh".into(), "-c".into()]);
+    tmux_args.push(format!(". \"$0\"; rm -f \"$0\"; exec {command} \"$@\""));
+    tmux_args.push(env_file.to_string_lossy().into_owned());
     tmux_args.extend(args);
     let borrowed: Vec<&str> = tmux_args.iter().map(String::as_str).collect();
     let launched = tmux(&borrowed);
@@ -741,6 +757,7 @@ pub(crate) fn launch_pane(
     let printed = match launched {
         Ok(printed) => printed,
         Err(error) => {
+            let _removed = std::fs::remove_file(&env_file);
             let end = RunLine::End {
                 ts,
                 at_ms,
@@ -916,6 +933,15 @@ impl Adapter for PaneAdapter<'_> {
 /// Presses Escape in a harness's pane (its terminal UI's interrupt).
 pub(crate) fn interrupt_pane(pane: &str) -> Result<(), String> {
     tmux(&["send-keys", "-t", pane, "Escape"]).map(drop)
+}
+
+/// Writes `bytes` to a new file at `path` only its owner can read (mode 0600).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes)
 }
 
 /// Closes a harness's pane (a launch whose session could not be created).
