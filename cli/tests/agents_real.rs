@@ -176,6 +176,9 @@ fn converses(harness: &str, api: Api) {
     assert_eq!(runs[0]["native_id"], native.as_str());
     assert!(runs[0]["usage"]["output_tokens"].as_u64().expect("usage recorded") > 0);
     assert!(runs[0]["duration_ms"].as_u64().is_some());
+    // The prompt went on the harness's standard input, not on its command line.
+    let command = runs[0]["command"].to_string();
+    assert!(!command.contains("Which region?"), "{command}");
     let show = world.json(&["session", "show", "agent"]);
     assert_eq!(show["agent"], "waiting for input", "{show}");
     let listed = world.run(&["session", "ls"]);

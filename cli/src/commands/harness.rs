@@ -4,15 +4,15 @@
 //! # A turn
 //!
 //! Each owed message is one run of the harness, in the session's worktree, with the message as
-//! its prompt and `SPEX_SESSION_ID`, `SPEX_ROOT`, `SPEX_RUN_ID` (and this binary's directory
+//! its prompt (on its standard input, never on a command line) and `SPEX_SESSION_ID`, `SPEX_ROOT`, `SPEX_RUN_ID` (and this binary's directory
 //! first on `PATH`) in the agent's environment, so the agent's `spex session ask --note ...`
 //! reaches this store:
 //!
-//! - Claude Code: `claude -p PROMPT --output-format stream-json --verbose --session-id UUID` for
+//! - Claude Code: `claude -p --output-format stream-json --verbose --session-id UUID` for
 //!   the first turn (a fresh UUID), `--resume ID` after; `--settings` adds the hooks for this run
 //!   only (SessionStart, UserPromptSubmit, Stop call `spex internal hook claude`), and
 //!   `--allowedTools Bash(spex:*)` lets the agent answer through spex.
-//! - Codex: `codex exec --json --skip-git-repo-check -s workspace-write --add-dir ROOT PROMPT`
+//! - Codex: `codex exec --json --skip-git-repo-check -s workspace-write --add-dir ROOT -`
 //!   for the first turn, `codex exec resume ID ...` after; `notify` calls
 //!   `spex internal hook codex` when a turn completes; `allow_login_shell=false` keeps the
 //!   agent's shell on the PATH spex gave it (a login profile resets PATH).
@@ -182,15 +182,16 @@ impl<'s> HarnessAdapter<'s> {
         })
     }
 
-    /// The arguments of one turn (after the launch command), and the command line as recorded
-    /// (the prompt replaced by a placeholder).
-    fn arguments(&self, prompt: &str, native: Option<&str>, fresh: &str) -> Vec<String> {
+    /// The arguments of one turn (after the launch command). The prompt is not among them: the
+    /// harness reads it on its standard input (never on a command line, where every local user
+    /// could read it, and with no bound of an argument's length).
+    fn arguments(&self, native: Option<&str>, fresh: &str) -> Vec<String> {
         let spex = spex_exe();
         let root = self.store.layout().root().to_string_lossy().into_owned();
         let mut args: Vec<String> = Vec::new();
         match self.harness {
             Harness::Claude => {
-                args.extend(["-p".into(), prompt.to_owned()]);
+                args.push("-p".into());
                 args.extend(["--output-format".into(), "stream-json".into(), "--verbose".into()]);
                 match native {
                     Some(native) => args.extend(["--resume".into(), native.to_owned()]),
@@ -216,7 +217,7 @@ impl<'s> HarnessAdapter<'s> {
                         format!("sandbox_workspace_write.writable_roots={}", json!([root])),
                     ]);
                 }
-                args.push(prompt.to_owned());
+                args.push("-".into());
             }
         }
         args
@@ -276,13 +277,9 @@ impl<'s> HarnessAdapter<'s> {
         let native = record.harness_session_id().map(str::to_owned);
         let fresh = spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds);
         let run = spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds);
-        let args = self.arguments(message.text, native.as_deref(), &fresh);
+        let args = self.arguments(native.as_deref(), &fresh);
         let recorded: Vec<String> =
-            std::iter::once(self.command.clone())
-                .chain(args.iter().map(|arg| {
-                    if arg == message.text { "<prompt>".to_owned() } else { arg.clone() }
-                }))
-                .collect();
+            std::iter::once(self.command.clone()).chain(args.iter().cloned()).collect();
         let (ts, at_ms) = self.store.run_time();
         let purpose = if native.is_none() { "launch" } else { "turn" };
         let start = RunLine::Start {
@@ -298,7 +295,7 @@ impl<'s> HarnessAdapter<'s> {
                 .or_else(|| (self.harness == Harness::Claude).then(|| fresh.clone())),
         };
         self.store.append_run(&self.session, &start).map_err(|error| error.to_string())?;
-        let outcome = self.spawn_and_wait(&run, &args, native.is_none());
+        let outcome = self.spawn_and_wait(&run, &args, native.is_none(), message.text);
         let (ts, at_ms) = self.store.run_time();
         let interrupted = self.interrupted(&run);
         let accepted = outcome.accepted() || (interrupted && outcome.started);
@@ -339,21 +336,26 @@ impl<'s> HarnessAdapter<'s> {
         })
     }
 
-    fn spawn_and_wait(&self, run: &str, args: &[String], first: bool) -> RunOutcome {
+    fn spawn_and_wait(&self, run: &str, args: &[String], first: bool, prompt: &str) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        // The harness writes into files, not pipes: if spex dies, the turn goes on (a pipe
-        // would end it with the next write), and the next drain can tell how it ended.
+        // The harness reads its prompt from a file only the user can read and writes into
+        // files, not pipes: if spex dies, the turn goes on (a pipe would end it with the next
+        // write).
         let dir = spex_engine::runs::runs_dir(self.store.layout());
         let out_path = dir.join(format!("{}.{run}.stdout", self.session));
         let err_path = dir.join(format!("{}.{run}.stderr", self.session));
-        let files = std::fs::File::create(&out_path).and_then(|out| {
+        let in_path = dir.join(format!("{}.{run}.stdin", self.session));
+        let files = write_private(&in_path, prompt.as_bytes()).and_then(|()| {
+            let input = std::fs::File::open(&in_path)?;
+            let out = std::fs::File::create(&out_path)?;
             let err = std::fs::File::create(&err_path)?;
-            Ok((out, err))
+            Ok((input, out, err))
         });
-        let (out, err) = match files {
+        let (input, out, err) = match files {
             Ok(files) => files,
             Err(error) => {
                 outcome.error = Some(format!("cannot create {}: {error}", out_path.display()));
+                remove_outputs(&[&in_path, &out_path, &err_path]);
                 return outcome;
             }
         };
@@ -367,7 +369,7 @@ impl<'s> HarnessAdapter<'s> {
             .env("SPEX_ROOT", self.store.layout().root())
             .env("SPEX_RUN_ID", run)
             .env("PATH", agent_path())
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(input))
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             // A group of its own: an interrupt or a timeout reaches the harness and what it
@@ -380,7 +382,7 @@ impl<'s> HarnessAdapter<'s> {
             Ok(child) => child,
             Err(error) => {
                 outcome.error = Some(format!("cannot run {}: {error}", self.command));
-                remove_outputs(&out_path, &err_path);
+                remove_outputs(&[&in_path, &out_path, &err_path]);
                 return outcome;
             }
         };
@@ -426,7 +428,7 @@ impl<'s> HarnessAdapter<'s> {
         let lines: Vec<String> =
             text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned).collect();
         outcome.stderr_tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].to_vec();
-        remove_outputs(&out_path, &err_path);
+        remove_outputs(&[&in_path, &out_path, &err_path]);
         if let Some(status) = status {
             use std::os::unix::process::ExitStatusExt as _;
             outcome.exit_code = status.code();
@@ -531,10 +533,11 @@ impl Lines {
     }
 }
 
-/// Removes a finished run's output files (what mattered is in the run log).
-fn remove_outputs(out: &Path, err: &Path) {
-    let _ignored = std::fs::remove_file(out);
-    let _ignored = std::fs::remove_file(err);
+/// Removes a finished run's files (what mattered is in the run log).
+fn remove_outputs(paths: &[&Path]) {
+    for path in paths {
+        let _ignored = std::fs::remove_file(path);
+    }
 }
 
 /// What one run did.
