@@ -307,6 +307,15 @@ fn survives_a_killed_drainer(harness: &str, api: Api) {
     let runs = world.runs("agent");
     assert_eq!(runs.len(), 1, "no second run: {runs:?}");
     assert_eq!(runs[0]["outcome"], "ok");
+    // Nothing of the cut-off run is left beside the run log.
+    let runs_dir = world.store.root().join("runs");
+    let left: Vec<String> = std::fs::read_dir(&runs_dir)
+        .expect("the run log's directory")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".ndjson"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let replay = world.run(&["session", "send", "agent", "Ship it?", "--key", "k1"]);
     assert!(replay.ok().contains("replayed"));
     world.run(&["session", "drain", "agent"]).ok();

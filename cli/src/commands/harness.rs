@@ -241,6 +241,12 @@ impl<'s> HarnessAdapter<'s> {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
+            // A run cut off from its drainer left its files behind.
+            let dir = spex_engine::runs::runs_dir(self.store.layout());
+            for cut in earlier.iter().filter(|run| run.outcome == Outcome::Interrupted) {
+                let file = |kind: &str| dir.join(format!("{}.{}.{kind}", self.session, cut.run));
+                remove_outputs(&[&file("stdin"), &file("stdout"), &file("stderr")]);
+            }
             let Some(done) = earlier
                 .iter()
                 .rev()
