@@ -575,9 +575,12 @@ impl RunOutcome {
             (None, None) if !self.started => "did not start".to_owned(),
             (None, None) => "ended".to_owned(),
         };
+        let said = self.stderr_tail.last().map_or_else(String::new, |line| {
+            format!(" (its stderr ends: {})", crate::render::literal(line))
+        });
         match &self.error {
             Some(error) => format!("{exit}: {error}"),
-            None if !self.completed => format!("{exit} without completing the turn"),
+            None if !self.completed => format!("{exit} without completing the turn{said}"),
             None => exit,
         }
     }
