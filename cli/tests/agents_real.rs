@@ -537,3 +537,23 @@ fn a_watching_drain_backs_off_a_failing_harness() {
     assert!(runs.iter().all(|run| run["outcome"] != "ok"));
     assert_eq!(world.json(&["session", "show", "agent"])["owed"], 1);
 }
+
+/// A run that fails before the harness created a conversation (here: no such command) is still
+/// listed, the message stays owed, and the reason names what the shell said.
+#[test]
+fn a_run_that_never_started_a_conversation_is_listed() {
+    let store = Store::new();
+    let run = Run(store
+        .command(&["session", "new", "--id", "agent", "--harness", "claude", "Hello?"])
+        .env("SPEX_CLAUDE_CMD", store.path("no-such-claude"))
+        .output()
+        .expect("spex runs"));
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("not found"), "{}", run.stderr());
+    let runs = store.json(&["runs", "ls", "--failed"])["runs"].as_array().expect("runs").clone();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["purpose"], "launch");
+    assert_eq!(runs[0]["exit_code"], 127);
+    assert_eq!(store.json(&["session", "show", "agent"])["owed"], 1);
+    assert_eq!(store.json(&["session", "show", "agent"])["agent"], "failed");
+}
