@@ -39,12 +39,12 @@
 
 use std::path::PathBuf;
 
-use faultfs::{Boundary, File as _, Fs, OpenOptions};
+use faultfs::{Boundary, File as _, FileKind, Fs, OpenOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::env::{Clock, UnixMs};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, SessionId};
+use crate::layout::{Layout, SessionId, expect_kind};
 use crate::timeline::{Status, Triple};
 
 const OPEN: Boundary = Boundary::new("runs.open");
@@ -291,7 +291,8 @@ pub fn append<F: Fs>(
     line: &RunLine,
 ) -> Result<()> {
     let dir = runs_dir(layout);
-    if !fs.exists(&dir)? {
+    // Neither may be a link or a special file (a FIFO would block the open).
+    if !expect_kind(fs, &dir, FileKind::Dir)? {
         match fs.create_dir(&dir, MKDIR) {
             Ok(()) => fs.sync_dir(layout.root(), MKDIR_SYNC)?,
             // Another writer made it first.
@@ -300,7 +301,7 @@ pub fn append<F: Fs>(
         }
     }
     let path = run_log(layout, id);
-    let created = !fs.exists(&path)?;
+    let created = !expect_kind(fs, &path, FileKind::File)?;
     let file = fs.open(&path, OpenOptions::create(), OPEN)?;
     if created {
         fs.sync_dir(&dir, CREATE_SYNC)?;
@@ -331,10 +332,11 @@ pub fn append<F: Fs>(
 }
 
 /// Reads session `id`'s run log: its lines in order, and how many were unreadable (a torn last
-/// line, a damaged one). No log reads as no lines.
+/// line, a damaged one). No log reads as no lines; a link or a special file in its place is
+/// corrupt (never followed, never opened).
 pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLine>, usize)> {
     let path = run_log(layout, id);
-    if !fs.exists(&path)? {
+    if !expect_kind(fs, &path, FileKind::File)? {
         return Ok((Vec::new(), 0));
     }
     let bytes = fs.read(&path)?;
@@ -764,5 +766,23 @@ mod tests {
         let (lines, unreadable) = read(&fs, &layout, &id).unwrap();
         assert_eq!(lines, vec![start("r", None), end("r", "ok", None)]);
         assert_eq!(unreadable, 1, "the torn bytes stay one unreadable line");
+    }
+
+    #[test]
+    fn a_fifo_in_the_logs_place_is_refused_not_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = faultfs::RealFs::new();
+        let layout = Layout::new(dir.path());
+        let id = SessionId::new("s").unwrap();
+        let clock = crate::env::SystemClock;
+        append(&fs, &clock, &layout, &id, &start("r", None)).unwrap();
+        let path = run_log(&layout, &id);
+        fs.remove_file(&path, APPEND).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&path).status().unwrap();
+        assert!(made.success());
+        // Opening a FIFO would block until a writer came: both refuse at once instead.
+        assert!(matches!(read(&fs, &layout, &id), Err(Error::Corrupt { .. })));
+        let appended = append(&fs, &clock, &layout, &id, &start("r2", None));
+        assert!(matches!(appended, Err(Error::Corrupt { .. })));
     }
 }

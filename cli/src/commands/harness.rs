@@ -652,8 +652,12 @@ pub(crate) fn agent_progress(
     if !harness && !RealFs::new().exists(&log)? {
         return Ok(None);
     }
-    let (runs, _) = store.runs(id)?;
-    Ok(Some(spex_engine::runs::progress(&runs, triple)))
+    // A damaged run log is a missing signal, never a failure of the command reading it.
+    Ok(Some(match store.runs(id) {
+        Ok((runs, _)) => spex_engine::runs::progress(&runs, triple),
+        // `spex runs ls` says why.
+        Err(_) => spex_engine::runs::Progress::Unknown("run log unreadable".to_owned()),
+    }))
 }
 
 /// The progress word of session `id` for a table (`session ls`, the live `watch` table): only

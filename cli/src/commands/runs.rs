@@ -54,7 +54,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let dir = runs_dir(store.layout());
             if fs.exists(&dir)? {
                 for entry in fs.read_dir(&dir)? {
-                    if entry.kind != FileKind::File {
+                    // A log that is not a regular file is named below, never opened.
+                    if entry.kind == FileKind::Dir {
                         continue;
                     }
                     let name = entry.name.as_str();
@@ -69,7 +70,14 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     }
     let mut all = Vec::new();
     for id in &ids {
-        let (runs, unreadable) = store.runs(id)?;
+        // One damaged log never hides the others' runs.
+        let (runs, unreadable) = match store.runs(id) {
+            Ok(read) => read,
+            Err(error) => {
+                eprintln!("spex: the run log of {id} cannot be read: {error}");
+                continue;
+            }
+        };
         if unreadable > 0 && !global.quiet {
             eprintln!("spex: {unreadable} unreadable line(s) in the run log of {id} were skipped");
         }
