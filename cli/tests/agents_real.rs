@@ -130,6 +130,34 @@ impl World {
         show["record"]["harness_session_id"].as_str().filter(|id| !id.is_empty()).map(str::to_owned)
     }
 
+    /// `spex session drain agent` in the background (its output piped), once the harness it runs
+    /// has asked the model.
+    fn drain_until_asked(&self) -> std::process::Child {
+        let drainer = self
+            .command(&["session", "drain", "agent"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spex drain starts");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.model.main_requests().is_empty() {
+            assert!(Instant::now() < deadline, "the harness never asked the model");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drainer
+    }
+
+    /// The files in the run logs' directory other than the logs (a run's prompt, output or a
+    /// pane's environment left behind).
+    fn beside_run_logs(&self) -> Vec<String> {
+        std::fs::read_dir(self.store.root().join("runs"))
+            .expect("the run logs' directory")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.ends_with(".ndjson"))
+            .collect()
+    }
+
     /// Main-loop requests whose input holds `text`.
     fn requests_with(&self, text: &str) -> usize {
         self.model
@@ -281,17 +309,7 @@ fn survives_a_killed_drainer(harness: &str, api: Api) {
     let [shell, text] = answer("Shipped.");
     // Long enough for the checks below to see the turn still running on a loaded machine.
     world.model.script(api, [Reply::Delay { ms: 4_000, then: Box::new(shell) }, text]);
-    let mut drainer = world
-        .command(&["session", "drain", "agent"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spex drain starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while world.model.main_requests().is_empty() {
-        assert!(Instant::now() < deadline, "the harness never asked the model");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut drainer = world.drain_until_asked();
     drainer.kill().expect("SIGKILL");
     drainer.wait().expect("reaped");
     let runs = world.runs("agent");
@@ -308,14 +326,7 @@ fn survives_a_killed_drainer(harness: &str, api: Api) {
     assert_eq!(runs.len(), 1, "no second run: {runs:?}");
     assert_eq!(runs[0]["outcome"], "ok");
     // Nothing of the cut-off run is left beside the run log.
-    let runs_dir = world.store.root().join("runs");
-    let left: Vec<String> = std::fs::read_dir(&runs_dir)
-        .expect("the run log's directory")
-        .filter_map(Result::ok)
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| !name.ends_with(".ndjson"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(world.beside_run_logs(), Vec::<String>::new());
     let replay = world.run(&["session", "send", "agent", "Ship it?", "--key", "k1"]);
     assert!(replay.ok().contains("replayed"));
     world.run(&["session", "drain", "agent"]).ok();
@@ -333,7 +344,7 @@ fn codex_survives_a_killed_drainer() {
     survives_a_killed_drainer("codex", Api::Responses);
 }
 
-/// `spex session interrupt` stops a running turn: the run ends `interrupted`, the drain settles
+/// `spex session interrupt` stops a running turn: the run ends `stopped`, the drain settles
 /// the message (a person stopped it on purpose) and nothing is run again.
 fn interrupts_a_running_turn(harness: &str, api: Api) {
     let Some(world) = World::new(harness) else { return };
@@ -341,17 +352,7 @@ fn interrupts_a_running_turn(harness: &str, api: Api) {
     world.run(&["session", "send", "agent", "Take your time."]).ok();
     let [shell, text] = answer("Too late.");
     world.model.script(api, [Reply::Delay { ms: 20_000, then: Box::new(shell) }, text]);
-    let drainer = world
-        .command(&["session", "drain", "agent"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spex drain starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while world.model.main_requests().is_empty() {
-        assert!(Instant::now() < deadline, "the harness never asked the model");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let drainer = world.drain_until_asked();
     let started = Instant::now();
     let interrupted = world.run(&["session", "interrupt", "agent"]);
     assert!(interrupted.ok().contains("interrupted run"), "{}", interrupted.stdout());
@@ -360,7 +361,10 @@ fn interrupts_a_running_turn(harness: &str, api: Api) {
     assert!(drained.ok().contains("delivered"), "{}", drained.stdout());
     let runs = world.runs("agent");
     assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0]["outcome"], "interrupted", "{runs:?}");
+    assert_eq!(runs[0]["outcome"], "stopped", "{runs:?}");
+    // Stopped by a person is not a failure: nothing final was declared, so idle unfinished.
+    assert_eq!(world.json(&["session", "show", "agent"])["agent"], "idle unfinished");
+    assert!(world.json(&["runs", "ls", "--failed"])["runs"].as_array().expect("runs").is_empty());
     assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
     assert!(world.declarations("agent").is_empty(), "the agent never answered");
     // Nothing runs now: a second interrupt says so and changes nothing.
@@ -475,13 +479,7 @@ fn talks_to_a_pane(harness: &str, api: Api) {
     tmux.shows(&pane, "Pane answer one.");
     // The environment reached the UI (it found the scripted model) through a private file its
     // shell removed, not through tmux's command line.
-    let runs_dir = world.store.root().join("runs");
-    let left: Vec<_> = std::fs::read_dir(&runs_dir)
-        .expect("the run log's directory")
-        .filter_map(Result::ok)
-        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".env"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(world.beside_run_logs(), Vec::<String>::new());
     progress_becomes(&world, "pane", "waiting for input");
     let native = world.native_id("pane").expect("the record names the native session");
     let history = world.run(&["history", "show", &native]);

@@ -37,6 +37,7 @@
 //! wins: a terminal UI's side threads (Codex runs a title or a summary as threads of their own)
 //! report their ids through the same hook after the conversation's own.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use faultfs::{Boundary, File as _, FileKind, Fs, OpenOptions};
@@ -140,8 +141,8 @@ pub enum RunLine {
         at_ms: UnixMs,
         /// The run id.
         run: String,
-        /// `ok`, `failed`, `timeout`, `interrupted`.
-        outcome: String,
+        /// How it ended: `ok`, `failed`, `timeout` or `stopped`.
+        outcome: Outcome,
         /// The exit code, if the process exited.
         exit_code: Option<i32>,
         /// The signal that ended it, if one did.
@@ -169,8 +170,10 @@ impl RunLine {
     }
 }
 
-/// How a run stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a run stands: the word an `end` line writes (`ok`, `failed`, `timeout`, `stopped`), or,
+/// for a run with no end, whether its process lives (`running`, `interrupted`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// No end yet, and its process is alive.
     Running,
@@ -178,19 +181,31 @@ pub enum Outcome {
     Interrupted,
     /// Ended: the harness accepted the turn.
     Ok,
-    /// Ended: failed (a non-zero exit, an error reported, or a timeout).
+    /// Ended: failed (a non-zero exit, an error reported).
     Failed,
+    /// Ended: ran past its timeout and was stopped.
+    Timeout,
+    /// Ended: a person stopped the turn (`spex session interrupt`); the message counts as
+    /// delivered.
+    Stopped,
 }
 
 impl Outcome {
-    /// The word listings show.
+    /// The word listings show (and an `end` line writes).
     pub const fn name(self) -> &'static str {
         match self {
             Outcome::Running => "running",
             Outcome::Interrupted => "interrupted",
             Outcome::Ok => "ok",
             Outcome::Failed => "failed",
+            Outcome::Timeout => "timeout",
+            Outcome::Stopped => "stopped",
         }
+    }
+
+    /// Whether the run did not do what it was for: it failed, timed out, or was cut off.
+    pub const fn unsuccessful(self) -> bool {
+        matches!(self, Outcome::Failed | Outcome::Timeout | Outcome::Interrupted)
     }
 }
 
@@ -224,10 +239,8 @@ pub struct Run {
     pub pid: Option<(u32, Option<u64>)>,
     /// End (ISO) and epoch ms.
     pub ended: Option<(String, UnixMs)>,
-    /// How it stands.
+    /// How it ended, or how it stands.
     pub outcome: Outcome,
-    /// The end's own word (`ok`, `failed`, `timeout`, `interrupted`), when it ended.
-    pub ended_as: Option<String>,
     /// Exit code.
     pub exit_code: Option<i32>,
     /// Signal.
@@ -245,6 +258,29 @@ pub struct Run {
 }
 
 impl Run {
+    /// A run known only by its id, until its lines say more.
+    fn new(run: &str, session: &str) -> Run {
+        Run {
+            run: run.to_owned(),
+            session: session.to_owned(),
+            harness: String::new(),
+            purpose: String::new(),
+            mid: None,
+            command: Vec::new(),
+            started: None,
+            pid: None,
+            ended: None,
+            outcome: Outcome::Interrupted,
+            exit_code: None,
+            signal: None,
+            native_id: None,
+            usage: None,
+            error: None,
+            stderr_tail: Vec::new(),
+            signals: Vec::new(),
+        }
+    }
+
     /// Milliseconds from start to end, when both are known.
     pub fn duration_ms(&self) -> Option<u64> {
         Some(self.ended.as_ref()?.1.saturating_sub(self.started.as_ref()?.1))
@@ -342,7 +378,8 @@ pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLi
     let bytes = fs.read(&path)?;
     let mut lines = Vec::new();
     let mut unreadable = 0;
-    let complete = bytes.rsplit_once_newline();
+    // Up to and including the last newline: what follows it is a torn line.
+    let complete = &bytes[..bytes.iter().rposition(|byte| *byte == b'\n').map_or(0, |end| end + 1)];
     for raw in complete.split(|byte| *byte == b'\n') {
         if raw.is_empty() {
             continue;
@@ -358,75 +395,41 @@ pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLi
     Ok((lines, unreadable))
 }
 
-trait Complete {
-    fn rsplit_once_newline(&self) -> &[u8];
-}
-
-impl Complete for Vec<u8> {
-    /// The bytes up to and including the last newline.
-    fn rsplit_once_newline(&self) -> &[u8] {
-        match self.iter().rposition(|byte| *byte == b'\n') {
-            Some(end) => &self[..=end],
-            None => &[],
-        }
-    }
-}
-
 /// Folds lines into runs, in order of their first line (see the module header). `alive` tells
 /// whether a process (pid, start time) still runs. Hook lines that name no run attach to the
-/// newest run started before them.
+/// newest run started before them. One pass: linear in the lines.
 pub fn fold(
     session: &str,
     lines: &[RunLine],
     alive: &dyn Fn(u32, Option<u64>) -> bool,
 ) -> Vec<Run> {
-    let mut runs: Vec<Run> = Vec::new();
-    let mut ended: Vec<Option<RunLine>> = Vec::new();
-    let position = |runs: &mut Vec<Run>, ended: &mut Vec<Option<RunLine>>, id: &str| -> usize {
-        if let Some(index) = runs.iter().position(|run| run.run == id) {
-            return index;
-        }
-        runs.push(Run {
-            run: id.to_owned(),
-            session: session.to_owned(),
-            harness: String::new(),
-            purpose: String::new(),
-            mid: None,
-            command: Vec::new(),
-            started: None,
-            pid: None,
-            ended: None,
-            outcome: Outcome::Interrupted,
-            ended_as: None,
-            exit_code: None,
-            signal: None,
-            native_id: None,
-            usage: None,
-            error: None,
-            stderr_tail: Vec::new(),
-            signals: Vec::new(),
-        });
-        ended.push(None);
-        runs.len() - 1
-    };
-    // Native ids by the richness of their source: end 4, bound 3, hook 2, start 1.
-    let mut native_rank: Vec<u8> = Vec::new();
+    /// A run being folded: the run, the rank of its native id's source (end 4, bound 3, hook 2,
+    /// start 1), and whether an end was seen.
+    struct Folding {
+        run: Run,
+        rank: u8,
+        ended: bool,
+    }
+    let mut folding: Vec<Folding> = Vec::new();
+    let mut by_id: HashMap<&str, usize> = HashMap::new();
     for line in lines {
         let index = match line.run() {
-            Some(id) => position(&mut runs, &mut ended, id),
-            None => match runs.len() {
+            Some(id) => *by_id.entry(id).or_insert_with(|| {
+                folding.push(Folding { run: Run::new(id, session), rank: 0, ended: false });
+                folding.len() - 1
+            }),
+            None => match folding.len() {
                 0 => continue,
                 len => len - 1,
             },
         };
-        native_rank.resize(runs.len(), 0);
-        let run = &mut runs[index];
-        let mut offer = |native: &Option<String>, rank: u8, run: &mut Run| {
-            if let Some(native) = native.as_deref().filter(|native| !native.is_empty())
-                && (rank > native_rank[index] || run.native_id.is_none())
+        let Folding { run, rank, ended } = &mut folding[index];
+        let mut offer = |native: Option<&str>, source: u8, run: &mut Run| {
+            if let Some(native) = native.filter(|native| !native.is_empty())
+                && (source > *rank || run.native_id.is_none())
             {
                 run.native_id = Some(native.to_owned());
-                native_rank[index] = rank;
+                *rank = source;
             }
         };
         match line {
@@ -436,7 +439,7 @@ pub fn fold(
                 run.purpose.clone_from(purpose);
                 run.mid.clone_from(mid);
                 run.command.clone_from(command);
-                offer(native_id, 1, run);
+                offer(native_id.as_deref(), 1, run);
             }
             RunLine::Process { pid, pid_start_ms, .. } => {
                 run.pid = Some((*pid, *pid_start_ms));
@@ -446,40 +449,49 @@ pub fn fold(
                     run.harness.clone_from(harness);
                 }
                 run.signals.push(Signal { at_ms: *at_ms, event: event.clone() });
-                offer(native_id, 2, run);
+                offer(native_id.as_deref(), 2, run);
             }
-            RunLine::Bound { native_id, .. } => {
-                offer(&Some(native_id.clone()), 3, run);
-            }
-            RunLine::End { ts, at_ms, native_id, .. } => {
+            RunLine::Bound { native_id, .. } => offer(Some(native_id), 3, run),
+            RunLine::End {
+                ts,
+                at_ms,
+                outcome,
+                exit_code,
+                signal,
+                native_id,
+                usage,
+                error,
+                stderr_tail,
+                ..
+            } => {
+                *ended = true;
                 run.ended = Some((ts.clone(), *at_ms));
-                offer(native_id, 4, run);
-                ended[index] = Some(line.clone());
+                // An end claims how the run ended; one claiming it is still going is wrong.
+                run.outcome = match outcome {
+                    Outcome::Running | Outcome::Interrupted => Outcome::Failed,
+                    said => *said,
+                };
+                run.exit_code = *exit_code;
+                run.signal = *signal;
+                run.usage = *usage;
+                run.error.clone_from(error);
+                run.stderr_tail.clone_from(stderr_tail);
+                offer(native_id.as_deref(), 4, run);
             }
         }
     }
-    for (run, end) in runs.iter_mut().zip(ended) {
-        match end {
-            Some(RunLine::End {
-                outcome, exit_code, signal, usage, error, stderr_tail, ..
-            }) => {
-                run.outcome = if outcome == "ok" { Outcome::Ok } else { Outcome::Failed };
-                run.ended_as = Some(outcome);
-                run.exit_code = exit_code;
-                run.signal = signal;
-                run.usage = usage;
-                run.error = error;
-                run.stderr_tail = stderr_tail;
-            }
-            _ => {
+    folding
+        .into_iter()
+        .map(|Folding { mut run, ended, .. }| {
+            if !ended {
                 run.outcome = match run.pid {
                     Some((pid, start)) if alive(pid, start) => Outcome::Running,
                     _ => Outcome::Interrupted,
                 };
             }
-        }
-    }
-    runs
+            run
+        })
+        .collect()
 }
 
 /// Whether process `pid`, started at `start_ms` (when known), still runs, as `fs` sees it.
@@ -548,8 +560,8 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
         }
         Outcome::Running if last.turn_finished_by_hooks() => Progress::WaitingForInput,
         Outcome::Running => Progress::Running,
-        Outcome::Ok => settled(),
-        Outcome::Failed => Progress::Failed,
+        Outcome::Ok | Outcome::Stopped => settled(),
+        Outcome::Failed | Outcome::Timeout => Progress::Failed,
         Outcome::Interrupted if last.pid.is_none() => {
             Progress::Unknown(format!("no process recorded for run {}", last.run))
         }
@@ -624,12 +636,12 @@ mod tests {
         }
     }
 
-    fn end(run: &str, outcome: &str, native: Option<&str>) -> RunLine {
+    fn end(run: &str, outcome: Outcome, native: Option<&str>) -> RunLine {
         RunLine::End {
             ts: "t".into(),
             at_ms: 9,
             run: run.into(),
-            outcome: outcome.into(),
+            outcome,
             exit_code: Some(0),
             signal: None,
             native_id: native.map(str::to_owned),
@@ -663,7 +675,7 @@ mod tests {
         }
         // The end's report is the richest; an earlier partial line never clears it.
         let mut order =
-            vec![end("r", "ok", Some("final")), start("r", None), hook("r", "Stop", None)];
+            vec![end("r", Outcome::Ok, Some("final")), start("r", None), hook("r", "Stop", None)];
         let runs = fold("s", &order, &dead);
         assert_eq!(runs[0].native_id.as_deref(), Some("final"));
         order.reverse();
@@ -691,12 +703,20 @@ mod tests {
         ];
         assert_eq!(progress(&fold("s", &stopped, &alive), &active), Progress::WaitingForInput);
         assert_eq!(progress(&fold("s", &stopped, &dead), &active), Progress::IdleUnfinished);
-        let done = fold("s", &[start("r", None), process("r"), end("r", "ok", None)], &dead);
+        let done = fold("s", &[start("r", None), process("r"), end("r", Outcome::Ok, None)], &dead);
         assert_eq!(progress(&done, &triple(Status::Awaiting)), Progress::Finished);
         assert_eq!(progress(&done, &triple(Status::Asking)), Progress::WaitingForInput);
         assert_eq!(progress(&done, &active), Progress::IdleUnfinished);
-        let failed = fold("s", &[start("r", None), end("r", "failed", None)], &dead);
+        let failed = fold("s", &[start("r", None), end("r", Outcome::Failed, None)], &dead);
         assert_eq!(progress(&failed, &active), Progress::Failed);
+        for (ended, expected) in [
+            (Outcome::Timeout, Progress::Failed),
+            (Outcome::Stopped, Progress::IdleUnfinished),
+            (Outcome::Running, Progress::Failed),
+        ] {
+            let runs = fold("s", &[start("r", None), end("r", ended, None)], &alive);
+            assert_eq!(progress(&runs, &active), expected, "{ended:?}");
+        }
         // A terminal UI launched in a pane carries no message.
         let pane = |extra: &[RunLine]| {
             let mut lines = vec![
@@ -749,33 +769,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn appended_lines_read_back_and_a_torn_line_is_skipped() {
+    /// A store on real files whose session `s` has a run log of one `start` line.
+    fn real_log() -> (tempfile::TempDir, faultfs::RealFs, Layout, SessionId) {
         let dir = tempfile::tempdir().unwrap();
         let fs = faultfs::RealFs::new();
         let layout = Layout::new(dir.path());
         let id = SessionId::new("s").unwrap();
+        append(&fs, &crate::env::SystemClock, &layout, &id, &start("r", None)).unwrap();
+        (dir, fs, layout, id)
+    }
+
+    #[test]
+    fn appended_lines_read_back_and_a_torn_line_is_skipped() {
+        let (_dir, fs, layout, id) = real_log();
         let clock = crate::env::SystemClock;
-        append(&fs, &clock, &layout, &id, &start("r", None)).unwrap();
         // A crash in the middle of the next append.
         let path = run_log(&layout, &id);
         let file = fs.open(&path, OpenOptions::read_write(), OPEN).unwrap();
         file.append(b"{\"kind\":\"end\",\"ru", APPEND).unwrap();
         assert_eq!(read(&fs, &layout, &id).unwrap().1, 1);
-        append(&fs, &clock, &layout, &id, &end("r", "ok", None)).unwrap();
+        append(&fs, &clock, &layout, &id, &end("r", Outcome::Ok, None)).unwrap();
         let (lines, unreadable) = read(&fs, &layout, &id).unwrap();
-        assert_eq!(lines, vec![start("r", None), end("r", "ok", None)]);
+        assert_eq!(lines, vec![start("r", None), end("r", Outcome::Ok, None)]);
         assert_eq!(unreadable, 1, "the torn bytes stay one unreadable line");
     }
 
     #[test]
     fn a_fifo_in_the_logs_place_is_refused_not_opened() {
-        let dir = tempfile::tempdir().unwrap();
-        let fs = faultfs::RealFs::new();
-        let layout = Layout::new(dir.path());
-        let id = SessionId::new("s").unwrap();
+        let (_dir, fs, layout, id) = real_log();
         let clock = crate::env::SystemClock;
-        append(&fs, &clock, &layout, &id, &start("r", None)).unwrap();
         let path = run_log(&layout, &id);
         fs.remove_file(&path, APPEND).unwrap();
         let made = std::process::Command::new("mkfifo").arg(&path).status().unwrap();

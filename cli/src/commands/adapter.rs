@@ -190,27 +190,28 @@ struct Tmux {
 
 impl Tmux {
     fn tmux(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<(), String> {
-        let mut child = Command::new("tmux")
-            .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| format!("cannot run tmux: {error}"))?;
-        if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(bytes).map_err(|error| format!("tmux {}: {error}", args[0]))?;
-        }
-        let output = child.wait_with_output().map_err(|error| format!("tmux: {error}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "tmux {} for pane {}: {}",
-                args[0],
-                self.pane,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
-        }
+        tmux(args, stdin).map(drop).map_err(|error| format!("{error} (pane {})", self.pane))
+    }
+}
+
+/// Runs `tmux args` (with `stdin` on its standard input, if given); its stdout, or why it
+/// failed.
+pub(crate) fn tmux(args: &[&str], stdin: Option<&[u8]>) -> Result<String, String> {
+    let mut child = Command::new("tmux")
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot run tmux: {error}"))?;
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(bytes).map_err(|error| format!("tmux {}: {error}", args[0]))?;
+    }
+    let output = child.wait_with_output().map_err(|error| format!("tmux: {error}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!("tmux {}: {}", args[0], String::from_utf8_lossy(&output.stderr).trim()))
     }
 }
 

@@ -242,10 +242,8 @@ impl<'s> HarnessAdapter<'s> {
                 continue;
             }
             // A run cut off from its drainer left its files behind.
-            let dir = spex_engine::runs::runs_dir(self.store.layout());
             for cut in earlier.iter().filter(|run| run.outcome == Outcome::Interrupted) {
-                let file = |kind: &str| dir.join(format!("{}.{}.{kind}", self.session, cut.run));
-                remove_outputs(&[&file("stdin"), &file("stdout"), &file("stderr")]);
+                RunFiles::of(self.store, &self.session, &cut.run).remove();
             }
             let Some(done) = earlier
                 .iter()
@@ -259,7 +257,7 @@ impl<'s> HarnessAdapter<'s> {
                 ts,
                 at_ms,
                 run: done.run.clone(),
-                outcome: "ok".to_owned(),
+                outcome: Outcome::Ok,
                 exit_code: None,
                 signal: None,
                 native_id: done.native_id.clone(),
@@ -303,20 +301,20 @@ impl<'s> HarnessAdapter<'s> {
         self.store.append_run(&self.session, &start).map_err(|error| error.to_string())?;
         let outcome = self.spawn_and_wait(&run, &args, native.is_none(), message.text);
         let (ts, at_ms) = self.store.run_time();
-        let interrupted = self.interrupted(&run);
-        let accepted = outcome.accepted() || (interrupted && outcome.started);
+        let stopped = self.stopped_by_a_person(&run);
+        let accepted = outcome.accepted() || (stopped && outcome.started);
         let end = RunLine::End {
             ts,
             at_ms,
             run: run.clone(),
-            outcome: if interrupted {
-                "interrupted".to_owned()
+            outcome: if stopped {
+                Outcome::Stopped
             } else if accepted {
-                "ok".to_owned()
+                Outcome::Ok
             } else if outcome.timed_out {
-                "timeout".to_owned()
+                Outcome::Timeout
             } else {
-                "failed".to_owned()
+                Outcome::Failed
             },
             exit_code: outcome.exit_code,
             signal: outcome.signal,
@@ -334,7 +332,7 @@ impl<'s> HarnessAdapter<'s> {
     }
 
     /// Whether `spex session interrupt` stopped run `run`.
-    fn interrupted(&self, run: &str) -> bool {
+    fn stopped_by_a_person(&self, run: &str) -> bool {
         self.store.runs(&self.session).is_ok_and(|(runs, _)| {
             runs.iter().any(|folded| {
                 folded.run == run && folded.signals.iter().any(|signal| signal.event == INTERRUPT)
@@ -347,21 +345,20 @@ impl<'s> HarnessAdapter<'s> {
         // The harness reads its prompt from a file only the user can read and writes into
         // files, not pipes: if spex dies, the turn goes on (a pipe would end it with the next
         // write).
-        let dir = spex_engine::runs::runs_dir(self.store.layout());
-        let out_path = dir.join(format!("{}.{run}.stdout", self.session));
-        let err_path = dir.join(format!("{}.{run}.stderr", self.session));
-        let in_path = dir.join(format!("{}.{run}.stdin", self.session));
-        let files = write_private(&in_path, prompt.as_bytes()).and_then(|()| {
-            let input = std::fs::File::open(&in_path)?;
-            let out = std::fs::File::create(&out_path)?;
-            let err = std::fs::File::create(&err_path)?;
-            Ok((input, out, err))
+        let files = RunFiles::of(self.store, &self.session, run);
+        let opened = write_private(&files.stdin, prompt.as_bytes()).and_then(|()| {
+            let input = std::fs::File::open(&files.stdin)?;
+            let out = std::fs::File::create(&files.stdout)?;
+            let err = std::fs::File::create(&files.stderr)?;
+            // The stream is read as the harness writes it, through a handle of its own.
+            let stream = std::fs::File::open(&files.stdout)?;
+            Ok((input, out, err, stream))
         });
-        let (input, out, err) = match files {
-            Ok(files) => files,
+        let (input, out, err, stream) = match opened {
+            Ok(opened) => opened,
             Err(error) => {
-                outcome.error = Some(format!("cannot create {}: {error}", out_path.display()));
-                remove_outputs(&[&in_path, &out_path, &err_path]);
+                outcome.error = Some(format!("cannot create the run's files: {error}"));
+                files.remove();
                 return outcome;
             }
         };
@@ -371,10 +368,7 @@ impl<'s> HarnessAdapter<'s> {
             .arg(format!("exec {} \"$@\"", self.command))
             .arg(self.harness.name())
             .args(args)
-            .env("SPEX_SESSION_ID", self.session.as_str())
-            .env("SPEX_ROOT", self.store.layout().root())
-            .env("SPEX_RUN_ID", run)
-            .env("PATH", agent_path())
+            .envs(agent_env(self.store, &self.session, run))
             .stdin(Stdio::from(input))
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -388,7 +382,7 @@ impl<'s> HarnessAdapter<'s> {
             Ok(child) => child,
             Err(error) => {
                 outcome.error = Some(format!("cannot run {}: {error}", self.command));
-                remove_outputs(&[&in_path, &out_path, &err_path]);
+                files.remove();
                 return outcome;
             }
         };
@@ -405,11 +399,11 @@ impl<'s> HarnessAdapter<'s> {
         if let Err(error) = self.store.append_run(&self.session, &process) {
             eprintln!("spex: cannot record the process of run {run}: {error}");
         }
-        let mut stream = Lines::default();
+        let mut stream = Lines::new(stream);
         let started = Instant::now();
         let mut bound = false;
         let status = loop {
-            for event in stream.read_new(&out_path) {
+            for event in stream.read_new() {
                 self.observe(&event, &mut outcome, first, &mut bound);
             }
             match child.try_wait() {
@@ -426,15 +420,11 @@ impl<'s> HarnessAdapter<'s> {
                 }
             }
         };
-        for event in stream.read_new(&out_path) {
+        for event in stream.read_new() {
             self.observe(&event, &mut outcome, first, &mut bound);
         }
-        let stderr = std::fs::read(&err_path).unwrap_or_default();
-        let text = String::from_utf8_lossy(&stderr);
-        let lines: Vec<String> =
-            text.lines().filter(|line| !line.trim().is_empty()).map(str::to_owned).collect();
-        outcome.stderr_tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].to_vec();
-        remove_outputs(&[&in_path, &out_path, &err_path]);
+        outcome.stderr_tail = tail_lines(&files.stderr);
+        files.remove();
         if let Some(status) = status {
             use std::os::unix::process::ExitStatusExt as _;
             outcome.exit_code = status.code();
@@ -510,24 +500,20 @@ impl Adapter for HarnessAdapter<'_> {
 pub(crate) const INTERRUPT: &str = "spex-interrupt";
 
 /// Reads the JSON lines a harness appends to its output file, as they complete.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Lines {
-    offset: u64,
+    file: std::fs::File,
     partial: Vec<u8>,
 }
 
 impl Lines {
-    /// The events written since the last call.
-    fn read_new(&mut self, path: &Path) -> Vec<Value> {
-        use std::io::Seek as _;
-        let mut fresh = Vec::new();
-        if let Ok(mut file) = std::fs::File::open(path)
-            && file.seek(std::io::SeekFrom::Start(self.offset)).is_ok()
-        {
-            let _ignored = file.read_to_end(&mut fresh);
-        }
-        self.offset += fresh.len() as u64;
-        self.partial.extend_from_slice(&fresh);
+    fn new(file: std::fs::File) -> Lines {
+        Lines { file, partial: Vec::new() }
+    }
+
+    /// The events written since the last call (the handle's position is where it stopped).
+    fn read_new(&mut self) -> Vec<Value> {
+        let _partial_read = self.file.read_to_end(&mut self.partial);
         let mut events = Vec::new();
         while let Some(end) = self.partial.iter().position(|byte| *byte == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=end).collect();
@@ -539,11 +525,48 @@ impl Lines {
     }
 }
 
-/// Removes a finished run's files (what mattered is in the run log).
-fn remove_outputs(paths: &[&Path]) {
-    for path in paths {
-        let _ignored = std::fs::remove_file(path);
+/// The files of one headless run beside the run log: the prompt it reads, what it writes.
+#[derive(Debug)]
+struct RunFiles {
+    stdin: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl RunFiles {
+    /// `<root>/runs/<session>.<run>.{stdin,stdout,stderr}`.
+    fn of(store: &Store<RealFs>, session: &SessionId, run: &str) -> RunFiles {
+        let dir = spex_engine::runs::runs_dir(store.layout());
+        let file = |kind: &str| dir.join(format!("{session}.{run}.{kind}"));
+        RunFiles { stdin: file("stdin"), stdout: file("stdout"), stderr: file("stderr") }
     }
+
+    /// Removes them (what mattered is in the run log).
+    fn remove(&self) {
+        for path in [&self.stdin, &self.stdout, &self.stderr] {
+            let _ignored = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The most of a run's stderr read for its tail.
+const STDERR_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The last [`STDERR_TAIL_LINES`] non-blank lines of the file at `path`, read from at most its
+/// last [`STDERR_TAIL_BYTES`] (a harness may write any amount there).
+fn tail_lines(path: &Path) -> Vec<String> {
+    use std::io::Seek as _;
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let len = file.metadata().map_or(0, |metadata| metadata.len());
+        let from = len.saturating_sub(STDERR_TAIL_BYTES);
+        if file.seek(std::io::SeekFrom::Start(from)).is_ok() {
+            let _partial_read = file.read_to_end(&mut bytes);
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].iter().map(|l| (*l).to_owned()).collect()
 }
 
 /// What one run did.
@@ -615,6 +638,21 @@ pub(crate) fn signal_group(pid: u32, signal: rustix::process::Signal) -> bool {
     rustix::process::kill_process_group(pid, signal).is_ok()
 }
 
+/// What spex adds to an agent's environment: its session, the store, the run, and a `PATH`
+/// that finds this spex first.
+fn agent_env(
+    store: &Store<RealFs>,
+    session: &SessionId,
+    run: &str,
+) -> [(&'static str, std::ffi::OsString); 4] {
+    [
+        ("SPEX_SESSION_ID", session.as_str().into()),
+        ("SPEX_ROOT", store.layout().root().into()),
+        ("SPEX_RUN_ID", run.into()),
+        ("PATH", agent_path()),
+    ]
+}
+
 /// The agent's `PATH`: this binary's directory first, so `spex` is this spex.
 fn agent_path() -> std::ffi::OsString {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -675,20 +713,6 @@ const PANE_READY_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a delivery waits for the pasted prompt to reach the harness's transcript.
 const PANE_ACCEPT_WAIT: Duration = Duration::from_secs(60);
-
-/// Runs `tmux args`; its stdout, or why it failed.
-fn tmux(args: &[&str]) -> Result<String, String> {
-    let output = Command::new("tmux")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|error| format!("cannot run tmux: {error}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!("tmux {}: {}", args[0], String::from_utf8_lossy(&output.stderr).trim()))
-    }
-}
 
 /// Starts `harness`'s terminal UI for session `id` in a new window of tmux target `target`, in
 /// `worktree`, with this process's environment and spex's (`SPEX_SESSION_ID`, `SPEX_ROOT`,
@@ -753,13 +777,8 @@ pub(crate) fn launch_pane(
             exports.push_str(&format!("export {name}={}\n", sh_quote(&value)));
         }
     }
-    for (name, value) in [
-        ("SPEX_SESSION_ID", id.as_str().to_owned()),
-        ("SPEX_ROOT", store.layout().root().to_string_lossy().into_owned()),
-        ("SPEX_RUN_ID", run.clone()),
-        ("PATH", agent_path().to_string_lossy().into_owned()),
-    ] {
-        exports.push_str(&format!("export {name}={}\n", sh_quote(&value)));
+    for (name, value) in agent_env(store, id, &run) {
+        exports.push_str(&format!("export {name}={}\n", sh_quote(&value.to_string_lossy())));
     }
     write_private(&env_file, exports.as_bytes())
         .with_context(|| format!("cannot write {}", env_file.display()))?;
@@ -768,7 +787,7 @@ pub(crate) fn launch_pane(
     tmux_args.push(env_file.to_string_lossy().into_owned());
     tmux_args.extend(args);
     let borrowed: Vec<&str> = tmux_args.iter().map(String::as_str).collect();
-    let launched = tmux(&borrowed);
+    let launched = super::adapter::tmux(&borrowed, None);
     let (ts, at_ms) = store.run_time();
     let printed = match launched {
         Ok(printed) => printed,
@@ -778,7 +797,7 @@ pub(crate) fn launch_pane(
                 ts,
                 at_ms,
                 run,
-                outcome: "failed".to_owned(),
+                outcome: Outcome::Failed,
                 exit_code: None,
                 signal: None,
                 native_id: None,
@@ -841,7 +860,7 @@ impl<'s> PaneAdapter<'s> {
     fn ready(&self) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            let screen = tmux(&["capture-pane", "-p", "-t", &self.pane])?;
+            let screen = super::adapter::tmux(&["capture-pane", "-p", "-t", &self.pane], None)?;
             let marker = self.harness.prompt_marker();
             if screen.lines().any(|line| line.trim_start().starts_with(marker)) {
                 return Ok(());
@@ -948,7 +967,7 @@ impl Adapter for PaneAdapter<'_> {
 
 /// Presses Escape in a harness's pane (its terminal UI's interrupt).
 pub(crate) fn interrupt_pane(pane: &str) -> Result<(), String> {
-    tmux(&["send-keys", "-t", pane, "Escape"]).map(drop)
+    super::adapter::tmux(&["send-keys", "-t", pane, "Escape"], None).map(drop)
 }
 
 /// Writes `bytes` to a new file at `path` only its owner can read (mode 0600).
@@ -962,5 +981,5 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Closes a harness's pane (a launch whose session could not be created).
 pub(crate) fn close_pane(pane: &str) {
-    let _closed = tmux(&["kill-pane", "-t", pane]);
+    let _closed = super::adapter::tmux(&["kill-pane", "-t", pane], None);
 }

@@ -8,7 +8,7 @@
 use faultfs::{FileKind, Fs as _, RealFs};
 use serde_json::json;
 use spex_engine::SessionId;
-use spex_engine::runs::{Outcome, Run, runs_dir};
+use spex_engine::runs::{Run, runs_dir};
 
 use crate::args::Global;
 use crate::exit::Code;
@@ -36,7 +36,7 @@ struct LsArgs {
     /// Only this session's runs (its whole id: a closed session's runs are listed too).
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// Only runs that did not succeed (failed, timed out, interrupted).
+    /// Only runs that did not do what they were for: failed, timed out, or cut off (interrupted).
     #[arg(long)]
     failed: bool,
 }
@@ -83,7 +83,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         }
         all.extend(runs);
     }
-    all.retain(|run| !args.failed || !matches!(run.outcome, Outcome::Ok | Outcome::Running));
+    all.retain(|run| !args.failed || run.outcome.unsuccessful());
     all.sort_by_key(|run| run.started.as_ref().map_or(0, |(_, ms)| *ms));
     print(&all, global)
 }
@@ -133,13 +133,12 @@ fn print(runs: &[Run], global: &Global) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
-/// The outcome as listed: the end's own word (`timeout` is a kind of failure), else how the
-/// unfinished run stands.
+/// The outcome as listed, with a non-zero exit code.
 fn outcome_word(run: &Run) -> String {
-    let word = run.ended_as.clone().unwrap_or_else(|| run.outcome.name().to_owned());
+    let word = run.outcome.name();
     match run.exit_code {
         Some(code) if code != 0 => format!("{word} (exit {code})"),
-        _ => word,
+        _ => word.to_owned(),
     }
 }
 
@@ -157,7 +156,7 @@ fn run_json(run: &Run) -> serde_json::Value {
         "started": run.started.as_ref().map(|(ts, _)| ts),
         "ended": run.ended.as_ref().map(|(ts, _)| ts),
         "duration_ms": run.duration_ms(),
-        "outcome": run.ended_as.clone().unwrap_or_else(|| run.outcome.name().to_owned()),
+        "outcome": run.outcome,
         "exit_code": run.exit_code,
         "signal": run.signal,
         "pid": run.pid.map(|(pid, _)| pid),

@@ -445,7 +445,7 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
     Ok(if report.stopped.is_some() { Code::Failed } else { Code::Ok })
 }
 
-/// Stops the turn session `id`'s harness is running: marks its run as interrupted by a person,
+/// Stops the turn session `id`'s harness is running: marks its run as stopped by a person,
 /// then sends SIGINT to the run's process group.
 fn interrupt(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
     let adapter = store.adapter(id, &store.record(id)?)?;
