@@ -554,4 +554,31 @@ fn a_run_that_never_started_a_conversation_is_listed() {
     assert_eq!(runs[0]["exit_code"], 127);
     assert_eq!(store.json(&["session", "show", "agent"])["owed"], 1);
     assert_eq!(store.json(&["session", "show", "agent"])["agent"], "failed");
+
+    // A run whose process could not even be spawned (its worktree is gone) is listed from the
+    // line written before the spawn.
+    let worktree = store.path("gone");
+    std::fs::create_dir_all(&worktree).expect("a worktree");
+    let worktree_arg = worktree.to_string_lossy().into_owned();
+    store
+        .run(&[
+            "session",
+            "new",
+            "--id",
+            "nowhere",
+            "--harness",
+            "codex",
+            "--worktree",
+            &worktree_arg,
+        ])
+        .ok();
+    std::fs::remove_dir(&worktree).expect("the worktree removed");
+    store.run(&["session", "send", "nowhere", "Anyone?"]).ok();
+    let drained = store.run(&["session", "drain", "nowhere"]);
+    assert_eq!(drained.code(), 1, "{}", drained.stderr());
+    assert!(drained.stderr().contains("cannot run"), "{}", drained.stderr());
+    let runs = store.json(&["runs", "ls", "--session", "nowhere"])["runs"].clone();
+    assert_eq!(runs[0]["purpose"], "launch", "{runs}");
+    assert_eq!(runs[0]["outcome"], "failed", "{runs}");
+    assert!(runs[0]["pid"].is_null(), "{runs}");
 }
