@@ -702,8 +702,14 @@ pub(crate) fn agent_progress(
 /// for a session with a run log; `None` for any other, or when its record cannot be read.
 pub(crate) fn agent_word(store: &Store<RealFs>, id: &str) -> Option<String> {
     let id = SessionId::new(id).ok()?;
+    // One stat for a session no harness ever ran for (most of a listing): its record is not
+    // read again.
+    let log = spex_engine::runs::run_log(store.layout(), &id);
+    if !RealFs::new().exists(&log).ok()? {
+        return None;
+    }
     let triple = store.record(&id).ok()?.public_triple();
-    agent_progress(store, &id, &triple, false).ok()?.map(|progress| progress.to_string())
+    agent_progress(store, &id, &triple, true).ok()?.map(|progress| progress.to_string())
 }
 
 // ---- pane mode ---------------------------------------------------------------------------
