@@ -358,22 +358,29 @@ pub(crate) fn table(header: &[String], rows: &[Vec<String>], columns: Option<usi
     out
 }
 
-/// The shortest prefix of each id that no other id starts with (at least `min` characters).
-pub(crate) fn unique_prefixes(ids: &[&str], min: usize) -> Vec<usize> {
-    let mut sorted: Vec<(usize, &str)> = ids.iter().copied().enumerate().collect();
-    sorted.sort_by(|a, b| a.1.cmp(b.1));
-    let mut lengths = vec![0; ids.len()];
-    for (position, (index, id)) in sorted.iter().enumerate() {
-        let shared = |other: Option<&(usize, &str)>| {
-            other.map_or(0, |(_, other)| {
-                id.chars().zip(other.chars()).take_while(|(a, b)| a == b).count()
-            })
-        };
-        let before = if position == 0 { None } else { sorted.get(position - 1) };
-        let need = shared(before).max(shared(sorted.get(position + 1))) + 1;
-        lengths[*index] = need.max(min).min(id.chars().count());
-    }
-    lengths
+/// The shortest prefix of each of `shown` that no other id of `every` starts with (at least `min`
+/// characters). `every` is the whole set a reference is resolved against (every session of the
+/// store, not the rows a filter left), so a printed prefix names the same session when typed
+/// back; an id that is the start of another's is printed whole (it resolves as an exact id).
+pub(crate) fn unique_prefixes(shown: &[&str], every: &[&str], min: usize) -> Vec<usize> {
+    let mut sorted: Vec<&str> = every.iter().chain(shown).copied().collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let shared =
+        |id: &str, other: &str| id.chars().zip(other.chars()).take_while(|(a, b)| a == b).count();
+    shown
+        .iter()
+        .map(|id| {
+            let at = sorted.binary_search(id).unwrap_or_else(|at| at);
+            let before = at.checked_sub(1).and_then(|at| sorted.get(at));
+            let after = sorted.get(at + 1);
+            let need = before
+                .map_or(0, |other| shared(id, other))
+                .max(after.map_or(0, |other| shared(id, other)))
+                + 1;
+            need.max(min).min(id.chars().count())
+        })
+        .collect()
 }
 
 /// The first `chars` characters of `text`.
@@ -404,13 +411,14 @@ pub(crate) struct SessionRow {
 /// activity as relative time, owed count and a preview cut to the terminal.
 pub(crate) fn session_table(
     rows: &[SessionRow],
+    every: &[&str],
     now: Timestamp,
     zone: &TimeZone,
     paint: Paint,
     columns: Option<usize>,
 ) -> String {
     let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
-    let lengths = unique_prefixes(&ids, 4);
+    let lengths = unique_prefixes(&ids, every, 4);
     let header: Vec<String> =
         ["ID", "STATUS", "ACTIVE", "OWED", "LAST"].iter().map(|h| paint.dim(h)).collect();
     let cells: Vec<Vec<String>> = rows
@@ -695,9 +703,14 @@ mod tests {
     #[test]
     fn unique_prefixes_are_the_shortest_that_tell_ids_apart() {
         let ids = ["abc123", "abd999", "zzz", "abc124"];
-        assert_eq!(unique_prefixes(&ids, 1), [6, 3, 1, 6]);
-        assert_eq!(unique_prefixes(&ids, 4), [6, 4, 3, 6]);
-        assert_eq!(unique_prefixes(&["only"], 1), [1]);
+        assert_eq!(unique_prefixes(&ids, &ids, 1), [6, 3, 1, 6]);
+        assert_eq!(unique_prefixes(&ids, &ids, 4), [6, 4, 3, 6]);
+        assert_eq!(unique_prefixes(&["only"], &[], 1), [1]);
+        // Only `demo2` shown, `demo` hidden by a filter: the prefix tells it from the hidden one.
+        assert_eq!(unique_prefixes(&["demo2"], &["demo", "demo2"], 1), [5]);
+        // `demo` is the start of `demo2`: printed whole, it resolves as an exact id.
+        assert_eq!(unique_prefixes(&["demo"], &["demo", "demo2"], 1), [4]);
+        assert_eq!(unique_prefixes(&["abc124"], &ids, 1), [6]);
     }
 
     #[test]

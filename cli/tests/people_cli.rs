@@ -129,6 +129,57 @@ fn a_unique_prefix_names_a_session_and_an_ambiguous_one_lists_the_candidates() {
     store.run(&["session", "show", "gamma"]).fails(1, "`spex session ls --all` lists the sessions");
 }
 
+/// Every id a filtered listing prints names the session of its row when typed back: prefixes are
+/// told apart from every session of the store, and an id that starts another is printed whole.
+#[test]
+fn every_printed_prefix_names_its_own_row_under_every_filter() {
+    let store = Store::new();
+    for id in ["demo", "demo2", "demo21", "dx", "delta"] {
+        store.run(&["session", "new", "--id", id]).ok();
+    }
+    // demo and demo21 ask (a question each), the others stay as created.
+    for id in ["demo", "demo21"] {
+        store.run(&["session", "ask", "--note", "which branch?", "--session", id]).ok();
+    }
+    store.run(&["session", "archive", "dx"]).ok();
+    let filters: [&[&str]; 5] = [
+        &[],
+        &["--all"],
+        &["--status", "asking"],
+        &["--status", "idle"],
+        &["--status", "idle", "--all"],
+    ];
+    let mut checked = 0;
+    for filter in filters {
+        let mut args = vec!["session", "ls"];
+        args.extend_from_slice(filter);
+        let text = store.run(&args).ok();
+        let whole: Vec<String> = store.json(&args)["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["id"].as_str().unwrap().to_owned())
+            .collect();
+        for (line, id) in text.lines().skip(1).zip(&whole) {
+            let printed = line.split_whitespace().next().unwrap();
+            assert!(id.starts_with(printed), "{filter:?}: {printed} is not the start of {id}");
+            let shown = store.json(&["session", "show", printed]);
+            assert_eq!(shown["session"], id.as_str(), "{filter:?}: {printed} names {id}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "rows were listed and checked: {checked}");
+    // Sends through the printed ids of the asking rows reach those sessions.
+    let text = store.run(&["session", "ls", "--status", "asking"]).ok();
+    for line in text.lines().skip(1) {
+        let printed = line.split_whitespace().next().unwrap();
+        store.run(&["session", "send", printed, "main"]).ok();
+    }
+    for (id, owed) in [("demo", 1), ("demo21", 1), ("demo2", 0), ("delta", 0)] {
+        assert_eq!(store.json(&["session", "show", id])["owed"], owed, "{id}");
+    }
+}
+
 #[test]
 fn a_closed_pipe_ends_quietly_with_success() {
     let store = Store::new();

@@ -88,7 +88,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             }
             listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
             listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
-            list(&listed, global, &shown)
+            let every: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
+            list(&listed, &every, global, &shown)
         }
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;
@@ -359,6 +360,7 @@ fn resolve<'a>(found: &'a [Found], reference: &str) -> anyhow::Result<&'a Found>
 
 fn list(
     listed: &[Listed],
+    every: &[&str],
     global: &Global,
     shown: &dyn Fn(&str) -> String,
 ) -> anyhow::Result<Code> {
@@ -405,7 +407,7 @@ fn list(
     let zone = render::zone(false);
     let now = jiff::Timestamp::now();
     let ids: Vec<&str> = listed.iter().map(|entry| entry.id.as_str()).collect();
-    let lengths = render::unique_prefixes(&ids, 4);
+    let lengths = render::unique_prefixes(&ids, every, 4);
     let header: Vec<String> = ["ID", "HARNESS", "STATE", "ACTIVE", "PROJECT", "FIRST MESSAGE"]
         .iter()
         .map(|h| paint.dim(h))

@@ -1059,10 +1059,14 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
             archived: row.archived,
         })
         .collect();
+    // Prefixes are told apart from every session of the store, not only the rows shown.
+    let every = store.session_ids()?;
+    let every: Vec<&str> = every.iter().map(|id| id.as_str()).collect();
     render::out!(
         "{}",
         render::session_table(
             &table,
+            &every,
             jiff::Timestamp::now(),
             &render::zone(false),
             Paint::for_stdout(global.color),

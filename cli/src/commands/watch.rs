@@ -281,8 +281,10 @@ fn live_table(
         if table.is_empty() {
             screen.push_str("no sessions yet\n");
         } else {
+            let every: Vec<&str> = rows.keys().map(String::as_str).collect();
             screen.push_str(&render::session_table(
                 &table,
+                &every,
                 now,
                 &zone,
                 paint,
