@@ -307,18 +307,27 @@ impl ModeArg {
     }
 }
 
-/// The session index of `store`, with the transcript chunk [`spex_index::TRANSCRIPT_CHUNK_ENV`]
-/// sets (if it does).
+/// The session index of `store`, refreshed and healed (a damaged index is moved aside and
+/// rebuilt, an unwritable one answered from memory, each with a warning on stderr), with the
+/// transcript chunk [`spex_index::TRANSCRIPT_CHUNK_ENV`] sets (if it does).
 pub(crate) fn open_index(store: &Store<RealFs>) -> anyhow::Result<spex_index::Index> {
-    let mut index = spex_index::Index::open(store.layout().root())?;
-    if let Ok(text) = std::env::var(spex_index::TRANSCRIPT_CHUNK_ENV) {
-        let bytes = text.parse().map_err(|_| {
+    let chunk = match std::env::var(spex_index::TRANSCRIPT_CHUNK_ENV) {
+        Ok(text) => Some(text.parse::<u64>().map_err(|_| {
             BadInput(format!(
                 "{}={text:?} is not a number of bytes",
                 spex_index::TRANSCRIPT_CHUNK_ENV
             ))
-        })?;
-        index.set_transcript_chunk(bytes);
+        })?),
+        Err(_) => None,
+    };
+    let configure = |index: &mut spex_index::Index| {
+        if let Some(bytes) = chunk {
+            index.set_transcript_chunk(bytes);
+        }
+    };
+    let (index, healed) = spex_index::Index::open_refreshed(store, &configure)?;
+    if let Some(healed) = healed {
+        eprintln!("spex: warning: {healed}");
     }
     Ok(index)
 }

@@ -632,9 +632,10 @@ impl HistoryView {
             Kind::Lifecycle(Lifecycle::Summary { text }) => {
                 (paint.dim("· summary"), Some(shown(text)))
             }
-            Kind::Lifecycle(Lifecycle::Aborted { reason }) => {
-                (paint.color(&format!("· aborted ({})", literal(reason)), AnsiColor::Red), None)
-            }
+            Kind::Lifecycle(Lifecycle::Aborted { reason }) => (
+                paint.color(&format!("· aborted ({})", literal(&shown(reason))), AnsiColor::Red),
+                None,
+            ),
             _ => return String::new(),
         };
         self.entries.entry(event.ts.as_deref(), &heading, text.as_deref())
@@ -663,9 +664,11 @@ pub(crate) fn event_json(
             "cacheRead": cache_read, "cacheWrite": cache_write,
         }),
         Kind::Lifecycle(Lifecycle::Summary { text }) => serde_json::json!({ "text": shown(text) }),
-        Kind::Lifecycle(Lifecycle::Aborted { reason }) => serde_json::json!({ "reason": reason }),
+        Kind::Lifecycle(Lifecycle::Aborted { reason }) => {
+            serde_json::json!({ "reason": shown(reason) })
+        }
         Kind::Lifecycle(_) => serde_json::json!({}),
-        Kind::Unknown { kind } => serde_json::json!({ "raw": kind }),
+        Kind::Unknown { kind } => serde_json::json!({ "raw": shown(kind) }),
     };
     if let (Some(map), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
         map.extend(extra.clone());

@@ -66,7 +66,7 @@ fn history_show_renders_the_conversation_redacted_by_default() {
         "{text}"
     );
     assert!(text.contains("09:01:00Z  agent\n           The total used Math.round"), "{text}");
-    assert!(text.contains("[redacted:anthropic-key]"), "{text}");
+    assert!(text.contains("[redacted:anthropic-api-key]"), "{text}");
     assert!(!text.contains("sk-ant-api03"), "the planted key never shows: {text}");
     assert!(text.contains("Mail the diff to [email]"), "{text}");
     // Explicitly unredacted.
@@ -426,4 +426,68 @@ fn search_lists_sessions_whose_id_matches() {
         serde_json::from_str(&history(&store, &["--json", "search", "ledger"]).ok()).unwrap();
     assert_eq!(document["hits"].as_array().unwrap().len(), 1);
     assert_eq!(document["hits"][0]["kind"], "said");
+}
+
+/// Every shape of the secret corpus, planted in both harnesses' transcripts, never appears on a
+/// CLI surface: search hits (whatever the query pulls into the window, text and JSON), the
+/// listing (titles, states with an abort reason), the conversations.
+#[test]
+fn planted_secrets_never_appear_on_any_cli_surface() {
+    let store = Store::new();
+    let homes = tempfile::tempdir().unwrap();
+    let planted = common::plant_secrets(homes.path());
+    let run = |args: &[&str]| {
+        let output = store
+            .command(args)
+            .env("CLAUDE_CONFIG_DIR", homes.path().join("claude"))
+            .env("CODEX_HOME", homes.path().join("codex"))
+            .env("HOME", store.dir.path())
+            .output()
+            .unwrap();
+        common::Run(output).ok()
+    };
+    store.run(&["session", "new", "--id", "w"]).ok();
+    let mut shown = vec![
+        run(&["--json", "history", "ls"]),
+        run(&["history", "ls"]),
+        run(&["history", "show", "5ec0"]),
+        run(&["--json", "history", "show", "019b"]),
+        run(&["history", "show", "019b"]),
+    ];
+    assert!(shown[0].contains("aborted") || shown[0].contains("waiting"), "{}", shown[0]);
+    let queries = common::secret_queries(&planted);
+    for (n, query) in queries.iter().enumerate() {
+        // JSON for every query; the text form for a share of them.
+        // The query echoed back is the caller's own text, not what the store shows.
+        let mut hits: serde_json::Value =
+            serde_json::from_str(&run(&["--json", "search", "--limit", "100", "--", query]))
+                .unwrap();
+        hits.as_object_mut().unwrap().remove("query");
+        shown.push(hits.to_string());
+        if n % 5 == 0 {
+            shown.push(run(&["search", "--limit", "100", "--", query]));
+        }
+    }
+    let hits = run(&["--json", "search", "step", "--limit", "200"]);
+    assert!(hits.matches("\"snippet\"").count() >= 40, "the planted texts are found: {hits}");
+    for text in &shown {
+        for planted in &planted {
+            if let Some(window) = common::leak(text, &planted.secret) {
+                panic!("{}: {window:?} is shown: {text}", planted.label);
+            }
+        }
+    }
+    // The index itself holds none of it, and is private to its owner.
+    let index = std::fs::read(store.root().join("index.sqlite")).unwrap();
+    let index = String::from_utf8_lossy(&index);
+    for planted in &planted {
+        assert!(
+            common::leak(&index, &planted.secret).is_none(),
+            "{} is in the index",
+            planted.label
+        );
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(store.root().join("index.sqlite")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "index.sqlite is 0600: {mode:o}");
 }

@@ -335,3 +335,146 @@ fn an_idle_watch_does_not_spin() {
     // 100 ticks a second on Linux: 5% of a core over 3 s is 15 ticks.
     assert!(used <= 15, "an idle watch used {used} ticks in {window:?}");
 }
+
+/// A damaged index heals itself on the next command that reads it: garbage, a truncated file, a
+/// zero-length one, a directory or a FIFO in its place. `doctor` reports it first (a warning:
+/// nothing is lost), `ls` and `search` answer with a warning naming where the damaged file went,
+/// and `index rebuild` always works.
+#[test]
+fn a_damaged_index_heals_itself_on_the_next_command() {
+    let store = Store::new();
+    for id in ["alpha", "beta"] {
+        store.run(&["session", "new", "--id", id]).ok();
+        store.run(&["session", "send", id, &format!("deploy the {id} branch")]).ok();
+    }
+    store.run(&["session", "ls"]).ok();
+    let index = store.root().join("index.sqlite");
+    let sound = std::fs::read(&index).unwrap();
+    assert!(sound.len() > 4096, "a real index to damage");
+    let clear = || {
+        for suffix in ["", "-wal", "-shm"] {
+            let path = store.root().join(format!("index.sqlite{suffix}"));
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        for entry in std::fs::read_dir(store.root()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().contains(".damaged-") {
+                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+    };
+    type Damage<'a> = (&'a str, Box<dyn Fn(&std::path::Path)>, bool);
+    let half = sound[..sound.len() / 2].to_vec();
+    let cases: Vec<Damage<'_>> = vec![
+        (
+            "garbage",
+            Box::new(|path| {
+                std::fs::write(
+                    path,
+                    b"this is not a database at all, not one page of it".repeat(200),
+                )
+                .unwrap()
+            }),
+            true,
+        ),
+        ("truncated", Box::new(move |path| std::fs::write(path, &half).unwrap()), true),
+        ("zero-length", Box::new(|path| std::fs::write(path, b"").unwrap()), false),
+        ("directory", Box::new(|path| std::fs::create_dir(path).unwrap()), true),
+        (
+            "fifo",
+            Box::new(|path| {
+                assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success())
+            }),
+            true,
+        ),
+    ];
+    for (name, damage, reported) in &cases {
+        for command in [&["--json", "session", "ls"][..], &["--json", "search", "deploy"][..]] {
+            clear();
+            damage(&index);
+            if *reported {
+                let doctor = store.run(&["doctor"]);
+                assert_eq!(doctor.code(), 0, "{name}: index damage is a warning");
+                assert!(
+                    doctor.stdout().contains("the session index is damaged"),
+                    "{name}: {}",
+                    doctor.stdout()
+                );
+            }
+            let run = store.run(command);
+            let document: serde_json::Value = serde_json::from_str(&run.ok()).unwrap();
+            if command[1] == "session" {
+                assert_eq!(ids(&document).len(), 2, "{name}: {document}");
+            } else {
+                assert_eq!(document["hits"].as_array().unwrap().len(), 2, "{name}: {document}");
+            }
+            if *reported {
+                assert!(run.stderr().contains("moved aside to"), "{name}: {}", run.stderr());
+            }
+            // Healed: the next command is quiet, and the index is a sound file again.
+            let again = store.run(command);
+            assert_eq!(again.stderr(), "", "{name}");
+            assert!(std::fs::symlink_metadata(&index).unwrap().is_file(), "{name}");
+            assert!(store.run(&["doctor"]).stdout().contains("no damage found"), "{name}");
+        }
+        clear();
+        damage(&index);
+        let rebuilt = store.run(&["index", "rebuild"]);
+        rebuilt.ok();
+        assert_eq!(ids(&store.json(&["session", "ls"])).len(), 2, "{name}: rebuilt");
+    }
+}
+
+/// With no space left, or a store mounted read-only, reads still answer: from the logs, through
+/// an index in memory, saying so. Run in a private mount namespace (a small tmpfs).
+#[test]
+fn reads_answer_from_the_logs_when_the_index_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("mnt");
+    std::fs::create_dir(&mount).unwrap();
+    let script = format!(
+        r#"set -e
+mount -t tmpfs -o size=2m tmpfs "{m}"
+export SPEX_ROOT="{m}/store"
+"{spex}" session new --id alpha >/dev/null
+"{spex}" session send alpha "deploy the alpha branch" >/dev/null
+# The disk fills up before the index is ever written.
+dd if=/dev/zero of="{m}/fill" bs=64k 2>/dev/null || true
+echo "== full"
+"{spex}" --json session ls 2>"{m}/../full.err"
+"{spex}" --json search deploy 2>>"{m}/../full.err"
+rm "{m}/fill"
+"{spex}" session ls >/dev/null
+mount -o remount,ro "{m}"
+echo "== ro"
+rm -f "{m}/store/index.sqlite" 2>/dev/null || true
+"{spex}" --json session ls 2>"{m}/../ro.err"
+"{spex}" --json search deploy 2>>"{m}/../ro.err"
+"#,
+        m = mount.display(),
+        spex = common::SPEX
+    );
+    let output = std::process::Command::new("unshare")
+        .args(["--map-root-user", "--mount", "sh", "-c", &script])
+        .env_remove("SPEX_SEED")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    let (full, ro) = stdout.split_once("== ro").unwrap();
+    for (name, part, err) in [("full", full, "full.err"), ("read-only", ro, "ro.err")] {
+        let documents: Vec<serde_json::Value> = part
+            .lines()
+            .filter(|line| line.starts_with('{'))
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(documents.len(), 2, "{name}: {part}");
+        assert_eq!(ids(&documents[0]), ["alpha"], "{name}");
+        assert_eq!(documents[1]["hits"].as_array().unwrap().len(), 1, "{name}: {}", documents[1]);
+        let warned = std::fs::read_to_string(dir.path().join(err)).unwrap();
+        assert!(warned.contains("answering from the logs"), "{name}: {warned}");
+    }
+}

@@ -101,8 +101,11 @@ impl Digest {
     }
 }
 
-/// A title: the first non-blank line of a prompt, at most [`TITLE_BYTES_MAX`] bytes.
+/// A title: the first non-blank line of a prompt, at most [`TITLE_BYTES_MAX`] bytes, cut from the
+/// prompt redacted whole (credentials: a cut inside a key would keep its rest without the prefix
+/// redaction anchors on; local identity is redacted where the title is shown).
 fn title_of(text: &str) -> String {
+    let text = redact(text, &Identity::default());
     let line = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
     let mut end = line.len().min(TITLE_BYTES_MAX);
     while !line.is_char_boundary(end) {

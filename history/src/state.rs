@@ -81,9 +81,11 @@ impl Signals {
                 Kind::Usage { .. }
                 | Kind::Unknown { .. }
                 | Kind::Lifecycle(Lifecycle::Start | Lifecycle::Summary { .. }) => continue,
-                Kind::Lifecycle(Lifecycle::Aborted { reason }) => {
-                    Some(Signal::Aborted { reason: reason.clone() })
-                }
+                // The reason is shown as part of a state (and kept by the index): redacted
+                // whole here, before any surface cuts it.
+                Kind::Lifecycle(Lifecycle::Aborted { reason }) => Some(Signal::Aborted {
+                    reason: crate::redact(reason, &crate::Identity::default()),
+                }),
                 Kind::Lifecycle(Lifecycle::TurnEnd) | Kind::Assistant { .. } => {
                     Some(Signal::Answered)
                 }

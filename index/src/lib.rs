@@ -53,13 +53,14 @@ pub use fold::TRUST_WATERMARK_MUTANT;
 pub use fold::{Folded, Watermark, fold};
 pub use query::{Filter, Hit, Row, SearchFilter, Sort, literal_query};
 pub use refresh::Refreshed;
+pub use schema::Healed;
 pub use transcripts::{
     HISTORY_CONTENT_VERSION, History, Scanned, TRANSCRIPT_CHUNK_BYTES, TRANSCRIPT_CHUNK_ENV,
     Transcript,
 };
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;
@@ -87,9 +88,67 @@ pub enum Error {
     /// A search query with nothing to search for.
     #[error("the search query is empty")]
     EmptyQuery,
+    /// The index file is damaged in a way SQLite does not see (something else in its place).
+    #[error("session index {path}: {reason}", path = path.display())]
+    Damaged {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The index file could not be prepared or moved aside.
+    #[error("session index {path}: {source}", path = path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 impl Error {
+    /// Whether the index file is damaged (not a database, malformed, something else in its
+    /// place): it is derived, so it is moved aside and rebuilt.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Error::Damaged { .. } => true,
+            Error::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+            ),
+            _ => false,
+        }
+    }
+
+    /// Whether the index file cannot be written or opened for writing (a read-only store, a full
+    /// disk, no permission, an I/O error): the answer then comes from an index in memory.
+    pub fn is_unwritable(&self) -> bool {
+        match self {
+            Error::Io { .. } => true,
+            Error::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(
+                    rusqlite::ErrorCode::ReadOnly
+                        | rusqlite::ErrorCode::DiskFull
+                        | rusqlite::ErrorCode::CannotOpen
+                        | rusqlite::ErrorCode::PermissionDenied
+                        | rusqlite::ErrorCode::SystemIoFailure
+                )
+            ),
+            _ => false,
+        }
+    }
+
+    /// The reason alone (without the file's path).
+    pub fn reason(&self) -> String {
+        match self {
+            Error::Damaged { reason, .. } => reason.clone(),
+            Error::Sqlite { source, .. } => source.to_string(),
+            Error::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        }
+    }
+
     /// Whether another process held the index database past the wait.
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Sqlite { source, .. } if matches!(

@@ -115,8 +115,11 @@ struct Upsert<'a> {
 /// The longest preview kept: the first line of a text, cut at a character boundary.
 const PREVIEW_BYTES_MAX: usize = 240;
 
-/// The preview of a text: its first non-blank line, at most [`PREVIEW_BYTES_MAX`] bytes.
+/// The preview of a text: its first non-blank line, at most [`PREVIEW_BYTES_MAX`] bytes, cut
+/// from the text redacted whole (credentials: a cut inside a key would keep its rest).
 fn preview_of(text: &str) -> String {
+    let text = spex_history::redact(text, &spex_history::Identity::default());
+    let text = text.as_str();
     let line = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
     let mut end = line.len().min(PREVIEW_BYTES_MAX);
     while !line.is_char_boundary(end) {
@@ -144,12 +147,15 @@ pub(crate) struct Text<'a> {
 }
 
 /// Indexes one text for search: by word (`content`) and by trigram (`grams`, the same rowid), so
-/// a substring of text without word breaks (CJK, identifiers) is found too.
+/// a substring of text without word breaks (CJK, identifiers) is found too. The index never holds
+/// a credential in the clear: the text is stored redacted (credentials only; local identity is
+/// redacted when a hit is shown), so no snippet window can start inside a key.
 pub(crate) fn insert_content(
     transaction: &rusqlite::Transaction<'_>,
     text: &Text<'_>,
 ) -> rusqlite::Result<()> {
-    let column = |name: &str| (text.column == name).then_some(text.text);
+    let stored = spex_history::redact(text.text, &spex_history::Identity::default());
+    let column = |name: &str| (text.column == name).then_some(stored.as_str());
     let (said, notes, answers) = (column("said"), column("notes"), column("answers"));
     transaction
         .prepare_cached(

@@ -1,7 +1,17 @@
 //! Opening the index: the database, its pragmas and its tables (derived data: tables of
 //! another schema version are recreated, never migrated).
+//!
+//! Derived data heals itself: [`Index::open_refreshed`] moves a damaged index aside (a file that
+//! is not a database, a malformed one, anything but a regular file in its place) and rebuilds it
+//! from the logs; when the index cannot be written at all (a read-only store, a full disk) it
+//! answers from an index in memory, folded from the logs, slower. The file is private to its
+//! owner (0600): it holds what was said, redacted of credentials but not of everything else.
 
-use std::path::Path;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use faultfs::Fs;
+use spex_engine::Store;
 
 use crate::{Error, INDEX_FILE, Index, Result, SCHEMA_VERSION};
 use rusqlite::Connection;
@@ -14,10 +24,153 @@ const HASH_BYTES: u64 = 16 << 20;
 /// How long opening the index waits for other processes to let go of it.
 const BUSY_WAIT_MS: u64 = 30_000;
 
+/// What opening the index had to do besides opening it, for the caller to tell the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Healed {
+    /// The index was damaged: it was moved to `aside` and rebuilt from the logs.
+    Rebuilt {
+        /// Where the damaged file now is.
+        aside: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The index cannot be written: the answer comes from an index in memory, folded from the
+    /// logs (slower; nothing is kept).
+    InMemory {
+        /// Why the file could not be used.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for Healed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Healed::Rebuilt { aside, reason } => write!(
+                f,
+                "the session index was damaged ({reason}); moved aside to {} and rebuilt from the logs",
+                aside.display()
+            ),
+            Healed::InMemory { reason } => write!(
+                f,
+                "the session index cannot be written ({reason}); answering from the logs (slower)"
+            ),
+        }
+    }
+}
+
 impl Index {
-    /// Opens (creating) the index of the store at `root`.
+    /// Opens the index of `store` and brings it up to date, healing it on the way: a damaged
+    /// index is moved aside and rebuilt (once), an unwritable one is replaced by one in memory.
+    /// `configure` is applied to every index opened; what was healed is returned beside it.
+    pub fn open_refreshed<F: Fs>(
+        store: &Store<F>,
+        configure: &dyn Fn(&mut Index),
+    ) -> Result<(Index, Option<Healed>)> {
+        let root = store.layout().root();
+        let attempt = |index: Result<Index>| {
+            index.and_then(|mut index| {
+                configure(&mut index);
+                index.refresh(store)?;
+                Ok(index)
+            })
+        };
+        let mut healed = None;
+        for _ in 0..2 {
+            match attempt(Index::open(root)) {
+                Ok(index) => return Ok((index, healed)),
+                Err(error) if error.is_damage() && healed.is_none() => match Index::set_aside(root)
+                {
+                    Ok(aside) => healed = Some(Healed::Rebuilt { aside, reason: error.reason() }),
+                    Err(cannot) => {
+                        let index = attempt(Index::in_memory(root))?;
+                        let reason = format!(
+                            "{}, and it cannot be moved aside: {}",
+                            error.reason(),
+                            cannot.reason()
+                        );
+                        return Ok((index, Some(Healed::InMemory { reason })));
+                    }
+                },
+                Err(error) if error.is_unwritable() || error.is_damage() => {
+                    let index = attempt(Index::in_memory(root))?;
+                    return Ok((index, Some(Healed::InMemory { reason: error.reason() })));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(Error::Damaged {
+            path: root.join(INDEX_FILE),
+            reason: "damaged again after a rebuild".to_owned(),
+        })
+    }
+
+    /// Moves the index of the store at `root` (and its write-ahead log) aside, to
+    /// `index.sqlite.damaged-<unix seconds>`; returns where it went.
+    pub fn set_aside(root: &Path) -> Result<PathBuf> {
+        let path = root.join(INDEX_FILE);
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let aside = root.join(format!("{INDEX_FILE}.damaged-{seconds}"));
+        let io = |source| Error::Io { path: path.clone(), source };
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the index is SQLite's file, not the engine's"
+        )]
+        {
+            std::fs::rename(&path, &aside).map_err(io)?;
+            for suffix in ["-wal", "-shm"] {
+                let side = root.join(format!("{INDEX_FILE}{suffix}"));
+                let _ = std::fs::rename(
+                    &side,
+                    root.join(format!("{INDEX_FILE}.damaged-{seconds}{suffix}")),
+                );
+            }
+        }
+        Ok(aside)
+    }
+
+    /// What is wrong with the index file of the store at `root`, read-only (for `doctor`): `None`
+    /// when there is none or it is sound, else the reason (something else in its place, not a
+    /// database, a page that fails SQLite's `quick_check`).
+    pub fn inspect(root: &Path) -> Option<String> {
+        let path = root.join(INDEX_FILE);
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the index is SQLite's file, not the engine's"
+        )]
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.file_type().is_file() {
+            return Some(format!("{} in place of the database file", kind_of(&meta.file_type())));
+        }
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let checked = Connection::open_with_flags(&path, flags).and_then(|connection| {
+            connection.pragma_query_value(None, "quick_check", |row| row.get::<_, String>(0))
+        });
+        match checked {
+            Ok(verdict) if verdict == "ok" => None,
+            Ok(verdict) => Some(verdict),
+            Err(error) => Some(error.to_string()),
+        }
+    }
+
+    /// An index in memory (nothing kept), for a store whose index file cannot be written.
+    pub fn in_memory(root: &Path) -> Result<Index> {
+        let path = root.join(INDEX_FILE);
+        let connection = Connection::open_in_memory()
+            .map_err(|source| Error::Sqlite { path: path.clone(), source })?;
+        let index = Index { path, connection, transcript_chunk: crate::TRANSCRIPT_CHUNK_BYTES };
+        index.ensure_schema()?;
+        Ok(index)
+    }
+
+    /// Opens (creating, private to its owner) the index of the store at `root`. Anything but a
+    /// regular file in its place is damage, refused without opening it (a FIFO would block).
     pub fn open(root: &Path) -> Result<Index> {
         let path = root.join(INDEX_FILE);
+        prepare_file(&path)?;
         let sqlite = |source| Error::Sqlite { path: path.clone(), source };
         let connection = Connection::open(&path).map_err(sqlite)?;
         connection.busy_timeout(std::time::Duration::from_millis(BUSY_WAIT_MS)).map_err(sqlite)?;
@@ -49,6 +202,16 @@ impl Index {
         };
         index.ensure_schema()?;
         Ok(index)
+    }
+
+    /// Checks the database file: `PRAGMA quick_check` (every page read once). `None` when it is
+    /// sound, else SQLite's first complaint.
+    pub fn check(&self) -> Result<Option<String>> {
+        let verdict: String = self
+            .connection
+            .pragma_query_value(None, "quick_check", |row| row.get(0))
+            .map_err(|e| self.sqlite(e))?;
+        Ok((verdict != "ok").then_some(verdict))
     }
 
     pub(crate) fn sqlite(&self, source: rusqlite::Error) -> Error {
@@ -118,5 +281,63 @@ impl Index {
                  COMMIT;"
             ))
             .map_err(|e| self.sqlite(e))
+    }
+}
+
+/// Makes sure the index file at `path` is a regular file private to its owner: created 0600 when
+/// missing (without following a link), tightened when an older one was readable by others.
+/// Anything else in its place is [`Error::Damaged`].
+#[allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "the index is SQLite's file, not the engine's"
+)]
+fn prepare_file(path: &Path) -> Result<()> {
+    let io = |source| Error::Io { path: path.to_owned(), source };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_file() => {
+            if meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io)?;
+            }
+            Ok(())
+        }
+        Ok(meta) => Err(Error::Damaged {
+            path: path.to_owned(),
+            reason: format!("{} in place of the database file", kind_of(&meta.file_type())),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(path)
+            {
+                Ok(_) => Ok(()),
+                // Another process created it first.
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(error) => Err(io(error)),
+            }
+        }
+        Err(error) => Err(io(error)),
+    }
+}
+
+/// What a file type is, in words.
+fn kind_of(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "a special file"
     }
 }

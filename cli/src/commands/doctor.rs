@@ -35,6 +35,18 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     let id = args.id.as_deref().map(|text| resolve(&store, text)).transpose()?;
     let found = store.doctor(id.as_ref())?;
     let damaged = found.iter().any(|damage| !damage.is_warning());
+    // The session index is derived: its damage loses nothing, and the next command that reads it
+    // moves it aside and rebuilds it. A warning, then.
+    let index = if id.is_none() {
+        spex_index::Index::inspect(store.layout().root()).map(|reason| {
+            let path = store.layout().root().join(spex_index::INDEX_FILE);
+            let what = format!("{}: the session index is damaged: {reason}", path.display());
+            let repair = "none needed: the next command that reads the index moves it aside and rebuilds it from the logs (`spex index rebuild` does it now)";
+            (path, what, repair)
+        })
+    } else {
+        None
+    };
     if global.json {
         let items: Vec<serde_json::Value> = found
             .iter()
@@ -47,9 +59,12 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                     "repair": damage.repair(),
                 })
             })
+            .chain(index.iter().map(|(path, what, repair)| {
+                json!({ "path": path, "offset": null, "severity": "warning", "what": what, "repair": repair })
+            }))
             .collect();
         print_json(json!({ "damaged": damaged, "found": items }))?;
-    } else if found.is_empty() {
+    } else if found.is_empty() && index.is_none() {
         outln!("no damage found")?;
     } else {
         for damage in &found {
@@ -57,8 +72,13 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             outln!("{severity}: {damage}")?;
             outln!("  repair: {}", damage.repair())?;
         }
+        if let Some((_, what, repair)) = &index {
+            outln!("warning: {what}")?;
+            outln!("  repair: {repair}")?;
+        }
         let count = found.iter().filter(|damage| !damage.is_warning()).count();
-        outln!("{count} damaged, {} warnings", found.len() - count)?;
+        let warnings = found.len() - count + usize::from(index.is_some());
+        outln!("{count} damaged, {warnings} warnings")?;
     }
     Ok(if damaged { Code::Corrupt } else { Code::Ok })
 }

@@ -43,8 +43,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             )
         })?,
     };
-    let mut index = crate::args::open_index(&store)?;
-    let refreshed = match args.command {
+    let (mut index, refreshed) = match args.command {
         Command::Refresh | Command::Rebuild => {
             let bar = crate::render::progress_bar("sessions folded");
             let mut progress = |done: u64, total: u64| {
@@ -53,18 +52,40 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                     bar.set_position(done);
                 }
             };
-            let refreshed = if matches!(args.command, Command::Rebuild) {
-                index.rebuild_with(&store, &mut progress)
-            } else {
-                index.refresh_with(&store, &mut progress)
+            let rebuild = matches!(args.command, Command::Rebuild);
+            let mut fold = |index: &mut spex_index::Index| {
+                if rebuild {
+                    index.rebuild_with(&store, &mut progress)
+                } else {
+                    index.refresh_with(&store, &mut progress)
+                }
+            };
+            // A damaged index is moved aside and built again: a rebuild always works.
+            let root = store.layout().root();
+            let mut attempt = || -> Result<_, spex_index::Error> {
+                let mut index = spex_index::Index::open(root)?;
+                let refreshed = fold(&mut index)?;
+                Ok((index, refreshed))
+            };
+            let done = match attempt() {
+                Err(error) if error.is_damage() => {
+                    let aside = spex_index::Index::set_aside(root)?;
+                    eprintln!(
+                        "spex: warning: the session index was damaged ({}); moved aside to {} and rebuilt from the logs",
+                        error.reason(),
+                        aside.display()
+                    );
+                    attempt()
+                }
+                other => other,
             };
             if let Some(bar) = &bar {
                 bar.finish_and_clear();
             }
-            refreshed?
+            done?
         }
         Command::Dump => {
-            index.refresh(&store)?;
+            let mut index = crate::args::open_index(&store)?;
             index.scan_history(&spex_history::discover(&crate::args::history_roots(
                 global,
                 &[],

@@ -59,7 +59,6 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Some(store) => {
             let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
             let mut index = crate::args::open_index(&store)?;
-            index.refresh(&store)?;
             // The harness transcripts too, so an agent's answers are found (not for a search of
             // spex's own timelines only).
             if args.harness.as_deref() != Some("spex") {

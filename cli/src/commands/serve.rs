@@ -454,9 +454,11 @@ fn index_error(error: &spex_index::Error) -> Reply {
 
 /// The index of `store`, refreshed.
 fn fresh_index(store: &Store<RealFs>) -> Result<spex_index::Index, Reply> {
-    let mut index =
-        spex_index::Index::open(store.layout().root()).map_err(|error| index_error(&error))?;
-    index.refresh(store).map_err(|error| index_error(&error))?;
+    let (index, healed) =
+        spex_index::Index::open_refreshed(store, &|_| {}).map_err(|error| index_error(&error))?;
+    if let Some(healed) = healed {
+        eprintln!("spex serve: warning: {healed}");
+    }
     Ok(index)
 }
 

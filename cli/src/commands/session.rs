@@ -999,8 +999,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         }
         return Ok(Code::Ok);
     };
-    let mut index = crate::args::open_index(&store)?;
-    index.refresh(&store)?;
+    let index = crate::args::open_index(&store)?;
     let filter = spex_index::Filter {
         sort: match args.sort {
             SortArg::Activity => spex_index::Sort::Activity,

@@ -155,3 +155,109 @@ pub(crate) fn agent_bin(name: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// One secret planted in a transcript: its shape's label and the part no surface may show.
+#[derive(Clone, Debug)]
+pub(crate) struct Planted {
+    pub(crate) label: String,
+    pub(crate) secret: String,
+}
+
+/// Writes a Claude Code and a Codex transcript under `dir` (`claude/`, `codex/`) in which every
+/// shape of the shared secret corpus (`history/tests/data/secrets.tsv`) is said by the person and
+/// repeated by the agent; the first prompt (the title) and a Codex abort reason hold secrets too.
+/// Returns the planted secrets.
+pub(crate) fn plant_secrets(dir: &Path) -> Vec<Planted> {
+    let corpus = include_str!("../../../history/tests/data/secrets.tsv");
+    let rows: Vec<(String, String, String)> = corpus
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let unescape = |text: &str| text.replace("\\n", "\n");
+            (fields[0].to_owned(), unescape(fields[1]), unescape(fields[2]))
+        })
+        .collect();
+    let claude_id = "5ec0e7a1-0000-4000-8000-00000000c1a0";
+    let codex_id = "019b5ec0-0000-7000-8000-00000000c0de";
+    let projects = dir.join("claude/projects/-work-shop");
+    std::fs::create_dir_all(&projects).expect("the Claude Code projects directory");
+    let mut claude = String::new();
+    let line = |kind: &str, n: usize, content: serde_json::Value| {
+        serde_json::json!({
+            "type": kind, "sessionId": claude_id, "cwd": "/work/shop", "version": "2.1.0",
+            "uuid": format!("u{n}"), "timestamp": format!("2026-11-30T09:{:02}:{:02}.000Z", n / 60, n % 60),
+            "message": { "role": kind, "content": content },
+        })
+        .to_string()
+            + "\n"
+    };
+    for (n, (label, text, _)) in rows.iter().enumerate() {
+        claude += &line("user", 2 * n, serde_json::json!(format!("{text}\nstep {label}: use it")));
+        let answer =
+            serde_json::json!([{ "type": "text", "text": format!("I used {text} for {label}.") }]);
+        claude += &line("assistant", 2 * n + 1, answer);
+    }
+    std::fs::write(projects.join(format!("{claude_id}.jsonl")), claude).expect("the Claude Code transcript");
+    let sessions = dir.join("codex/sessions/2026/11/30");
+    std::fs::create_dir_all(&sessions).expect("the Codex sessions directory");
+    let ts = |n: usize| format!("2026-11-30T10:{:02}:{:02}.000Z", n / 60, n % 60);
+    let mut codex = serde_json::json!({
+        "timestamp": ts(0), "type": "session_meta",
+        "payload": { "id": codex_id, "timestamp": ts(0), "cwd": "/work/api", "cli_version": "0.60.0" },
+    })
+    .to_string()
+        + "\n";
+    for (n, (label, text, _)) in rows.iter().enumerate() {
+        let said = format!("{text}\nstep {label}: use it");
+        let answered = format!("I used {text} for {label}.");
+        for (role, kind, body) in
+            [("user", "input_text", &said), ("assistant", "output_text", &answered)]
+        {
+            codex += &(serde_json::json!({
+                "timestamp": ts(2 * n + 1), "type": "response_item",
+                "payload": { "type": "message", "role": role, "content": [{ "type": kind, "text": body }] },
+            })
+            .to_string()
+                + "\n");
+        }
+    }
+    let (_, last_text, _) = rows.last().expect("a corpus");
+    codex += &(serde_json::json!({
+        "timestamp": ts(200), "type": "event_msg",
+        "payload": { "type": "turn_aborted", "reason": format!("stopped: {last_text}") },
+    })
+    .to_string()
+        + "\n");
+    std::fs::write(sessions.join(format!("rollout-2026-11-30T10-00-00-{codex_id}.jsonl")), codex)
+        .expect("the Codex transcript");
+    rows.into_iter().map(|(label, _, secret)| Planted { label, secret }).collect()
+}
+
+/// The first run of 8 characters of `secret` that `shown` holds, if any (a secret shown even in
+/// part is a leak).
+pub(crate) fn leak<'a>(shown: &str, secret: &'a str) -> Option<&'a str> {
+    let chars: Vec<(usize, char)> = secret.char_indices().collect();
+    (0..chars.len().saturating_sub(7)).find_map(|at| {
+        let end = chars.get(at + 8).map_or(secret.len(), |(end, _)| *end);
+        let window = &secret[chars[at].0..end];
+        shown.contains(window).then_some(window)
+    })
+}
+
+/// Queries that would pull a secret into a snippet window: 8 characters of it at a few offsets,
+/// and the provider prefixes people search for.
+pub(crate) fn secret_queries(planted: &[Planted]) -> Vec<String> {
+    let mut queries: Vec<String> =
+        ["sk-ant", "api03", "ghp_", "github_pat", "AKIA", "xoxb", "BEGIN", "password", "token"]
+            .iter()
+            .map(|q| (*q).to_owned())
+            .collect();
+    for planted in planted {
+        let chars: Vec<char> = planted.secret.chars().filter(|c| !c.is_whitespace()).collect();
+        for at in [0, chars.len() / 3, chars.len().saturating_sub(8)] {
+            queries.push(chars[at..(at + 8).min(chars.len())].iter().collect());
+        }
+    }
+    queries
+}
