@@ -651,3 +651,67 @@ fn conversations_page_back_and_stream_one_session() {
     assert_eq!(drained["owed"].as_array().unwrap().len(), 0, "{drained}");
     assert_eq!(server.get("/api/sessions/p/events?after=nope").0, 400);
 }
+
+/// Every shape of the secret corpus, planted in both harnesses' transcripts, never appears in an
+/// HTTP answer: the history listing, each conversation, search hits for queries that pull a
+/// secret into the snippet window, and the event stream's reset.
+#[test]
+fn planted_secrets_never_appear_in_any_http_answer() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    let homes = tempfile::tempdir().unwrap();
+    let planted = common::plant_secrets(homes.path());
+    std::fs::write(
+        store.root().join("history-sources"),
+        format!(
+            "codex={}\nclaude={}\n",
+            homes.path().join("codex").display(),
+            homes.path().join("claude").display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&store);
+    let mut answers = Vec::new();
+    let (status, listed) = server.get("/api/history");
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["history"].as_array().unwrap().len(), 2, "{listed}");
+    answers.push(listed);
+    for path in [
+        "/api/history/claude/5ec0e7a1-0000-4000-8000-00000000c1a0?limit=500",
+        "/api/history/codex/019b5ec0-0000-7000-8000-00000000c0de?limit=500",
+    ] {
+        let (status, page) = server.get(path);
+        assert_eq!(status, 200, "{page}");
+        assert!(page["events"].as_array().unwrap().len() >= 100, "{page}");
+        answers.push(page);
+    }
+    let mut found = 0;
+    for query in common::secret_queries(&planted) {
+        let encoded: String = form_urlencoded::byte_serialize(query.as_bytes()).collect();
+        let (status, mut hits) = server.get(&format!("/api/search?q={encoded}&limit=100"));
+        assert_eq!(status, 200, "{query}: {hits}");
+        found += hits["hits"].as_array().unwrap().len();
+        // The query echoed back is the caller's own text.
+        hits.as_object_mut().unwrap().remove("query");
+        answers.push(hits);
+    }
+    assert!(found > 0, "the provider prefixes find the redacted texts");
+    let response = server
+        .agent
+        .get(format!("{}/api/watch", server.url))
+        .header("Authorization", server.bearer())
+        .call()
+        .unwrap();
+    let mut reader = BufReader::new(response.into_body().into_reader());
+    let reset = next_data(&mut reader);
+    assert_eq!(reset["type"], "reset");
+    answers.push(reset);
+    for answer in &answers {
+        let text = answer.to_string();
+        for planted in &planted {
+            if let Some(window) = common::leak(&text, &planted.secret) {
+                panic!("{}: {window:?} is in an answer: {text}", planted.label);
+            }
+        }
+    }
+}
