@@ -346,7 +346,7 @@ pub(crate) fn history_roots(
     let mut roots = spex_history::Root::defaults(&env);
     let store = global.root()?.path;
     let file = store.join(HISTORY_SOURCES_FILE);
-    match std::fs::read_to_string(&file) {
+    match read_sources(&file) {
         Ok(text) => {
             for (number, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
@@ -363,10 +363,40 @@ pub(crate) fn history_roots(
             }
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        // Not a file of roots at all (a FIFO, a device, something huge): the other roots still
+        // answer.
+        Err(error)
+            if matches!(
+                error.kind(),
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+            ) =>
+        {
+            eprintln!("spex: warning: {} is ignored: {error}", file.display());
+        }
         Err(error) => return Err(error).with_context(|| format!("cannot read {}", file.display())),
     }
     roots.extend(extra.iter().cloned());
     Ok(roots)
+}
+
+/// The longest [`HISTORY_SOURCES_FILE`] read (a few roots a line each; more is not a list of
+/// roots).
+const HISTORY_SOURCES_BYTES_MAX: u64 = 64 << 10;
+
+/// The text of the history-sources file: a regular file (never waited on when it is a FIFO),
+/// at most [`HISTORY_SOURCES_BYTES_MAX`] bytes.
+fn read_sources(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let file = spex_history::open_regular(path)?;
+    let mut text = String::new();
+    file.take(HISTORY_SOURCES_BYTES_MAX + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > HISTORY_SOURCES_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {HISTORY_SOURCES_BYTES_MAX} bytes: not a list of roots"),
+        ));
+    }
+    Ok(text)
 }
 
 /// A harness by name (`claude` or `codex`).

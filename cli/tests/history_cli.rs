@@ -491,3 +491,69 @@ fn planted_secrets_never_appear_on_any_cli_surface() {
     let mode = std::fs::metadata(store.root().join("index.sqlite")).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "index.sqlite is 0600: {mode:o}");
 }
+
+/// A FIFO, or a link to an endless device, as the history-sources file or as a transcript
+/// blocks nothing: each is ignored with a warning, and the other roots still answer.
+#[test]
+fn special_files_among_the_history_sources_block_nothing() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    let sources = store.root().join("history-sources");
+    let limit = std::time::Duration::from_secs(20);
+    let projects = tempfile::tempdir().unwrap();
+    let fifo_transcript =
+        projects.path().join("projects/-x/5ec0e7a1-0000-4000-8000-00000000f1f0.jsonl");
+    std::fs::create_dir_all(fifo_transcript.parent().unwrap()).unwrap();
+    common::mkfifo(&fifo_transcript);
+    for (name, make) in [
+        (
+            "fifo",
+            Box::new(|path: &std::path::Path| common::mkfifo(path))
+                as Box<dyn Fn(&std::path::Path)>,
+        ),
+        (
+            "endless",
+            Box::new(|path: &std::path::Path| {
+                std::os::unix::fs::symlink("/dev/zero", path).unwrap()
+            }),
+        ),
+        (
+            "fifo transcript",
+            Box::new(|path: &std::path::Path| {
+                std::fs::write(path, format!("claude={}\n", projects.path().display())).unwrap();
+            }),
+        ),
+    ] {
+        let _ = std::fs::remove_file(&sources);
+        make(&sources);
+        for args in [
+            &["--json", "history", "ls"][..],
+            &["index", "refresh"][..],
+            &["--json", "search", "anything"][..],
+        ] {
+            let mut command = store.command(args);
+            command
+                .env("CLAUDE_CONFIG_DIR", fixtures().join("claude"))
+                .env("CODEX_HOME", fixtures().join("codex"))
+                .env("HOME", store.dir.path());
+            let run =
+                common::run_within(command, limit, &format!("{name}: spex {}", args.join(" ")));
+            run.ok();
+            if name != "fifo transcript" {
+                assert!(
+                    run.stderr().contains("history-sources is ignored"),
+                    "{name}: {}",
+                    run.stderr()
+                );
+            }
+        }
+        // The fixtures' sessions are still listed.
+        let mut command = store.command(&["--json", "history", "ls"]);
+        command
+            .env("CLAUDE_CONFIG_DIR", fixtures().join("claude"))
+            .env("CODEX_HOME", fixtures().join("codex"));
+        let listed: serde_json::Value =
+            serde_json::from_str(&common::run_within(command, limit, name).ok()).unwrap();
+        assert!(listed["sessions"].as_array().unwrap().len() >= 2, "{name}: {listed}");
+    }
+}

@@ -306,3 +306,47 @@ fn terminal_escapes_in_messages_and_notes_are_printed_as_literal_characters() {
     // The machine-readable output keeps the exact text.
     assert_eq!(store.events("esc")[0]["text"], hostile);
 }
+
+/// A FIFO (or a directory) where a session's record, queue or lock belongs blocks no command:
+/// it is refused at once as damage of that one session, the others answer as usual, and a lock
+/// wait ends within `SPEX_LOCK_WAIT_MS`.
+#[test]
+fn special_files_in_a_sessions_place_block_nothing() {
+    let limit = Duration::from_secs(20);
+    for place in ["session.json", "pending.json", "lock"] {
+        let store = Store::new();
+        for id in ["good", "odd"] {
+            store.run(&["session", "new", "--id", id]).ok();
+            store.run(&["session", "send", id, "hello"]).ok();
+        }
+        let path = match place {
+            "lock" => store.root().join(".session-locks/odd.lock"),
+            name => store.root().join(format!("sessions/odd/{name}")),
+        };
+        let _ = std::fs::remove_file(&path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        common::mkfifo(&path);
+        let run = |args: &[&str]| {
+            let mut command = store.command(args);
+            command.env("SPEX_LOCK_WAIT_MS", "500");
+            common::run_within(command, limit, &format!("{place}: spex {}", args.join(" ")))
+        };
+        // The listing answers, the good session in it.
+        let listed: serde_json::Value =
+            serde_json::from_str(&run(&["--json", "session", "ls", "--all"]).ok()).unwrap();
+        let good = listed["sessions"].as_array().unwrap().iter().any(|row| row["id"] == "good");
+        assert!(good, "{place}: {listed}");
+        // doctor names the odd one.
+        let doctor = run(&["doctor"]);
+        assert_eq!(doctor.code(), 4, "{place}: {}", doctor.stdout());
+        assert!(doctor.stdout().contains("odd"), "{place}: {}", doctor.stdout());
+        // The good session takes sends and drains; the odd one refuses at once.
+        run(&["session", "send", "good", "still here"]).ok();
+        run(&["session", "drain", "good", "--adapter", "exec:cat >/dev/null"]).ok();
+        let refused = run(&["session", "send", "odd", "hello?"]);
+        assert_ne!(refused.code(), 0, "{place}");
+        let repaired = run(&["session", "repair", "odd"]);
+        assert_ne!(repaired.code(), 0, "{place}: {}", repaired.stdout());
+        run(&["search", "hello"]).ok();
+    }
+}

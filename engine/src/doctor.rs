@@ -70,13 +70,42 @@ impl<F: Fs> Store<F> {
                 kind: DamageKind::Corrupt { reason: reason.to_string() },
             });
         }
-        found.extend(timeline::scan(&self.fs, &self.layout, id)?);
-        if let Some(reason) = self.queue_file(id)?.damage {
-            found.push(Damage {
-                path: self.layout.queue(id),
-                offset: 0,
-                kind: DamageKind::DamagedQueue { reason },
-            });
+        // A file that cannot be read at all (a special file in its place) is damage of this
+        // session, reported, never a failure of the whole scan.
+        let corrupt = |path, offset, reason: crate::error::CorruptReason| Damage {
+            path,
+            offset,
+            kind: DamageKind::Corrupt { reason: reason.to_string() },
+        };
+        match timeline::scan(&self.fs, &self.layout, id) {
+            Ok(damage) => found.extend(damage),
+            Err(Error::Corrupt { path, offset, reason }) => {
+                found.push(corrupt(path, offset, reason))
+            }
+            Err(error) => return Err(error),
+        }
+        match self.queue_file(id) {
+            Ok(file) => {
+                if let Some(reason) = file.damage {
+                    found.push(Damage {
+                        path: self.layout.queue(id),
+                        offset: 0,
+                        kind: DamageKind::DamagedQueue { reason },
+                    });
+                }
+            }
+            Err(Error::Corrupt { path, offset, reason }) => {
+                found.push(corrupt(path, offset, reason))
+            }
+            Err(error) => return Err(error),
+        }
+        // A lock is an empty regular file; anything else in its place blocks every writer.
+        for lock in [self.layout.session_lock(id), self.layout.delivery_lock(id)] {
+            if let Err(Error::Corrupt { path, offset, reason }) =
+                crate::layout::expect_kind(&self.fs, &lock, faultfs::FileKind::File)
+            {
+                found.push(corrupt(path, offset, reason));
+            }
         }
         for tmp in
             [self.layout.record_tmp(id), self.layout.queue_tmp(id), self.layout.adapter_tmp(id)]

@@ -45,15 +45,24 @@ impl Fs for RealFs {
 
     fn open(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<RealFile> {
         // O_NOFOLLOW: a symbolic link in a file's place is refused (ELOOP), never followed.
+        // O_NONBLOCK: a FIFO or a device in a file's place opens at once (or fails) instead of
+        // waiting for a peer; it is then refused below, never read. On a regular file the flag
+        // changes nothing. A file created is private to its owner (0600).
+        let on_error = || context(OpKind::Open, path, Some(boundary));
         let file = fs::OpenOptions::new()
-            .custom_flags(libc_nofollow())
+            .custom_flags(open_flags())
+            .mode(FILE_MODE)
             .read(options.read)
             .write(options.write || options.create || options.create_new || options.truncate)
             .create(options.create)
             .create_new(options.create_new)
             .truncate(options.truncate)
             .open(path)
-            .map_err(context(OpKind::Open, path, Some(boundary)))?;
+            .map_err(on_error())?;
+        let kind = kind_of(&file.metadata().map_err(on_error())?.file_type());
+        if kind != FileKind::File {
+            return Err(on_error()(not_a_file(kind)));
+        }
         Ok(RealFile { file, path: path.to_path_buf() })
     }
 
@@ -70,7 +79,12 @@ impl Fs for RealFs {
     }
 
     fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        fs::create_dir(path).map_err(context(OpKind::CreateDir, path, Some(boundary)))
+        use std::os::unix::fs::DirBuilderExt as _;
+        fs::DirBuilder::new().mode(DIR_MODE).create(path).map_err(context(
+            OpKind::CreateDir,
+            path,
+            Some(boundary),
+        ))
     }
 
     fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
@@ -79,7 +93,12 @@ impl Fs for RealFs {
 
     fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
         let on_error = || context(OpKind::SyncDir, path, Some(boundary));
-        let dir = fs::File::open(path).map_err(on_error())?;
+        // O_DIRECTORY: anything else in the directory's place fails at once (a FIFO would block).
+        let dir = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(open_flags() | directory_flag())
+            .open(path)
+            .map_err(on_error())?;
         dir.sync_all().map_err(on_error())
     }
 
@@ -126,9 +145,31 @@ impl Fs for RealFs {
     }
 }
 
-/// `O_NOFOLLOW`.
-fn libc_nofollow() -> i32 {
-    i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0)
+/// The mode of every file the store creates: private to its owner.
+const FILE_MODE: u32 = 0o600;
+
+/// The mode of every directory the store creates: private to its owner.
+const DIR_MODE: u32 = 0o700;
+
+/// `O_NOFOLLOW | O_NONBLOCK`.
+fn open_flags() -> i32 {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    i32::try_from(flags.bits()).unwrap_or(0)
+}
+
+/// `O_DIRECTORY`.
+fn directory_flag() -> i32 {
+    i32::try_from(rustix::fs::OFlags::DIRECTORY.bits()).unwrap_or(0)
+}
+
+/// The error of an open that found something other than a regular file.
+fn not_a_file(kind: FileKind) -> io::Error {
+    let what = match kind {
+        FileKind::Dir => "a directory",
+        FileKind::Symlink => "a symbolic link",
+        FileKind::File | FileKind::Other => "a special file (a FIFO, a socket or a device)",
+    };
+    io::Error::new(io::ErrorKind::InvalidInput, format!("{what} where a regular file belongs"))
 }
 
 /// The kind of an entry, its links not followed.

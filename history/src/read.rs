@@ -10,6 +10,24 @@ use crate::Error;
 use crate::event::{Event, Harness, Kind};
 use crate::parse::{Meta, Parser};
 
+/// Opens `path` for reading if it is a regular file (a link to one is followed: transcript
+/// roots are often links). Anything else (a FIFO, a device, a socket, a directory) is refused
+/// at once: the open does not wait for a peer (`O_NONBLOCK`, which changes nothing for a regular
+/// file), and the type is checked on the open file.
+#[allow(clippy::disallowed_types, reason = "transcripts are the harnesses' files, not the store's")]
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let nonblock = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nonblock).open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, a device, a socket or a directory): refused, not read",
+        ));
+    }
+    Ok(file)
+}
+
 /// The longest transcript line parsed (a longer one is skipped and counted).
 pub const LINE_BYTES_MAX: usize = 16 << 20;
 
@@ -51,7 +69,7 @@ pub fn read_chunk(
     budget: u64,
 ) -> Result<Read, Error> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut file = open_regular(path).map_err(io)?;
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
     let mut reader = BufReader::with_capacity(64 << 10, file);
     let mut read = Read { offset, lines: lines_before, ..Read::default() };

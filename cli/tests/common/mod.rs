@@ -198,7 +198,8 @@ pub(crate) fn plant_secrets(dir: &Path) -> Vec<Planted> {
             serde_json::json!([{ "type": "text", "text": format!("I used {text} for {label}.") }]);
         claude += &line("assistant", 2 * n + 1, answer);
     }
-    std::fs::write(projects.join(format!("{claude_id}.jsonl")), claude).expect("the Claude Code transcript");
+    std::fs::write(projects.join(format!("{claude_id}.jsonl")), claude)
+        .expect("the Claude Code transcript");
     let sessions = dir.join("codex/sessions/2026/11/30");
     std::fs::create_dir_all(&sessions).expect("the Codex sessions directory");
     let ts = |n: usize| format!("2026-11-30T10:{:02}:{:02}.000Z", n / 60, n % 60);
@@ -260,4 +261,31 @@ pub(crate) fn secret_queries(planted: &[Planted]) -> Vec<String> {
         }
     }
     queries
+}
+
+/// Runs `command` to completion, or kills it after `limit` and panics naming `what` (a command
+/// that blocks is the failure under test).
+pub(crate) fn run_within(mut command: Command, limit: std::time::Duration, what: &str) -> Run {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().expect("the command can be waited for").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Run(child.wait_with_output().expect("the command's output"))
+}
+
+/// Makes a FIFO at `path` (with `mkfifo`).
+pub(crate) fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", path.display());
 }
