@@ -715,3 +715,21 @@ fn planted_secrets_never_appear_in_any_http_answer() {
         }
     }
 }
+
+/// A name in `sessions/` that is not UTF-8 fails no answer of the server.
+#[test]
+fn a_name_that_is_not_utf8_fails_no_answer() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "good"]).ok();
+    store.run(&["session", "send", "good", "hello there"]).ok();
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    std::fs::create_dir(store.root().join("sessions").join(odd)).unwrap();
+    let server = Server::start(&store);
+    let (status, listed) = server.get("/api/sessions");
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1, "{listed}");
+    let (status, hits) = server.get("/api/search?q=hello");
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 1, "{hits}");
+}

@@ -350,3 +350,44 @@ fn special_files_in_a_sessions_place_block_nothing() {
         run(&["search", "hello"]).ok();
     }
 }
+
+/// Names in `sessions/` that are no session id (not UTF-8, 255 bytes long, characters an id
+/// never has) are damage rows `doctor` names by their bytes, never a failure of the listing,
+/// search, a send or a repair.
+#[test]
+fn names_that_are_not_ids_fail_nothing() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "good"]).ok();
+    store.run(&["session", "send", "good", "hello there"]).ok();
+    let sessions = store.root().join("sessions");
+    let odd: [&[u8]; 3] = [b"caf\xe9-latin1", &[b'x'; 255], b"bad name!"];
+    for name in odd {
+        std::fs::create_dir(sessions.join(std::ffi::OsStr::from_bytes(name))).unwrap();
+    }
+    let doctor = store.run(&["doctor"]);
+    assert_eq!(doctor.code(), 4, "{}", doctor.stdout());
+    let text = doctor.stdout();
+    assert!(text.contains("caf\\xe9-latin1: not a session"), "{text}");
+    assert!(
+        text.contains(&format!("{}: not a session: longer than 128 bytes", "x".repeat(255))),
+        "{text}"
+    );
+    assert!(text.contains("bad name!: not a session"), "{text}");
+    let listed = store.json(&["session", "ls", "--all"]);
+    assert_eq!(ids_of(&listed), ["good"]);
+    store.run(&["session", "send", "good", "again"]).ok();
+    store.run(&["session", "repair", "good"]).ok();
+    let hits = store.json(&["search", "hello"]);
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 1, "{hits}");
+    store.run(&["doctor", "good"]).ok();
+}
+
+fn ids_of(document: &serde_json::Value) -> Vec<String> {
+    document["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["id"].as_str().unwrap().to_owned())
+        .collect()
+}

@@ -43,6 +43,12 @@ pub enum DamageKind {
     },
     /// A stale staging file of an interrupted replace: the next writer removes it.
     StaleStaging,
+    /// An entry of the sessions directory that is no session (a name that is not a valid id, not
+    /// UTF-8, or too long): the store ignores it.
+    Foreign {
+        /// Why it is no session.
+        reason: String,
+    },
     /// Damage no repair can undo (a damaged record, a mid-log line, a lost segment): the
     /// command that meets it refuses, naming it.
     Corrupt {
@@ -65,6 +71,9 @@ impl Damage {
                 "`spex session repair` keeps the file beside, rebuilds the queue from its valid entries and the log's unsettled keyed receipts"
             }
             DamageKind::StaleStaging => "the next write removes it",
+            DamageKind::Foreign { .. } => {
+                "none by spex: it is no session and every command ignores it; move it out of the sessions directory"
+            }
             DamageKind::Corrupt { .. } => {
                 "none: restore the file from a backup, or close the session"
             }
@@ -94,6 +103,7 @@ impl std::fmt::Display for Damage {
                 write!(f, "{path}: damaged delivery queue: {reason}")
             }
             DamageKind::StaleStaging => write!(f, "{path}: a stale staging file"),
+            DamageKind::Foreign { reason } => write!(f, "{path}: not a session: {reason}"),
             DamageKind::Corrupt { reason } => write!(f, "{path} at byte {}: {reason}", self.offset),
         }
     }

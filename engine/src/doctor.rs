@@ -49,6 +49,20 @@ impl<F: Fs> Store<F> {
                     let kind = DamageKind::Corrupt { reason: reason.to_string() };
                     found.push(Damage { path, offset, kind });
                 }
+                // Entries that are no session are named, never skipped in silence.
+                for entry in self.fs.read_dir(&self.layout.sessions_dir())? {
+                    if let Err(error) = SessionId::new(&entry.name) {
+                        let reason = match error {
+                            Error::InvalidId { reason, .. } => reason,
+                            other => other.to_string(),
+                        };
+                        found.push(Damage {
+                            path: self.layout.sessions_dir().join(&entry.name),
+                            offset: 0,
+                            kind: DamageKind::Foreign { reason },
+                        });
+                    }
+                }
                 self.session_ids()?
             }
         };

@@ -315,6 +315,7 @@ fn doctor_lists_exactly_the_damaged_cases() {
                 DamageKind::TornTail { .. } => "torn-tail",
                 DamageKind::DamagedQueue { .. } => "queue",
                 DamageKind::StaleStaging => "staging",
+                DamageKind::Foreign { .. } => "foreign",
                 DamageKind::Corrupt { .. } => "corrupt",
             };
             (session.to_owned(), kind)

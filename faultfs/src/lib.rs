@@ -152,7 +152,9 @@ pub enum FileKind {
 /// One entry of [`Fs::read_dir`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DirEntry {
-    /// The entry's name (one path component).
+    /// The entry's name (one path component). A name that is not UTF-8 (`RealFs` only) is given
+    /// escaped, `\xNN` for each byte that is not: it names no file, and the store never builds a
+    /// path from it.
     pub name: String,
     /// What it names.
     pub kind: FileKind,

@@ -107,17 +107,13 @@ impl Fs for RealFs {
         let mut entries = Vec::new();
         for entry in fs::read_dir(path).map_err(on_error())? {
             let entry = entry.map_err(on_error())?;
-            let name = entry.file_name().into_string().map_err(|name| {
-                Error::io(
-                    OpKind::ReadDir,
-                    path,
-                    None,
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("entry name {name:?} is not UTF-8"),
-                    ),
-                )
-            })?;
+            // A name that is not UTF-8 is listed escaped (`\xNN` for each byte that is not),
+            // never a failure of the whole listing: it is no name the store gave, so callers
+            // that look for their own names skip it, and `doctor` names it.
+            let name = match entry.file_name().into_string() {
+                Ok(name) => name,
+                Err(name) => escape_name(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())),
+            };
             let kind = kind_of(&entry.file_type().map_err(on_error())?);
             entries.push(DirEntry { name, kind });
         }
@@ -143,6 +139,18 @@ impl Fs for RealFs {
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
         proc_start_ms(pid)
     }
+}
+
+/// `bytes` as text: valid UTF-8 as it is, every other byte as `\xNN`.
+fn escape_name(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    out
 }
 
 /// The mode of every file the store creates: private to its owner.
