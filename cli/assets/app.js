@@ -404,5 +404,10 @@ $("archived").addEventListener("change", renderBoard);
 window.addEventListener("hashchange", route);
 setInterval(renderBoard, 15000); // relative times stay true
 
+// The printed URL carries the token once: the page's own answer set the cookie, so the token
+// leaves the address bar (and the history) at once.
+if (new URLSearchParams(location.search).has("token")) {
+  history.replaceState(null, "", location.pathname + location.hash);
+}
 connect();
 route();

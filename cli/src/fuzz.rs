@@ -53,6 +53,7 @@ fn world() -> &'static World {
             Arc::new(store),
             Arc::new(guard),
             Duration::from_secs(1),
+            16,
             stopped,
             Vec::new(),
         );

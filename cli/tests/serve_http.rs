@@ -300,7 +300,16 @@ fn nobody_without_the_token_or_from_another_origin_gets_in() {
 
     // A foreign page's form or text/plain POST (it cannot set a JSON type without asking, and
     // its browser sends the cookie and its Origin): refused, nothing recorded.
-    let cookie = format!("spex_token={token}");
+    // The cookie is the one the printed URL sets: its name is the store's own.
+    let answer = server.raw(&format!(
+        "GET /api/sessions?token={token} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    ));
+    let set = answer
+        .lines()
+        .find_map(|line| line.strip_prefix("set-cookie: "))
+        .unwrap_or_else(|| panic!("a cookie is set: {answer}"));
+    let cookie = set.split(';').next().unwrap().to_owned();
+    assert!(cookie.starts_with("spex_token_") && cookie.ends_with(&token), "{cookie}");
     let answer = server.raw(&format!(
         "POST /api/sessions/web/input HTTP/1.1\r\nHost: {address}\r\nCookie: {cookie}\r\n\
          Origin: http://evil.example\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\
@@ -732,4 +741,54 @@ fn a_name_that_is_not_utf8_fails_no_answer() {
     let (status, hits) = server.get("/api/search?q=hello");
     assert_eq!(status, 200, "{hits}");
     assert_eq!(hits["hits"].as_array().unwrap().len(), 1, "{hits}");
+}
+
+/// Nobody starves the server: a client that fails the guard is answered and its connection
+/// closed (on a kept-alive connection too), event streams may hold at most half the connection
+/// slots so an ordinary GET always gets through, two Host headers are malformed, the URL's token
+/// wins over a stale cookie, and a cursor inside a line is bad input naming the cursor, never
+/// store damage with a path.
+#[test]
+fn the_server_cannot_be_starved_and_answers_precisely() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "web"]).ok();
+    store.run(&["session", "send", "web", "hello there"]).ok();
+    let server = Server::start_with(&store, &["--max-connections", "4", "--read-timeout", "30s"]);
+    let address = server.address();
+    // Kept alive, but failing the guard: answered 401, then closed (well before the read
+    // timeout, which would close an idle connection after 30 s).
+    let mut stream = server.open(&format!("GET /api/sessions HTTP/1.1\r\nHost: {address}\r\n\r\n"));
+    let started = std::time::Instant::now();
+    let answer = read_until_closed(&mut stream, std::time::Duration::from_secs(20));
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "closed after the answer");
+    // A cursor inside a line: 400 naming it, no path in the answer.
+    let (status, body) = server.get("/api/sessions/web/events?after=1.7");
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("1.7"), "{message}");
+    assert!(!message.contains(&store.root().display().to_string()), "{message}");
+    // Four slots: two event streams at most; the third stream is refused, a GET still answers.
+    let _first = server.watch();
+    let _second = server.watch();
+    let mut third = server.open(&format!(
+        "GET /api/watch HTTP/1.1\r\nHost: {address}\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+        server.bearer()
+    ));
+    let answer = read_until_closed(&mut third, std::time::Duration::from_secs(20));
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert_eq!(server.get("/api/sessions").0, 200);
+    // Two Host headers, the server's own first: 400.
+    let answer = server.raw(&format!(
+        "GET /api/sessions HTTP/1.1\r\nHost: {address}\r\nHost: evil.example\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+        server.bearer()
+    ));
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // A stale cookie (a rotated token) loses to the URL's token.
+    let answer = server.raw(&format!(
+        "GET /api/sessions?token={} HTTP/1.1\r\nHost: {address}\r\nCookie: spex_token_0000000000000000={}\r\nConnection: close\r\n\r\n",
+        server.token,
+        "0".repeat(64)
+    ));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

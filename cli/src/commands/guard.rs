@@ -3,10 +3,14 @@
 //!
 //! - **Token.** 32 random bytes, hex, kept per store in `<root>/serve.token` (created with mode
 //!   0600, refused if anyone but its owner can read it) or read from `--token-file`. A request
-//!   presents it as `Authorization: Bearer <token>`, as the cookie `spex_token`, or once as
-//!   `?token=<token>` (the URL `spex serve` prints), which answers with that cookie (HttpOnly,
-//!   SameSite=Strict) so a browser needs the token in its address only once. Compared in
-//!   constant time. Missing or wrong: 401.
+//!   presents it once as `?token=<token>` (the URL `spex serve` prints), which answers with a
+//!   cookie (HttpOnly, SameSite=Strict) so a browser needs the token in its address only once,
+//!   as `Authorization: Bearer <token>`, or as that cookie. The URL's token wins over a cookie
+//!   (a stale one from a rotated token). The cookie's name is the store's own
+//!   (`spex_token_<digest of the root>`): cookies ignore ports, so two stores' servers on one
+//!   machine keep theirs apart, and neither is sent the other's token. Compared in constant
+//!   time. Missing or wrong: 401, and the connection is closed after the answer (a client that
+//!   cannot authenticate holds no connection slot).
 //! - **Host.** The `Host` header must be a loopback name with the server's port
 //!   (`127.0.0.1`, `localhost`, `[::1]`) or the address it listens on: a page that rebinds a
 //!   DNS name to 127.0.0.1 still sends its own name, and gets 403.
@@ -24,8 +28,9 @@ use anyhow::Context as _;
 use rand::TryRngCore as _;
 use subtle::ConstantTimeEq as _;
 
-/// The cookie that carries the token.
-pub(crate) const COOKIE: &str = "spex_token";
+/// The start of the name of the cookie that carries the token (a digest of the store's root
+/// follows).
+pub(crate) const COOKIE_PREFIX: &str = "spex_token_";
 /// The token file of a store, under its root.
 pub(crate) const TOKEN_FILE: &str = "serve.token";
 
@@ -34,6 +39,8 @@ pub(crate) const TOKEN_FILE: &str = "serve.token";
 pub(crate) struct Guard {
     token: String,
     hosts: Vec<String>,
+    /// The token cookie's name, the store's own.
+    cookie: String,
 }
 
 /// What the guard decided about a request.
@@ -75,7 +82,7 @@ impl Guard {
         if port == 80 {
             hosts.extend(["127.0.0.1", "localhost", "[::1]"].map(str::to_owned));
         }
-        Ok(Guard { token, hosts })
+        Ok(Guard { token, hosts, cookie: cookie_name(root) })
     }
 
     /// The token (for the URL the server prints).
@@ -98,9 +105,10 @@ impl Guard {
             return Verdict::Deny(403, format!("origin {origin:?} is not this server"));
         }
         let from_query = query_token(request.query);
-        let presented = bearer((request.header)("authorization"))
-            .or_else(|| cookie((request.header)("cookie")))
-            .or_else(|| from_query.clone());
+        let presented = from_query
+            .clone()
+            .or_else(|| bearer((request.header)("authorization")))
+            .or_else(|| cookie(&self.cookie, (request.header)("cookie")));
         let Some(presented) = presented else {
             return Verdict::Deny(
                 401,
@@ -127,8 +135,17 @@ impl Guard {
 
     /// The `Set-Cookie` value that carries the token.
     pub(crate) fn cookie(&self) -> String {
-        format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", self.token)
+        format!("{}={}; HttpOnly; SameSite=Strict; Path=/", self.cookie, self.token)
     }
+}
+
+/// The token cookie's name for the store at `root`: the prefix and 16 hex digits of a digest of
+/// its path.
+fn cookie_name(root: &Path) -> String {
+    use sha2::Digest as _;
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    let digest = sha2::Sha256::digest(root.as_os_str().as_encoded_bytes());
+    format!("{COOKIE_PREFIX}{}", &hex::encode(digest)[..16])
 }
 
 fn bearer(value: Option<String>) -> Option<String> {
@@ -137,10 +154,10 @@ fn bearer(value: Option<String>) -> Option<String> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
 }
 
-fn cookie(value: Option<String>) -> Option<String> {
+fn cookie(wanted: &str, value: Option<String>) -> Option<String> {
     value?.split(';').find_map(|pair| {
         let (name, value) = pair.trim().split_once('=')?;
-        (name == COOKIE).then(|| value.to_owned())
+        (name == wanted).then(|| value.to_owned())
     })
 }
 
@@ -194,7 +211,11 @@ mod tests {
     use super::*;
 
     fn guard() -> Guard {
-        Guard { token: "t".repeat(64), hosts: vec!["127.0.0.1:7477".to_owned()] }
+        Guard {
+            token: "t".repeat(64),
+            hosts: vec!["127.0.0.1:7477".to_owned()],
+            cookie: cookie_name(Path::new("/store")),
+        }
     }
 
     fn check(method: &str, query: &str, headers: &[(&str, &str)]) -> Verdict {
@@ -227,10 +248,19 @@ mod tests {
         ));
         let query = format!("token={}", "t".repeat(64));
         assert_eq!(check("GET", &query, &[host]), Verdict::Allow { set_cookie: true });
-        let cookie = format!("a=b; {COOKIE}={}", "t".repeat(64));
+        let name = cookie_name(Path::new("/store"));
+        let cookie = format!("a=b; {name}={}", "t".repeat(64));
         assert_eq!(
             check("GET", "", &[host, ("Cookie", &cookie)]),
             Verdict::Allow { set_cookie: false }
+        );
+        // Another store's cookie is not this one's; a stale cookie loses to the URL's token.
+        let other = format!("{}={}", cookie_name(Path::new("/other")), "t".repeat(64));
+        assert!(matches!(check("GET", "", &[host, ("Cookie", &other)]), Verdict::Deny(401, _)));
+        let stale = format!("{name}={}", "s".repeat(64));
+        assert_eq!(
+            check("GET", &query, &[host, ("Cookie", &stale)]),
+            Verdict::Allow { set_cookie: true }
         );
         assert!(matches!(
             check("POST", "", &[host, ("Authorization", &token), ("Content-Type", "text/plain")]),

@@ -42,7 +42,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, SET_COOKIE};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -128,12 +128,30 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
 #[derive(Clone)]
 struct App {
     store: Arc<Store<RealFs>>,
+    /// Event streams held open: bounded below the connection bound ([`stream_bound`]), so
+    /// ordinary requests always find a slot.
+    streams: Arc<tokio::sync::Semaphore>,
     feed: Arc<Feed>,
     stop: watch::Receiver<bool>,
     /// Where harness transcripts are found (the watch stream carries their sessions).
     roots: Arc<Vec<spex_history::Root>>,
     /// Whose identity redaction hides.
     identity: Arc<spex_history::Identity>,
+}
+
+/// How many event streams may be open at once with `max_connections` connections: half of
+/// them (at least one), so as many connections stay for ordinary requests.
+fn stream_bound(max_connections: u32) -> usize {
+    (max_connections as usize / 2).max(1)
+}
+
+/// The answer to an event stream over the bound.
+fn too_many_streams() -> Response {
+    Reply {
+        retry_after: true,
+        ..Reply::error(503, "too many event streams are open; try again later")
+    }
+    .into_response()
 }
 
 async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyhow::Result<()> {
@@ -157,7 +175,7 @@ async fn serve(args: &Args, global: &Global, store: Arc<Store<RealFs>>) -> anyho
         let _ignored = stopping.send(true);
     });
     let roots = crate::args::history_roots(global, &[])?;
-    let router = router(store, guard, args.read_timeout, stop.clone(), roots);
+    let router = router(store, guard, args.read_timeout, args.max_connections, stop.clone(), roots);
 
     let http = connection_builder(args.read_timeout);
     let slots = Arc::new(tokio::sync::Semaphore::new(args.max_connections as usize));
@@ -236,10 +254,13 @@ pub(crate) fn router(
     store: Arc<Store<RealFs>>,
     guard: Arc<Guard>,
     read_timeout: Duration,
+    max_connections: u32,
     stop: watch::Receiver<bool>,
     roots: Vec<spex_history::Root>,
 ) -> Router {
+    let _already = STORE_ROOT.set(store.layout().root().display().to_string());
     let app = App {
+        streams: Arc::new(tokio::sync::Semaphore::new(stream_bound(max_connections))),
         store,
         feed: Arc::new(Feed::default()),
         stop,
@@ -289,6 +310,9 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
     response
 }
 
+/// The served store's root as text, cut from error answers (set once, when the router is built).
+static STORE_ROOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// An HTTP answer: status and JSON body.
 struct Reply {
     status: u16,
@@ -301,8 +325,14 @@ impl Reply {
         Reply { status: 200, body, retry_after: false }
     }
 
+    /// An error answer. No answer names a path outside the store: the store's root is cut from
+    /// every message (its files are named relative to it).
     fn error(status: u16, message: impl Into<String>) -> Reply {
-        Reply { status, body: json!({ "error": message.into() }), retry_after: false }
+        let mut message = message.into();
+        if let Some(root) = STORE_ROOT.get() {
+            message = message.replace(root.as_str(), "<store>");
+        }
+        Reply { status, body: json!({ "error": message }), retry_after: false }
     }
 }
 
@@ -323,6 +353,12 @@ impl IntoResponse for Reply {
 async fn admit(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     let verdict = {
         let headers = request.headers();
+        // Two Host headers (the guard would see only the first): refused as malformed.
+        if headers.get_all(HOST).iter().count() > 1 {
+            let mut response = Reply::error(400, "more than one Host header").into_response();
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
         let header = |name: &str| {
             headers.get(name).map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
         };
@@ -330,7 +366,12 @@ async fn admit(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
         guard.check(&Seen { method: request.method().as_str(), query, header: &header })
     };
     match verdict {
-        Verdict::Deny(status, reason) => Reply::error(status, reason).into_response(),
+        // A client that fails the guard holds no connection slot: the answer closes it.
+        Verdict::Deny(status, reason) => {
+            let mut response = Reply::error(status, reason).into_response();
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
         Verdict::Allow { set_cookie } => {
             let mut response = next.run(request).await;
             if set_cookie && let Ok(cookie) = HeaderValue::from_str(&guard.cookie()) {
@@ -819,10 +860,15 @@ struct Stream {
     receiver: broadcast::Receiver<Arc<Value>>,
     version: i64,
     done: bool,
+    /// The stream's place under the bound, given back when the stream ends.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// `GET /api/watch`: the watch as server-sent events (see `watch`), ended by the server's stop.
 async fn watch_stream(State(app): State<App>) -> Response {
+    let Ok(permit) = Arc::clone(&app.streams).try_acquire_owned() else {
+        return too_many_streams();
+    };
     let started = {
         let app = app.clone();
         tokio::task::spawn_blocking(move || start_stream(&app)).await
@@ -835,7 +881,8 @@ async fn watch_stream(State(app): State<App>) -> Response {
         }
     };
     let version = reset["version"].as_i64().unwrap_or(0);
-    let stream = Stream { app, first: Some(reset), receiver, version, done: false };
+    let stream =
+        Stream { app, first: Some(reset), receiver, version, done: false, _permit: permit };
     let events = futures_util::stream::unfold(stream, next_event);
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(WATCH_KEEPALIVE).text("keepalive"))
@@ -938,6 +985,8 @@ struct SessionStream {
     feed: broadcast::Receiver<Arc<Value>>,
     feed_ended: bool,
     done: bool,
+    /// The stream's place under the bound, given back when the stream ends.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Whether a watch stream value may concern session `id` (a reset or an error may).
@@ -974,6 +1023,9 @@ async fn session_events(
         Ok(id) => id,
         Err(reply) => return reply.into_response(),
     };
+    let Ok(permit) = Arc::clone(&app.streams).try_acquire_owned() else {
+        return too_many_streams();
+    };
     let started = {
         let (app, id) = (app.clone(), id.clone());
         tokio::task::spawn_blocking(move || {
@@ -982,9 +1034,16 @@ async fn session_events(
                 .feed
                 .subscribe(&app.store, &app.roots)
                 .map_err(|error| Reply::error(500, format!("{error:#}")))?;
+            let end = app.store.page(&id, None, 0).map_err(|e| engine_error(&e))?.end;
             let after = match after {
+                // The end, or where a line starts (or a segment ends), else 400 naming the
+                // cursor: a page that ends there proves it.
+                Some(after) if after != end => {
+                    app.store.page(&id, Some(after), 1).map_err(|e| engine_error(&e))?;
+                    after
+                }
                 Some(after) => after,
-                None => app.store.page(&id, None, 0).map_err(|e| engine_error(&e))?.end,
+                None => end,
             };
             Ok::<_, Reply>((feed, after))
         })
@@ -1006,6 +1065,7 @@ async fn session_events(
         feed,
         feed_ended: false,
         done: false,
+        _permit: permit,
     };
     Sse::new(futures_util::stream::unfold(stream, next_session_event))
         .keep_alive(KeepAlive::new().interval(WATCH_KEEPALIVE).text("keepalive"))
