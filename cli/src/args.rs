@@ -179,6 +179,14 @@ fn project_dir() -> anyhow::Result<PathBuf> {
     Ok(cwd)
 }
 
+/// A text that says something: not empty, not only white space (a note, a message).
+pub(crate) fn non_empty(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("it is empty: say something".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
 /// Parses a new session id given on the command line (validated before any path is built).
 pub(crate) fn session_id(text: &str) -> Result<SessionId, String> {
     SessionId::new(text).map_err(|error| error.to_string())

@@ -391,3 +391,44 @@ fn ids_of(document: &serde_json::Value) -> Vec<String> {
         .map(|row| row["id"].as_str().unwrap().to_owned())
         .collect()
 }
+
+/// Small refusals and one small kindness: an empty note, a worktree that is missing, not a
+/// directory or not UTF-8, and a bad replay token are bad input (exit 2) and write nothing; a
+/// relative root that does not exist yet is created.
+#[test]
+fn empty_notes_bad_worktrees_and_bad_tokens_are_bad_input() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    for args in [
+        &["session", "ask", "--note", "", "--session", "w"][..],
+        &["session", "park", "--note", "  ", "--session", "w"][..],
+        &["session", "done", "--propose", "merge", "--note", "", "--session", "w"][..],
+    ] {
+        store.run(args).fails(2, "it is empty");
+    }
+    assert_eq!(store.json(&["session", "show", "w"])["state"]["status"], "active");
+    let file = store.path("a-file");
+    std::fs::write(&file, "").unwrap();
+    let odd = store.dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&odd).unwrap();
+    let missing = store.path("missing").display().to_string();
+    let cases =
+        [(missing.as_str(), "No such file"), (file.to_str().unwrap(), "is not a directory")];
+    for (worktree, needle) in cases {
+        store.run(&["session", "new", "--id", "x", "--worktree", worktree]).fails(2, needle);
+    }
+    let output =
+        store.command(&["session", "new", "--id", "x", "--worktree"]).arg(&odd).output().unwrap();
+    common::Run(output).fails(2, "is not UTF-8");
+    assert_eq!(store.json(&["session", "ls", "--all"])["sessions"].as_array().unwrap().len(), 1);
+    store.run(&["verify", "replay", "not-a-token"]).fails(2, "replay token");
+    // A relative root, two directories deep, created where the command runs.
+    let created = store
+        .command(&["--root", "rel/deep", "session", "new", "--id", "r"])
+        .env_remove("SPEX_ROOT")
+        .output()
+        .unwrap();
+    common::Run(created).ok();
+    assert!(store.dir.path().join("rel/deep/sessions/r").is_dir());
+}

@@ -157,8 +157,10 @@ impl<F: Fs> Store<F> {
     }
 
     /// Creates `path` and its missing parents, syncing each parent after a creation.
+    /// A relative path's first component has the empty path as its parent: the current
+    /// directory, which exists.
     pub(crate) fn ensure_dir_all(&self, path: &Path, steps: &Boundaries) -> Result<()> {
-        if self.fs.exists(path)? {
+        if path.as_os_str().is_empty() || self.fs.exists(path)? {
             return Ok(());
         }
         if let Some(parent) = path.parent() {
@@ -172,6 +174,7 @@ impl<F: Fs> Store<F> {
             Err(error) => return Err(error.into()),
         }
         if let Some(parent) = path.parent() {
+            let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
             self.fs.sync_dir(parent, steps.mkdir_sync)?;
         }
         Ok(())

@@ -46,11 +46,21 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         .as_deref()
         .map(|text| crate::args::since(text, jiff::Timestamp::now(), &zone))
         .transpose()?;
-    let hits = match global.existing_store()? {
+    // Without a store, a search of the harness transcripts builds the index they are searched
+    // in (in a new store, as `spex index refresh` does); with no transcripts either, there is
+    // nothing to search.
+    let mut store = global.existing_store()?;
+    if store.is_none() && args.harness.as_deref() != Some("spex") {
+        let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
+        if !found.is_empty() {
+            store = Some(global.open_store()?);
+        }
+    }
+    let hits = match store {
         None => {
             if !global.quiet {
                 eprintln!(
-                    "spex: there is no store at {} yet: search reads its index (`spex index refresh` creates it and indexes the Claude Code and Codex transcripts)",
+                    "spex: there is no store at {} yet and no Claude Code or Codex transcripts were found: nothing to search",
                     global.root()?.path.display()
                 );
             }

@@ -171,7 +171,7 @@ struct DoneArgs {
     #[arg(long, value_enum)]
     propose: ProposalArg,
     /// The complete reply or summary.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::non_empty)]
     note: Option<String>,
     #[command(flatten)]
     declarer: Declarer,
@@ -180,7 +180,7 @@ struct DoneArgs {
 #[derive(Debug, clap::Args)]
 struct NoteArgs {
     /// The complete reply or question.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::non_empty)]
     note: String,
     #[command(flatten)]
     declarer: Declarer,
@@ -318,6 +318,29 @@ fn done(global: &Global, verb: &str, id: &SessionId) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
+/// The worktree as the record keeps it: an absolute path to a directory that exists, in UTF-8
+/// (the record is JSON); anything else is bad input and nothing is created.
+fn worktree_text(path: &std::path::Path) -> anyhow::Result<String> {
+    let absolute = std::path::absolute(path)
+        .map_err(|error| BadInput(format!("worktree {}: {error}", path.display())))?;
+    match std::fs::metadata(&absolute) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            let shown = absolute.display();
+            return Err(BadInput(format!("worktree {shown} is not a directory")).into());
+        }
+        Err(error) => {
+            let shown = absolute.display();
+            return Err(BadInput(format!("worktree {shown}: {error}; nothing was created")).into());
+        }
+    }
+    let Some(text) = absolute.to_str() else {
+        let shown = absolute.display();
+        return Err(BadInput(format!("worktree {shown} is not UTF-8 (a record is JSON)")).into());
+    };
+    Ok(text.to_owned())
+}
+
 fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result<Code> {
     if let Some(spec) = &args.adapter {
         Spec::parse(spec)?;
@@ -340,12 +363,7 @@ fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result
         (None, None) => None,
     };
     let worktree = match worktree {
-        Some(path) => Some(
-            std::path::absolute(&path)
-                .with_context(|| format!("cannot resolve worktree {}", path.display()))?
-                .to_string_lossy()
-                .into_owned(),
-        ),
+        Some(path) => Some(worktree_text(&path)?),
         None => None,
     };
     let triple = Triple::new(Status::Active, None, None);

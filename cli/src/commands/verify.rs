@@ -420,9 +420,14 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
 }
 
 fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
-    let token: Token = args.token.parse().map_err(anyhow::Error::msg)?;
+    // A token that does not parse, or names no image of the sweep, is bad input (exit 2).
+    let token: Token = args.token.parse().map_err(|reason| {
+        crate::exit::BadInput(format!("replay token {:?}: {reason}", args.token))
+    })?;
     select_mutant(args.mutant)?;
-    let replay = sweep::replay(&token).map_err(anyhow::Error::msg);
+    let replay = sweep::replay(&token).map_err(|reason| {
+        anyhow::Error::from(crate::exit::BadInput(format!("replay token {token}: {reason}")))
+    });
     select_mutant(None)?;
     let replay = replay?;
     if json {
