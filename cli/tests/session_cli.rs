@@ -432,3 +432,49 @@ fn empty_notes_bad_worktrees_and_bad_tokens_are_bad_input() {
     common::Run(created).ok();
     assert!(store.dir.path().join("rel/deep/sessions/r").is_dir());
 }
+
+/// A close racing senders and a drainer (each of their commands finishes unfinished closes when
+/// it opens the store) exits 0 once the close completed, and the close ledger names it once.
+#[test]
+fn a_close_racing_senders_and_a_drainer_succeeds() {
+    let store = Store::new();
+    for round in 0..6 {
+        let id = format!("s{round}");
+        store.run(&["session", "new", "--id", &id]).ok();
+        store.run(&["session", "send", &id, "first"]).ok();
+        let drainer = store
+            .command(&["session", "drain", &id, "--watch", "--adapter", "exec:cat >/dev/null"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let senders: Vec<std::process::Child> = (0..3)
+            .map(|_| {
+                let script = format!(
+                    "for i in $(seq 1 40); do \"{}\" session send {id} \"m$i\" >/dev/null 2>&1; \"{}\" session ls >/dev/null 2>&1; done",
+                    common::SPEX,
+                    common::SPEX
+                );
+                std::process::Command::new("sh")
+                    .args(["-c", &script])
+                    .env("SPEX_ROOT", store.root())
+                    .env_remove("SPEX_SEED")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(150));
+        let closed = store.run(&["session", "close", &id]);
+        assert_eq!(closed.code(), 0, "round {round}: {}", closed.stderr());
+        for mut child in senders.into_iter().chain([drainer]) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let ledger = std::fs::read_to_string(store.root().join("session-close-ledger.ndjson"))
+            .unwrap_or_default();
+        let named = ledger.lines().filter(|line| line.contains(&format!("\"{id}\""))).count();
+        assert_eq!(named, 1, "round {round}: {ledger}");
+    }
+}

@@ -90,9 +90,23 @@ impl<F: Fs> Store<F> {
             Err(error) => return Err(error.into()),
         };
         for entry in entries {
-            if let Ok(id) = SessionId::new(&entry.name) {
-                self.finish_close(&id, &boundaries::OPEN, true)?;
-            }
+            let Ok(id) = SessionId::new(&entry.name) else { continue };
+            // The closer may be finishing this close right now (it holds the session's lock
+            // through its close): wait for it, and finish only what is still unfinished. A
+            // holder alive past the wait finishes it itself.
+            let steps = &boundaries::OPEN;
+            let guard = match self.lock_file(&id, &self.layout.session_lock(&id), &steps.lock) {
+                Ok(guard) => guard,
+                Err(Error::Locked { .. }) => continue,
+                Err(error) => return Err(error),
+            };
+            let finished = if self.fs.exists(&self.layout.closing(&id))? {
+                self.finish_close(&id, steps, true)
+            } else {
+                Ok(())
+            };
+            guard.release()?;
+            finished?;
         }
         Ok(())
     }
