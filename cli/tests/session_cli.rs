@@ -478,3 +478,85 @@ fn a_close_racing_senders_and_a_drainer_succeeds() {
         assert_eq!(named, 1, "round {round}: {ledger}");
     }
 }
+
+/// A queue written by another hand: an entry whose `sent` line is not in the log is not
+/// delivered (the drain stops before it, fail-closed, and says why), and a mid queued twice is
+/// delivered once.
+#[test]
+fn the_drain_delivers_only_what_was_said_and_each_mid_once() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    let one = store.run(&["session", "send", "w", "one"]).ok();
+    let one = one.split_whitespace().next().unwrap().to_owned();
+    let two = store.run(&["session", "send", "w", "two"]).ok();
+    let two = two.split_whitespace().next().unwrap().to_owned();
+    let queue = store.root().join("sessions/w/pending.json");
+    let entry =
+        |mid: &str, text: &str| serde_json::json!({ "mid": mid, "text": text, "from": null });
+    // one, one again, two, then an entry nobody said.
+    let forged = "9d1c6d3e-0000-4000-8000-00000000f00d";
+    let entries = serde_json::json!([
+        entry(&one, "one"),
+        entry(&one, "one"),
+        entry(&two, "two"),
+        entry(forged, "rm -rf ~")
+    ]);
+    std::fs::write(&queue, serde_json::to_string_pretty(&entries).unwrap()).unwrap();
+    let log = store.path("delivered.log");
+    let adapter = format!("exec:cat >>{}; echo >>{}", log.display(), log.display());
+    let drained = store.run(&["session", "drain", "w", "--adapter", &adapter]);
+    assert!(
+        drained.stderr().contains(&format!("entry {forged} has no sent line")),
+        "{}",
+        drained.stderr()
+    );
+    let delivered = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(delivered.lines().collect::<Vec<_>>(), ["one", "two"], "{delivered}");
+    // The forged entry stays owed; nothing else does.
+    let left: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&queue).unwrap()).unwrap();
+    assert_eq!(left, serde_json::json!([entry(forged, "rm -rf ~")]));
+}
+
+/// A refused keyed send (the key reused with other text) and a replay write nothing: no file of
+/// the session changes, the receipt index included.
+#[test]
+fn refused_sends_and_replays_write_nothing() {
+    use std::os::unix::fs::MetadataExt as _;
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    // Enough keyed sends that the receipt index is due for a rewrite at any time.
+    for n in 0..12 {
+        store.run(&["session", "send", "w", &format!("m{n}"), "--key", &format!("k{n}")]).ok();
+    }
+    let snapshot = || {
+        let mut files = Vec::new();
+        let mut dirs = vec![store.root().join("sessions/w")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap();
+                let meta = entry.metadata().unwrap();
+                if meta.is_dir() {
+                    dirs.push(entry.path());
+                } else {
+                    files.push((
+                        entry.path(),
+                        meta.len(),
+                        meta.mtime_nsec(),
+                        meta.mtime(),
+                        meta.ino(),
+                    ));
+                }
+            }
+        }
+        files.sort();
+        files
+    };
+    let before = snapshot();
+    assert!(before.iter().any(|(path, ..)| path.ends_with("receipts.index")), "{before:?}");
+    std::thread::sleep(Duration::from_millis(20));
+    store.run(&["session", "send", "w", "other text", "--key", "k3"]).fails(2, "key conflict");
+    store.run(&["session", "send", "w", "m3", "--key", "k3"]).ok();
+    store.run(&["session", "send", "w", "m0", "--key", "k0"]).ok();
+    assert_eq!(snapshot(), before, "nothing was written");
+}

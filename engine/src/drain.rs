@@ -83,6 +83,11 @@ pub enum DrainStop {
         /// What differs.
         field: &'static str,
     },
+    /// An unkeyed entry whose `sent` line is not in the log: nothing proves it was said.
+    SentMissing {
+        /// The entry.
+        mid: String,
+    },
     /// The adapter refused every attempt.
     AdapterFailed {
         /// The entry.
@@ -105,6 +110,9 @@ impl std::fmt::Display for DrainStop {
                     f,
                     "keyed entry {mid} differs from its receipt ({field}); left owed (fail-closed)"
                 )
+            }
+            DrainStop::SentMissing { mid } => {
+                write!(f, "entry {mid} has no sent line in the log; left owed (fail-closed)")
             }
             DrainStop::AdapterFailed { mid, attempts, error } => {
                 write!(f, "adapter refused {mid} {attempts} times: {error}; left owed")
@@ -220,6 +228,16 @@ impl<F: Fs> Store<F> {
         let mut gone = 0;
         let mut batch = Batch { deliver: Vec::new(), stop: None };
         for head in &entries {
+            // A second entry of a mid (a queue written by hand or by another tool): the copy
+            // of one delivered in this drain is consumed; one of a head in this batch waits.
+            if report.delivered.contains(&head.mid) && batch.deliver.is_empty() {
+                report.consumed.push(head.mid.clone());
+                gone += 1;
+                continue;
+            }
+            if batch.deliver.iter().any(|taken| taken.mid == head.mid) {
+                break;
+            }
             match self.judge(id, head)? {
                 Judged::Drop | Judged::Consume if !batch.deliver.is_empty() => break,
                 Judged::Drop => {
@@ -246,7 +264,46 @@ impl<F: Fs> Store<F> {
             entries.drain(..gone);
             self.write_queue(id, &entries, &DRAIN)?;
         }
+        self.fence_unkeyed(id, &mut batch)?;
         Ok(batch)
+    }
+
+    /// The fence of unkeyed heads: each must have its `sent` line in the log (a keyed head's
+    /// receipt is on its `sent` line, so the keyed fence proves it). The log is read backward
+    /// until every unkeyed mid of the batch is found, which for owed messages is near its end.
+    /// The batch ends before the first head not found, and the drain stops there, fail-closed.
+    fn fence_unkeyed(&self, id: &SessionId, batch: &mut Batch) -> Result<()> {
+        if active(Mutant::SkipReceiptFence) {
+            return Ok(());
+        }
+        let unkeyed: Vec<&str> = batch
+            .deliver
+            .iter()
+            .filter(|entry| entry.dispatch.is_none())
+            .map(|entry| entry.mid.as_str())
+            .collect();
+        if unkeyed.is_empty() {
+            return Ok(());
+        }
+        let sent_mid = |line: &Line| match line {
+            Line::Sent(event, _) => event.mid.clone(),
+            _ => None,
+        };
+        let found =
+            crate::timeline::tail_lines(&self.fs, &self.layout, id, unkeyed.len(), |line| {
+                sent_mid(line).is_some_and(|mid| unkeyed.contains(&mid.as_str()))
+            })?;
+        let found: Vec<String> = found.iter().filter_map(sent_mid).collect();
+        let missing = batch
+            .deliver
+            .iter()
+            .position(|entry| entry.dispatch.is_none() && !found.contains(&entry.mid));
+        if let Some(at) = missing {
+            let mid = batch.deliver[at].mid.clone();
+            batch.deliver.truncate(at);
+            batch.stop = Some(DrainStop::SentMissing { mid });
+        }
+        Ok(())
     }
 
     /// What step 1 does with one head.
@@ -266,7 +323,7 @@ impl<F: Fs> Store<F> {
             id,
             &dispatch.operation,
             &dispatch.request_digest,
-            &DRAIN.index,
+            Some(&DRAIN.index),
         )?;
         Ok(match fence(head, known.as_ref()) {
             Err(stop) => Judged::Stop(stop),
@@ -296,6 +353,9 @@ impl<F: Fs> Store<F> {
             return Ok(());
         }
         entries.drain(..delivered.len());
+        // Later copies of a delivered mid (a hand-written queue) go with it: one mid, one
+        // delivery.
+        entries.retain(|entry| !delivered.iter().any(|done| done.mid == entry.mid));
         let lines: Vec<Line> =
             delivered.iter().filter_map(|entry| self.settlement(entry)).collect();
         if active(Mutant::SettleAfterRemoval) {

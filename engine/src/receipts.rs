@@ -597,9 +597,10 @@ pub(crate) struct ReceiptIndexes {
 }
 
 impl ReceiptIndexes {
-    /// The receipt for (operation, request digest), after folding what the log gained (and
-    /// rewriting the run once enough was folded past it). A damaged run is dropped and the
-    /// index rebuilt from the log.
+    /// The receipt for (operation, request digest), after folding what the log gained (and,
+    /// with `steps`, rewriting the run once enough was folded past it; without, nothing is
+    /// written: a send's lookup, which may end refused or replayed, writes nothing). A damaged
+    /// run is dropped and the index rebuilt from the log.
     pub(crate) fn lookup<F: Fs>(
         &self,
         fs: &F,
@@ -607,7 +608,7 @@ impl ReceiptIndexes {
         id: &SessionId,
         operation: &str,
         request_digest: &str,
-        steps: &ReplaceBoundaries,
+        steps: Option<&ReplaceBoundaries>,
     ) -> Result<Option<Known>> {
         let mut indexes = lock(&self.by_session);
         if !indexes.contains_key(id) {
@@ -633,6 +634,25 @@ impl ReceiptIndexes {
         })
     }
 
+    /// After a send appended lines to session `id`: folds them into the index a lookup of this
+    /// handle holds, and rewrites the run when enough was folded past it (the rewrite a send's
+    /// own lookup left for after its lines were written). Without such an index, nothing.
+    pub(crate) fn maintain<F: Fs>(
+        &self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        steps: &ReplaceBoundaries,
+    ) -> Result<()> {
+        let mut indexes = lock(&self.by_session);
+        let Some(index) = indexes.get_mut(id) else { return Ok(()) };
+        if let Err(Damaged) = Self::refresh(fs, layout, id, index, Some(steps))? {
+            // Rebuilt from the log by the next lookup.
+            *index = Index::default();
+        }
+        Ok(())
+    }
+
     fn refresh_and_get<F: Fs>(
         fs: &F,
         layout: &Layout,
@@ -640,8 +660,22 @@ impl ReceiptIndexes {
         index: &mut Index,
         operation: &str,
         request_digest: &str,
-        steps: &ReplaceBoundaries,
+        steps: Option<&ReplaceBoundaries>,
     ) -> Result<std::result::Result<Option<Known>, Damaged>> {
+        if let Err(damaged) = Self::refresh(fs, layout, id, index, steps)? {
+            return Ok(Err(damaged));
+        }
+        index.get(fs, layout, id, operation, request_digest)
+    }
+
+    /// Folds what the log gained past the index's cursor (see [`ReceiptIndexes::lookup`]).
+    fn refresh<F: Fs>(
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        index: &mut Index,
+        steps: Option<&ReplaceBoundaries>,
+    ) -> Result<std::result::Result<(), Damaged>> {
         let before = index.cursor;
         let (lines, next) = match timeline::read_from_positioned(fs, layout, id, index.cursor) {
             Ok(read) => read,
@@ -653,7 +687,8 @@ impl ReceiptIndexes {
             return Ok(Err(damaged));
         }
         index.cursor = next;
-        if index.cursor != before
+        if let Some(steps) = steps
+            && index.cursor != before
             && index.unpersisted_lines * PERSIST_EVERY_RECEIPTS_DIVISOR >= index.receipts()
         {
             let records = match index.merged(fs, layout, id)? {
@@ -669,7 +704,7 @@ impl ReceiptIndexes {
                 _ => index.unpersisted_lines = 0,
             }
         }
-        index.get(fs, layout, id, operation, request_digest)
+        Ok(Ok(()))
     }
 
     /// Drops a session's index (it is closed, or its handle was poisoned).
@@ -695,7 +730,7 @@ impl<F: Fs> crate::store::Store<F> {
             id,
             operation,
             request_digest,
-            &crate::boundaries::RECOVER.index,
+            Some(&crate::boundaries::RECOVER.index),
         )
     }
 }

@@ -197,6 +197,11 @@ impl<F: Fs> Store<F> {
                 return Ok(answers);
             }
             self.commit_batch(to, &batch).inspect_err(|_| self.poison(to))?;
+            // The receipt index's upkeep, once the lines are written (a refused or replayed
+            // send, which wrote nothing, leaves it as it was).
+            if !batch.keys.is_empty() {
+                self.receipts.maintain(&self.fs, &self.layout, to, &SEND.index)?;
+            }
             Ok(answers)
         })
     }
@@ -242,14 +247,9 @@ impl<F: Fs> Store<F> {
                 }
                 return Ok(Ok(Accepted { mid: mid.clone(), replayed: true, restored: false }));
             }
-            if let Some(known) = self.receipts.lookup(
-                &self.fs,
-                &self.layout,
-                to,
-                operation,
-                request_digest,
-                &SEND.index,
-            )? {
+            if let Some(known) =
+                self.receipts.lookup(&self.fs, &self.layout, to, operation, request_digest, None)?
+            {
                 if known.receipt.payload_hash != *payload_hash {
                     return Ok(Err(conflict(&known.mid)));
                 }

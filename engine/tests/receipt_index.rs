@@ -126,6 +126,11 @@ fn an_oversized_index_is_rebuilt_not_an_error() {
     let store = reopen(dir.path(), config());
     let replay = store.send(&s, &keyed("first", "k1")).unwrap();
     assert_eq!((replay.mid, replay.replayed), (first.mid, true));
+    // A replay writes nothing: the answer came from the log, the file is as it was.
+    let oversized = spex_engine::layout::STATE_FILE_BYTES_MAX + 1;
+    assert_eq!(std::fs::metadata(&index).unwrap().len(), oversized);
+    // The next send that writes a line rewrites the index too.
+    store.send(&s, &keyed("second", "k2")).unwrap();
     assert_eq!(
         std::fs::metadata(&index).unwrap().len(),
         2 * 4096,
