@@ -557,3 +557,54 @@ fn special_files_among_the_history_sources_block_nothing() {
         assert!(listed["sessions"].as_array().unwrap().len() >= 2, "{name}: {listed}");
     }
 }
+
+/// `history ls --harness X` prints prefixes told apart from every harness session, not only the
+/// rows shown: each one typed back to `history show` opens its own row's conversation.
+#[test]
+fn history_prefixes_name_their_own_row_under_a_harness_filter() {
+    let store = Store::new();
+    let homes = tempfile::tempdir().unwrap();
+    let claude_id = "abcd1111-0000-4000-8000-000000000001";
+    let codex_id = "abcd2222-0000-7000-8000-000000000002";
+    let project = homes.path().join("claude/projects/-work");
+    std::fs::create_dir_all(&project).unwrap();
+    let claude = serde_json::json!({
+        "type": "user", "sessionId": claude_id, "cwd": "/work", "uuid": "u1",
+        "timestamp": "2026-11-30T09:00:00.000Z", "message": { "role": "user", "content": "from claude" },
+    });
+    std::fs::write(project.join(format!("{claude_id}.jsonl")), format!("{claude}\n")).unwrap();
+    let sessions = homes.path().join("codex/sessions/2026/11/30");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let meta = serde_json::json!({
+        "timestamp": "2026-11-30T10:00:00.000Z", "type": "session_meta",
+        "payload": { "id": codex_id, "timestamp": "2026-11-30T10:00:00.000Z", "cwd": "/work" },
+    });
+    let said = serde_json::json!({
+        "timestamp": "2026-11-30T10:00:01.000Z", "type": "response_item",
+        "payload": { "type": "message", "role": "user", "content": [{ "type": "input_text", "text": "from codex" }] },
+    });
+    std::fs::write(
+        sessions.join(format!("rollout-2026-11-30T10-00-00-{codex_id}.jsonl")),
+        format!("{meta}\n{said}\n"),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let output = store
+            .command(args)
+            .env("CLAUDE_CONFIG_DIR", homes.path().join("claude"))
+            .env("CODEX_HOME", homes.path().join("codex"))
+            .env("HOME", store.dir.path())
+            .output()
+            .unwrap();
+        common::Run(output).ok()
+    };
+    for (harness, id, said) in
+        [("codex", codex_id, "from codex"), ("claude", claude_id, "from claude")]
+    {
+        let text = run(&["history", "ls", "--harness", harness]);
+        let printed = text.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+        assert!(id.starts_with(&printed) && printed.len() >= 5, "{harness}: {text}");
+        let shown = run(&["history", "show", &printed]);
+        assert!(shown.contains(said), "{harness}: {printed} opens {shown}");
+    }
+}
