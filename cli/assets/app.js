@@ -169,6 +169,11 @@ function entry(event, id, owed) {
     }
     bubble.append(meta, document.createTextNode(event.text));
     item.append(bubble);
+  } else if (event.kind === "asked") {
+    const bubble = el("div", "message mine");
+    bubble.append(el("span", "meta", `${timeOf(event.ts)} · asked in ${event.harness}`));
+    bubble.append(document.createTextNode(event.text));
+    item.append(bubble);
   } else if (event.kind === "answer") {
     const bubble = el("div", "message agent");
     bubble.append(el("span", "meta", `${timeOf(event.ts)} · ${id} answered (${event.harness})`));
@@ -213,6 +218,29 @@ async function openConversation(id) {
   renderConversation("bottom");
   follow(mine);
   loadAnswers(mine);
+}
+
+// A Claude Code or Codex session (a transcript hit, `#/h/HARNESS/ID`): what the person asked
+// and what the agent answered, read-only (its last events, redacted by the server).
+const TRANSCRIPT_PAGE = 500;
+async function openTranscript(harness, id) {
+  closeConversation();
+  const mine = { id, harness, transcript: true, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null };
+  open = mine;
+  const response = await fetch(`/api/history/${encodeURIComponent(harness)}/${encodeURIComponent(id)}?limit=${TRANSCRIPT_PAGE}`);
+  const body = await response.json();
+  if (open !== mine) return;
+  if (!response.ok) {
+    $("conversation").replaceChildren(el("li", "empty", body.error || `cannot read ${id}`));
+    return;
+  }
+  mine.events = (body.events || [])
+    .filter((event) => (event.kind === "user" || event.kind === "assistant") && event.text)
+    .map((event) => ({ ts: event.ts, kind: event.kind === "user" ? "asked" : "answer", text: event.text, harness }));
+  const listed = board.history.get(`${harness}/${id}`);
+  if (listed && listed.title) $("session-title").textContent = listed.title;
+  mine.state = { display: listed ? listed.state : "" };
+  renderConversation("bottom");
 }
 
 // The session's own stream, from where the page ended: each new event once, and its state.
@@ -310,12 +338,28 @@ function renderConversation(scroll) {
 
 function route() {
   const hash = location.hash;
+  const transcript = hash.match(/^#\/h\/([^/]+)\/(.+)$/);
+  if (transcript) {
+    const harness = decodeURIComponent(transcript[1]);
+    const id = decodeURIComponent(transcript[2]);
+    if (open && open.transcript && open.harness === harness && open.id === id) return;
+    $("board-view").hidden = true;
+    $("session-view").hidden = false;
+    $("composer").hidden = true; // a harness session is answered in its harness
+    $("older").hidden = true;
+    $("session-title").textContent = id;
+    $("send-state").textContent = "";
+    $("conversation").replaceChildren();
+    openTranscript(harness, id);
+    return;
+  }
   const match = hash.match(/^#\/s\/(.+)$/);
   if (match) {
     const id = decodeURIComponent(match[1]);
-    if (open && open.id === id) return;
+    if (open && !open.transcript && open.id === id) return;
     $("board-view").hidden = true;
     $("session-view").hidden = false;
+    $("composer").hidden = false;
     $("session-title").textContent = id;
     $("send-state").textContent = "";
     $("conversation").replaceChildren();

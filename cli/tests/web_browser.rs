@@ -311,6 +311,28 @@ async fn the_web_page_works_in_a_real_browser() {
     let title = client.find(Locator::Id("session-title")).await.unwrap().text().await.unwrap();
     assert_eq!(title, "gamma");
 
+    // A transcript hit opens that harness session's conversation, read-only.
+    client.goto(&format!("{}#/", url.split('?').next().unwrap())).await.unwrap();
+    let search = client.find(Locator::Id("q")).await.unwrap();
+    search.clear().await.unwrap();
+    search.send_keys("banker's rounding\n").await.unwrap();
+    let first = "return document.querySelector('#hits li a')?.getAttribute('href') ?? ''";
+    until(&client, "a transcript hit", first, |v| {
+        v.as_str().is_some_and(|h| h.starts_with("#/h/claude/"))
+    })
+    .await;
+    client.find(Locator::Css("#hits li a")).await.unwrap().click().await.unwrap();
+    until(&client, "the transcript's conversation", MESSAGES, |v| {
+        count(v, "banker's rounding") == 1 && count(v, "asked in claude") >= 1
+    })
+    .await;
+    let composer = "return document.getElementById('composer').offsetParent === null";
+    until(&client, "no composer for a harness session", composer, |v| *v == json!(true)).await;
+    let planted = client.execute(MESSAGES, vec![]).await.unwrap();
+    assert_eq!(count(&planted, "sk-ant-api03"), 0, "redacted: {planted}");
+    client.goto(&format!("{}#/s/gamma", url.split('?').next().unwrap())).await.unwrap();
+    until(&client, "back to gamma", MESSAGES, |v| count(v, "flaky needle") == 1).await;
+
     // A session closed while its conversation is open: the page says so once and stops asking.
     spex(&store, &["session", "close", "gamma"]);
     let said = "return document.getElementById('send-state').textContent";
