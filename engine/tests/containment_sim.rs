@@ -157,3 +157,50 @@ fn files_that_are_links_are_refused_and_their_targets_untouched() {
     store.send(&s, &text("five")).unwrap();
     assert_eq!(store.events(&s).unwrap().len(), 2);
 }
+
+/// A special file (a FIFO) where a record, a queue, a segment or a lock belongs: the simulated
+/// filesystem refuses every open of it at once, as the real one's non-blocking open does; each
+/// command refuses naming it, doctor reports it as that session's damage, and the other
+/// sessions work as before.
+#[test]
+fn special_files_are_refused_at_once_and_stay_local_to_their_session() {
+    let store = sim_store(4, config());
+    let (s, good) = (id("s"), id("good"));
+    for session in [&s, &good] {
+        store.create_session(session, &queued(), None, None).unwrap();
+        store.send(session, &text("one")).unwrap();
+    }
+    let fs = store.fs();
+    let places = [
+        store.layout().record(&s),
+        store.layout().queue(&s),
+        store.layout().segment(&s, spex_engine::SegmentNo(1)),
+        store.layout().session_lock(&s),
+    ];
+    for place in places {
+        let kept = place.with_extension("kept");
+        let existed = fs.metadata(&place).is_ok();
+        if existed {
+            fs.rename(&place, &kept, B).unwrap();
+        }
+        fs.mkfifo(&place).unwrap();
+        assert_eq!(fs.metadata(&place).unwrap().kind, FileKind::Other);
+        let opened = fs.open(&place, OpenOptions::read(), B).map(|_| ());
+        assert!(opened.is_err(), "{}: an open is refused", place.display());
+        refused_naming(store.send(&s, &text("two")), &place);
+        let damage = store.doctor(None).unwrap();
+        assert!(
+            damage.iter().any(|found| found.path == place),
+            "{}: doctor names it: {damage:?}",
+            place.display()
+        );
+        store.send(&good, &text("still here")).unwrap();
+        store.drain(&good, &mut Recorder::default()).unwrap();
+        fs.remove_file(&place, B).unwrap();
+        if existed {
+            fs.rename(&kept, &place, B).unwrap();
+        }
+    }
+    store.send(&s, &text("three")).unwrap();
+    assert_eq!(store.events(&s).unwrap().len(), 2);
+}

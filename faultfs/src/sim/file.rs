@@ -29,7 +29,7 @@ impl SimFile {
         state.check_alive(boundary)?;
         let offset = offset.unwrap_or_else(|| match &state.inodes[&self.ino].node {
             Node::File(file) => file.volatile.len() as u64,
-            Node::Dir(_) | Node::Symlink(_) => 0,
+            Node::Dir(_) | Node::Symlink(_) | Node::Special => 0,
         });
         let detail = format!("@{offset}+{}", data.len());
         let op_index = state.op_count;
@@ -118,7 +118,7 @@ impl File for SimFile {
         state.check_alive(Boundary::new("len"))?;
         match &state.inodes[&self.ino].node {
             Node::File(file) => Ok(file.volatile.len() as u64),
-            Node::Dir(_) | Node::Symlink(_) => Ok(0),
+            Node::Dir(_) | Node::Symlink(_) | Node::Special => Ok(0),
         }
     }
 

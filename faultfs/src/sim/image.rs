@@ -79,6 +79,8 @@ pub enum ImageNode {
     File(Arc<Vec<u8>>),
     /// A symbolic link and the absolute path it names.
     Symlink(String),
+    /// A special file (a FIFO): never opened by the store, only refused.
+    Special,
 }
 
 /// A whole filesystem after a crash: every reachable path and what it holds. Two images are
@@ -144,6 +146,7 @@ impl fmt::Debug for Image {
                 ImageNode::Dir => list.entry(path, &"<dir>"),
                 ImageNode::File(bytes) => list.entry(path, &String::from_utf8_lossy(bytes)),
                 ImageNode::Symlink(target) => list.entry(path, &format!("-> {target}")),
+                ImageNode::Special => list.entry(path, &"<special>"),
             };
         }
         list.finish()
@@ -212,7 +215,7 @@ impl Pieces {
                 Pending::Data { ino, change } => {
                     let buf = replay.entry(*ino).or_insert_with(|| match &state.inodes[ino].node {
                         Node::File(file) => file.durable.as_ref().clone(),
-                        Node::Dir(_) | Node::Symlink(_) => {
+                        Node::Dir(_) | Node::Symlink(_) | Node::Special => {
                             unreachable!("data changes are only recorded for files")
                         }
                     });
@@ -526,6 +529,9 @@ impl<'a> Builder<'a> {
                         let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
                         nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
                     }
+                    Node::Special => {
+                        nodes.insert(path, (ImageNode::Special, [0; 32]));
+                    }
                 }
             }
         }
@@ -568,6 +574,7 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
             ImageNode::Dir => 0,
             ImageNode::File(_) => 1,
             ImageNode::Symlink(_) => 2,
+            ImageNode::Special => 3,
         };
         hasher.update([0, kind]);
         hasher.update(content_hash);
@@ -583,7 +590,9 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
 fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
     match &state.inodes[&ino].node {
         Node::File(file) => (file.durable.as_ref().clone(), file.durable.len() as u64),
-        Node::Dir(_) | Node::Symlink(_) => unreachable!("data pieces are only recorded for files"),
+        Node::Dir(_) | Node::Symlink(_) | Node::Special => {
+            unreachable!("data pieces are only recorded for files")
+        }
     }
 }
 
@@ -630,6 +639,9 @@ fn volatile_image(state: &State) -> Image {
                 Node::Symlink(target) => {
                     let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
                     nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
+                }
+                Node::Special => {
+                    nodes.insert(path, (ImageNode::Special, [0; 32]));
                 }
             }
         }

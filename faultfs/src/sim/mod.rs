@@ -148,6 +148,9 @@ pub(crate) enum Node {
     Dir(DirNode),
     /// A symbolic link to an absolute path (normalized components joined by `/`).
     Symlink(String),
+    /// A special file (a FIFO, a device): an open refuses it at once, as `RealFs`'s
+    /// non-blocking open does, and the store never reads or writes it.
+    Special,
 }
 
 #[derive(Clone, Debug)]
@@ -293,6 +296,7 @@ impl SimFs {
                         volatile: bytes.to_vec(),
                     }),
                     ImageNode::Symlink(target) => Node::Symlink(target.clone()),
+                    ImageNode::Special => Node::Special,
                 };
                 state.inodes.insert(ino, Inode { node: inode, modified_ms: 0 });
                 let dir = state.dir_mut(parent);
@@ -467,6 +471,18 @@ impl SimFs {
                             io::Error::from_raw_os_error(ELOOP),
                         ));
                     }
+                    // As `RealFs`: anything but a regular file is refused at once.
+                    Node::Special => {
+                        return Err(Error::io(
+                            OpKind::Open,
+                            path,
+                            Some(boundary),
+                            io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                "a special file (a FIFO, a socket or a device) where a regular file belongs",
+                            ),
+                        ));
+                    }
                     Node::File(_) => {}
                 }
                 if options.truncate && options.write {
@@ -553,7 +569,7 @@ impl State {
     fn dir(&self, ino: Ino) -> &DirNode {
         match &self.inodes[&ino].node {
             Node::Dir(dir) => dir,
-            Node::File(_) | Node::Symlink(_) => {
+            Node::File(_) | Node::Symlink(_) | Node::Special => {
                 unreachable!("inode {ino} was resolved as a directory")
             }
         }
@@ -562,7 +578,7 @@ impl State {
     fn dir_mut(&mut self, ino: Ino) -> &mut DirNode {
         match &mut self.inodes.get_mut(&ino).expect("resolved inodes exist").node {
             Node::Dir(dir) => dir,
-            Node::File(_) | Node::Symlink(_) => {
+            Node::File(_) | Node::Symlink(_) | Node::Special => {
                 unreachable!("inode {ino} was resolved as a directory")
             }
         }
@@ -571,7 +587,9 @@ impl State {
     fn file_mut(&mut self, ino: Ino) -> &mut FileNode {
         match &mut self.inodes.get_mut(&ino).expect("open files keep their inode").node {
             Node::File(file) => file,
-            Node::Dir(_) | Node::Symlink(_) => unreachable!("inode {ino} was opened as a file"),
+            Node::Dir(_) | Node::Symlink(_) | Node::Special => {
+                unreachable!("inode {ino} was opened as a file")
+            }
         }
     }
 
@@ -713,7 +731,7 @@ impl Fs for SimFs {
                 Node::Dir(dir) if !moving_dir || !dir.volatile.is_empty() => {
                     return Err(io_error(op, to, boundary, io::ErrorKind::IsADirectory));
                 }
-                Node::File(_) | Node::Symlink(_) if moving_dir => {
+                Node::File(_) | Node::Symlink(_) | Node::Special if moving_dir => {
                     return Err(io_error(op, to, boundary, io::ErrorKind::NotADirectory));
                 }
                 _ => {}
@@ -828,6 +846,7 @@ impl Fs for SimFs {
                     Node::File(_) => FileKind::File,
                     Node::Dir(_) => FileKind::Dir,
                     Node::Symlink(_) => FileKind::Symlink,
+                    Node::Special => FileKind::Other,
                 },
             })
             .collect())
@@ -848,6 +867,7 @@ impl Fs for SimFs {
             Node::Dir(_) => (0, FileKind::Dir),
             // The link itself (lstat), as the real filesystem reports it.
             Node::Symlink(target) => (target.len() as u64, FileKind::Symlink),
+            Node::Special => (0, FileKind::Other),
         };
         Ok(Metadata {
             len,
@@ -896,6 +916,29 @@ impl SimFs {
         Ok(())
     }
 
+    /// Makes a special file (a FIFO) at `path`, durable at once (a test's setup, as
+    /// [`SimFs::symlink`]): every open of it is refused, metadata and listings show
+    /// [`FileKind::Other`], removal removes it.
+    pub fn mkfifo(&self, path: &Path) -> Result<()> {
+        let op = OpKind::Open;
+        let mut state = self.lock();
+        let boundary = Boundary::new("mkfifo");
+        state.check_alive(boundary)?;
+        let components = normalize(path, op)?;
+        let (name, parents) = components
+            .split_last()
+            .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::AlreadyExists))?;
+        let parent = state.lookup_dir(parents, op, path, boundary)?;
+        if state.dir(parent).volatile.contains_key(*name) {
+            return Err(io_error(op, path, boundary, io::ErrorKind::AlreadyExists));
+        }
+        let ino = state.new_inode(Node::Special);
+        let dir = state.dir_mut(parent);
+        dir.durable.insert((*name).to_owned(), ino);
+        dir.volatile.insert((*name).to_owned(), ino);
+        Ok(())
+    }
+
     fn unlink(&self, path: &Path, boundary: Boundary, op: OpKind) -> Result<()> {
         let mut state = self.lock();
         let components = normalize(path, op)?;
@@ -915,7 +958,7 @@ impl SimFs {
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
         match (&state.inodes[&ino].node, op) {
             // Removing a link removes the link, never what it points to.
-            (Node::File(_) | Node::Symlink(_), OpKind::RemoveFile) => {}
+            (Node::File(_) | Node::Symlink(_) | Node::Special, OpKind::RemoveFile) => {}
             (Node::Dir(dir), OpKind::RemoveDir) if dir.volatile.is_empty() => {}
             (Node::Dir(_), OpKind::RemoveDir) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::DirectoryNotEmpty));
@@ -923,7 +966,7 @@ impl SimFs {
             (Node::Dir(_), _) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::IsADirectory));
             }
-            (Node::File(_) | Node::Symlink(_), _) => {
+            (Node::File(_) | Node::Symlink(_) | Node::Special, _) => {
                 return Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory));
             }
         }

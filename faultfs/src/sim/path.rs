@@ -52,7 +52,7 @@ impl State {
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
         match self.inodes[&ino].node {
             Node::Dir(_) => Ok(ino),
-            Node::File(_) | Node::Symlink(_) => {
+            Node::File(_) | Node::Symlink(_) | Node::Special => {
                 Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory))
             }
         }
