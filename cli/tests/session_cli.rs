@@ -560,3 +560,34 @@ fn refused_sends_and_replays_write_nothing() {
     store.run(&["session", "send", "w", "m0", "--key", "k0"]).ok();
     assert_eq!(snapshot(), before, "nothing was written");
 }
+
+/// Every file spex creates in a store is its owner's alone: files 0600, directories 0700 (the
+/// index and its write-ahead log included).
+#[test]
+fn every_file_of_a_store_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    store.run(&["session", "send", "w", "secret plans", "--key", "k"]).ok();
+    store.run(&["session", "drain", "w", "--adapter", "exec:cat >/dev/null"]).ok();
+    store.run(&["session", "ls"]).ok();
+    store.run(&["search", "plans"]).ok();
+    store.run(&["session", "close", "w"]).ok();
+    let mut checked = 0;
+    let mut dirs = vec![store.root()];
+    while let Some(dir) = dirs.pop() {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                dirs.push(path);
+            } else {
+                assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", path.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 3, "files were checked: {checked}");
+}

@@ -348,8 +348,8 @@ impl<'s> HarnessAdapter<'s> {
         let files = RunFiles::of(self.store, &self.session, run);
         let opened = write_private(&files.stdin, prompt.as_bytes()).and_then(|()| {
             let input = std::fs::File::open(&files.stdin)?;
-            let out = std::fs::File::create(&files.stdout)?;
-            let err = std::fs::File::create(&files.stderr)?;
+            let out = create_private(&files.stdout)?;
+            let err = create_private(&files.stderr)?;
             // The stream is read as the harness writes it, through a handle of its own.
             let stream = std::fs::File::open(&files.stdout)?;
             Ok((input, out, err, stream))
@@ -983,6 +983,13 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file =
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     file.write_all(bytes)
+}
+
+/// Creates (or truncates) a file at `path` only its owner can read (0600): what a harness says
+/// may hold what the agent read.
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
 }
 
 /// Closes a harness's pane (a launch whose session could not be created).
