@@ -336,3 +336,45 @@ fn a_delivery_alone_changes_the_owed_count() {
         "working"
     );
 }
+
+/// The index holds no credential in the clear: every secret shape of the shared corpus, said to
+/// a session, is stored redacted, so a search for any 6 characters of a secret, starting at any
+/// offset, finds no snippet that shows a part of it, and the file holds none of it.
+#[test]
+fn no_snippet_shows_a_secret_whatever_the_query_pulls_into_its_window() {
+    let world = World::new();
+    let id = world.create("s");
+    let corpus = include_str!("../../history/tests/data/secrets.tsv");
+    let mut secrets = Vec::new();
+    for line in corpus.lines().filter(|line| !line.starts_with('#') && !line.is_empty()) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let (text, secret) = (fields[1].replace("\\n", "\n"), fields[2].replace("\\n", "\n"));
+        world.say(&id, &format!("before it {text} and after it"), None);
+        secrets.push((fields[0].to_owned(), secret));
+    }
+    let mut index = Index::open(world.dir.path()).unwrap();
+    index.refresh(&world.store).unwrap();
+    let all = SearchFilter { limit: 100, ..SearchFilter::default() };
+    assert_eq!(index.search("before", &all).unwrap().len(), secrets.len());
+    let leak = |shown: &str, secret: &str| {
+        let chars: Vec<char> = secret.chars().collect();
+        chars.windows(8).map(|w| w.iter().collect::<String>()).find(|w| shown.contains(w.as_str()))
+    };
+    let mut queries = 0;
+    for (label, secret) in &secrets {
+        let chars: Vec<char> = secret.chars().filter(|c| !c.is_whitespace()).collect();
+        for at in 0..chars.len().saturating_sub(6) {
+            let query: String = chars[at..at + 6].iter().collect();
+            queries += 1;
+            for hit in index.search(&query, &all).unwrap_or_default() {
+                assert!(leak(&hit.snippet, secret).is_none(), "{label} at {at}: {}", hit.snippet);
+            }
+        }
+    }
+    assert!(queries > 1000, "{queries}");
+    let bytes = std::fs::read(world.dir.path().join(spex_index::INDEX_FILE)).unwrap();
+    let stored = String::from_utf8_lossy(&bytes);
+    for (label, secret) in &secrets {
+        assert!(leak(&stored, secret).is_none(), "{label} is stored in the clear");
+    }
+}
