@@ -608,3 +608,57 @@ fn history_prefixes_name_their_own_row_under_a_harness_filter() {
         assert!(shown.contains(said), "{harness}: {printed} opens {shown}");
     }
 }
+
+/// `history ls` narrowed: by project (the working directory or under it), by last activity, and
+/// to the first N.
+#[test]
+fn history_listings_narrow_by_project_time_and_count() {
+    let store = Store::new();
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut full = vec!["--json", "history", "ls"];
+        full.extend_from_slice(args);
+        let document: serde_json::Value =
+            serde_json::from_str(&history(&store, &full).ok()).unwrap();
+        document["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap()[..4].to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&[]), ["019a", "7c1e"]);
+    assert_eq!(ids(&["--project", "/home/dev/shop"]), ["7c1e"]);
+    assert_eq!(ids(&["--project", "/home/dev"]), ["019a", "7c1e"]);
+    assert!(ids(&["--project", "/home/dev/sh"]).is_empty(), "a directory, not a string prefix");
+    assert_eq!(ids(&["--since", "2026-11-30T10:00:00Z"]), ["019a"]);
+    assert_eq!(ids(&["--since", "2026-11-30T09:00:00Z", "--limit", "1"]), ["019a"]);
+    assert!(ids(&["--since", "1h"]).is_empty(), "the fixtures are older than an hour");
+    history(&store, &["history", "ls", "--since", "yesterday-ish"]).fails(2, "is not a time");
+}
+
+/// `history show --last N` shows the last N entries under their day line, and every
+/// conversation ends with how to resume it in its harness.
+#[test]
+fn history_show_takes_the_last_entries_and_says_how_to_resume() {
+    let store = Store::new();
+    let text = history(&store, &["history", "show", "7c1e", "--last", "2"]).ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("── "), "a day line heads them: {text}");
+    assert!(lines[1].contains("· summary") && lines[3].ends_with("you"), "{text}");
+    assert_eq!(
+        lines.last().unwrap(),
+        &"resume: claude --resume 7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90 (in /home/dev/shop)"
+    );
+    let codex = history(&store, &["history", "show", "019a"]).ok();
+    assert!(
+        codex.trim_end().ends_with(
+            "resume: codex resume 019a2d7a-41c4-78b1-b7cc-a45d62a89cd5 (in /home/dev/api)"
+        ),
+        "{codex}"
+    );
+    let document: serde_json::Value = serde_json::from_str(
+        &history(&store, &["--json", "history", "show", "019a", "--last", "2"]).ok(),
+    )
+    .unwrap();
+    assert_eq!(document["events"].as_array().unwrap().len(), 2);
+}

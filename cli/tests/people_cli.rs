@@ -446,3 +446,28 @@ fn search_finds_substrings_in_any_language_after_whole_words() {
     let none = store.json(&["search", "デプロイ", "--status", "review"]);
     assert_eq!(none["hits"], serde_json::json!([]));
 }
+
+/// `session ls` narrowed by activity time and to the first N, in the listing's order.
+#[test]
+fn session_listings_narrow_by_time_and_count() {
+    let store = Store::new();
+    for id in ["old", "mid", "new"] {
+        store.run(&["session", "new", "--id", id]).ok();
+        store.run(&["session", "send", id, "hello"]).ok();
+    }
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut full = vec!["session", "ls"];
+        full.extend_from_slice(args);
+        store.json(&full)["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&[]), ["new", "mid", "old"]);
+    assert_eq!(ids(&["--limit", "2"]), ["new", "mid"]);
+    assert_eq!(ids(&["--since", "1h"]).len(), 3);
+    assert!(ids(&["--since", "2099-01-01"]).is_empty());
+    store.run(&["session", "ls", "--since", "soon"]).fails(2, "is not a time");
+}

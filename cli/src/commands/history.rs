@@ -46,6 +46,16 @@ struct LsArgs {
     /// Only this harness: claude or codex.
     #[arg(long, value_parser = crate::args::parse_harness)]
     harness: Option<Harness>,
+    /// Only sessions active since this time: RFC 3339, a local date or time, or a duration back
+    /// from now (90m, 2h, 7days).
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
+    /// Only sessions of this project: their working directory is DIR or under it.
+    #[arg(long, value_name = "DIR")]
+    project: Option<std::path::PathBuf>,
+    /// At most this many sessions (the most recently active first).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,6 +68,9 @@ struct ShowArgs {
     /// Times in UTC (default: local time).
     #[arg(long)]
     utc: bool,
+    /// Only the last N entries shown (events, with `--json`).
+    #[arg(long, value_name = "N")]
+    last: Option<usize>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -87,14 +100,34 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 }
             }
             listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
+            if let Some(since) = &ls.since {
+                let zone = render::zone(false);
+                let since = crate::args::since(since, jiff::Timestamp::now(), &zone)?;
+                listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
+            }
+            if let Some(project) = &ls.project {
+                let project = std::path::absolute(project).unwrap_or_else(|_| project.clone());
+                listed.retain(|entry| {
+                    entry
+                        .project
+                        .as_deref()
+                        .is_some_and(|cwd| std::path::Path::new(cwd).starts_with(&project))
+                });
+            }
             listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
+            if let Some(limit) = ls.limit {
+                listed.truncate(limit);
+            }
             let every: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
             list(&listed, &every, global, &shown)
         }
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;
-            let (summary, events) = spex_history::summarize(transcript)?;
+            let (summary, mut events) = spex_history::summarize(transcript)?;
             if global.json {
+                if let Some(last) = show.last {
+                    events.drain(..events.len().saturating_sub(last));
+                }
                 let events: Vec<_> =
                     events.iter().map(|event| render::event_json(event, &shown)).collect();
                 let mut document =
@@ -106,10 +139,38 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 return Ok(Code::Ok);
             }
             let paint = Paint::for_stdout(global.color);
+            // The entries the view shows (a hidden tool call renders as nothing), then the last
+            // N of them; rendered again from the first kept so a day line heads them.
             let mut view = render::HistoryView::new(paint, render::zone(show.utc), show.tools);
-            for event in &events {
+            let shown_at: Vec<usize> = events
+                .iter()
+                .enumerate()
+                .filter(|(_, event)| !view.event(event, &shown).is_empty())
+                .map(|(at, _)| at)
+                .collect();
+            let from = match show.last {
+                Some(last) => shown_at
+                    .get(shown_at.len().saturating_sub(last))
+                    .copied()
+                    .unwrap_or(events.len()),
+                None => 0,
+            };
+            let mut view = render::HistoryView::new(paint, render::zone(show.utc), show.tools);
+            for event in &events[from..] {
                 render::out!("{}", view.event(event, &shown))?;
             }
+            // How to continue it in its harness (in its project).
+            let resume = match transcript.harness {
+                Harness::ClaudeCode => format!("claude --resume {}", transcript.id),
+                Harness::Codex => format!("codex resume {}", transcript.id),
+            };
+            let place = summary
+                .meta
+                .cwd
+                .as_deref()
+                .map(|cwd| format!(" (in {})", shown(cwd)))
+                .unwrap_or_default();
+            render::out!("{}\n", paint.dim(&format!("resume: {resume}{place}")))?;
             Ok(Code::Ok)
         }
     }

@@ -234,6 +234,13 @@ struct LsArgs {
     /// Only sessions in this status (stored name, e.g. awaiting, or display word, e.g. review).
     #[arg(long, value_name = "STATUS", value_parser = status_parser())]
     status: Option<String>,
+    /// Only sessions active (else created) since this time: RFC 3339, a local date or time, or a
+    /// duration back from now (90m, 2h, 7days).
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
+    /// At most this many sessions (the first in the listing's order).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -1028,7 +1035,19 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     };
     // The owed count is the index's: the refresh just read every queue that changed (a damaged
     // one reads as unknown).
-    let rows = index.sessions(&filter)?;
+    let mut rows = index.sessions(&filter)?;
+    if let Some(since) = &args.since {
+        let since = crate::args::since(since, jiff::Timestamp::now(), &render::zone(false))?;
+        rows.retain(|row| {
+            row.last_activity
+                .as_deref()
+                .or(row.created_at.as_deref())
+                .is_some_and(|when| when >= since.as_str())
+        });
+    }
+    if let Some(limit) = args.limit {
+        rows.truncate(limit);
+    }
     // The agent's progress, for the sessions a harness ran for (read from their run logs).
     let agents: Vec<Option<String>> =
         rows.iter().map(|row| super::harness::agent_word(&store, &row.id)).collect();
