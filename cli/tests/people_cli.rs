@@ -471,3 +471,29 @@ fn session_listings_narrow_by_time_and_count() {
     assert!(ids(&["--since", "2099-01-01"]).is_empty());
     store.run(&["session", "ls", "--since", "soon"]).fails(2, "is not a time");
 }
+
+/// What the text view shows is in `--json` too, and nothing happens without a word: timeline
+/// events carry `owed`; a send to an archived session says where it went; a damaged queue lists
+/// as unknown owed (`?`, `null`), never as 0.
+#[test]
+fn owed_marks_archived_sends_and_damaged_queues_are_said() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    store.run(&["session", "send", "w", "first"]).ok();
+    store.run(&["session", "drain", "w", "--adapter", "exec:cat >/dev/null"]).ok();
+    store.run(&["session", "send", "w", "second"]).ok();
+    let events = store.json(&["session", "timeline", "w"])["events"].clone();
+    let owed: Vec<bool> =
+        events.as_array().unwrap().iter().map(|e| e["owed"].as_bool().unwrap()).collect();
+    assert_eq!(owed, [false, true], "{events}");
+    store.run(&["session", "archive", "w"]).ok();
+    let sent = store.run(&["session", "send", "w", "third"]);
+    sent.ok();
+    assert!(sent.stderr().contains("w is archived"), "{}", sent.stderr());
+    std::fs::write(store.root().join("sessions/w/pending.json"), "{bad").unwrap();
+    let listed = store.json(&["session", "ls", "--all"]);
+    assert_eq!(listed["sessions"][0]["owed"], serde_json::Value::Null, "{listed}");
+    let text = store.run(&["session", "ls", "--all"]).ok();
+    let row = text.lines().nth(1).unwrap();
+    assert!(row.split_whitespace().any(|cell| cell == "?"), "{text}");
+}

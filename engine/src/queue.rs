@@ -237,8 +237,9 @@ pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
 }
 
 impl<F: Fs> Store<F> {
-    /// The queue file of session `id` as read (no file: empty and sound).
-    pub(crate) fn queue_file(&self, id: &SessionId) -> Result<QueueFile> {
+    /// Session `id`'s queue file as a reader reads it: the valid entries and, when the file is
+    /// damaged, why (an empty queue when there is no file).
+    pub fn queue_file(&self, id: &SessionId) -> Result<QueueFile> {
         Ok(atomic::read(&self.fs, &self.layout.queue(id))?
             .map_or_else(QueueFile::default, |bytes| parse(&bytes)))
     }

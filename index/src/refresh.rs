@@ -470,8 +470,10 @@ impl Index {
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
-        let owed = match store.queue(id) {
-            Ok(entries) => Some(entries.len() as i64),
+        let owed = match store.queue_file(id) {
+            // A damaged queue's count is unknown: readers see only its valid entries.
+            Ok(file) if file.damage.is_some() => None,
+            Ok(file) => Some(file.entries.len() as i64),
             // A damaged queue does not hide the session: its count is unknown (`session repair`
             // rebuilds it).
             Err(spex_engine::Error::Corrupt { .. }) => None,

@@ -685,6 +685,12 @@ fn parse_id(id: &str) -> Result<SessionId, Reply> {
     SessionId::new(id).map_err(|error| engine_error(&error))
 }
 
+/// Events as the timeline's JSON shows them, with `owed` on each message still owed.
+fn marked(store: &Store<RealFs>, id: &SessionId, events: &[Event]) -> Vec<Value> {
+    let owed = super::session::owed_mids(store, id);
+    events.iter().map(|event| super::session::event_json(event, &owed)).collect()
+}
+
 /// `GET /api/sessions/:id/timeline[?limit=N&before=POSITION]`: the last `limit` public events
 /// before `before` (a page's `older`; default: the end), oldest first, read backward (never the
 /// whole log); `older` names the next page (null at the start), `end` where the page ends (the
@@ -717,7 +723,7 @@ fn timeline_blocking(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
     match store.page(&id, before, limit) {
         Ok(page) => Reply::ok(json!({
             "session": id.as_str(),
-            "events": page.events.iter().map(Event::to_public_json).collect::<Vec<_>>(),
+            "events": marked(store, &id, &page.events),
             "older": page.older.map(|position| position.to_string()),
             "end": page.end.to_string(),
         })),

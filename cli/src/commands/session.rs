@@ -570,6 +570,12 @@ fn send(
         attributes: None,
     };
     let accepted = store.send(id, &request)?;
+    // An archived session is hidden from listings: say where the message went.
+    if !global.quiet && store.record(id).is_ok_and(|record| record.archived()) {
+        eprintln!(
+            "spex: note: {id} is archived (hidden from `session ls`); the message is owed all the same and waits for a drain"
+        );
+    }
     if global.json {
         print_json(json!({
             "session": id.as_str(),
@@ -745,11 +751,34 @@ fn indent(text: &str, width: usize) -> String {
 
 /// The message ids owed to a session (empty when its queue cannot be read: the marks are then
 /// missing, never wrong).
-fn owed_mids(store: &Store<RealFs>, id: &SessionId) -> std::collections::HashSet<String> {
+pub(crate) fn owed_mids(
+    store: &Store<RealFs>,
+    id: &SessionId,
+) -> std::collections::HashSet<String> {
     store
         .queue(id)
         .map(|queue| queue.into_iter().map(|entry| entry.mid).collect())
         .unwrap_or_default()
+}
+
+/// An event as `--json` shows it: the public form, and for a message with an id whether it is
+/// still `owed` (else delivered), as the text view marks it.
+pub(crate) fn event_json(
+    event: &Event,
+    owed: &std::collections::HashSet<String>,
+) -> serde_json::Value {
+    let mut value = event.to_public_json();
+    if let (Some(map), Some(mid)) = (value.as_object_mut(), value_mid(event)) {
+        map.insert("owed".to_owned(), owed.contains(mid).into());
+    }
+    value
+}
+
+fn value_mid(event: &Event) -> Option<&str> {
+    match event {
+        Event::Sent(sent) => sent.mid.as_deref(),
+        Event::Status(_) => None,
+    }
 }
 
 fn timeline(
@@ -758,11 +787,12 @@ fn timeline(
     args: &TimelineArgs,
     global: &Global,
 ) -> anyhow::Result<Code> {
+    let mut owed = owed_mids(store, id);
     let mut conversation = Conversation::new(
         Paint::for_stdout(global.color),
         render::zone(args.utc),
         id.as_str(),
-        owed_mids(store, id),
+        owed.clone(),
     );
     if args.with_transcript {
         return with_transcript(store, id, args, global, &mut conversation);
@@ -770,7 +800,7 @@ fn timeline(
     if !args.follow {
         let events = store.tail(id, args.limit)?;
         if global.json {
-            let events: Vec<_> = events.iter().map(Event::to_public_json).collect();
+            let events: Vec<_> = events.iter().map(|event| event_json(event, &owed)).collect();
             print_json(json!({ "session": id.as_str(), "events": events }))?;
         } else {
             for event in &events {
@@ -785,15 +815,16 @@ fn timeline(
     // Following starts from the whole log once (to know the cursor), then reads only growth.
     let (events, mut cursor) = store.follow(id, Cursor::START)?;
     let skip = events.len().saturating_sub(args.limit);
-    print_events(&events[skip..], global.json, &mut conversation)?;
+    print_events(&events[skip..], global.json.then_some(&owed), &mut conversation)?;
     loop {
         std::thread::sleep(POLL_INTERVAL);
         match store.follow(id, cursor) {
             Ok((events, next)) => {
                 if !events.is_empty() {
-                    conversation.set_owed(owed_mids(store, id));
+                    owed = owed_mids(store, id);
+                    conversation.set_owed(owed.clone());
                 }
-                print_events(&events, global.json, &mut conversation)?;
+                print_events(&events, global.json.then_some(&owed), &mut conversation)?;
                 cursor = next;
             }
             Err(Error::NoSuchSession { .. }) => {
@@ -892,14 +923,15 @@ fn with_transcript(
     Ok(Code::Ok)
 }
 
+/// Prints `events`: as JSON lines (with `json`, the owed mids), else as the conversation.
 fn print_events(
     events: &[Event],
-    json: bool,
+    json: Option<&std::collections::HashSet<String>>,
     conversation: &mut Conversation,
 ) -> anyhow::Result<()> {
     for event in events {
-        if json {
-            outln!("{}", event.to_public_json())?;
+        if let Some(owed) = json {
+            outln!("{}", event_json(event, owed))?;
         } else {
             render::out!("{}", conversation.event(event))?;
         }
