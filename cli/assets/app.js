@@ -71,7 +71,7 @@ function renderBoard() {
       el("span", "id", row.id),
       el("span", `status ${row.state.display}`, row.state.display),
       el("span", "when", relative(when(row))),
-      el("span", "owed", row.owed ? `${row.owed} owed` : ""),
+      el("span", "owed", row.owed === null ? "? owed (damaged queue)" : row.owed ? `${row.owed} owed` : ""),
       el("span", "preview", row.preview || row.state.note || ""),
     );
     item.append(link);
