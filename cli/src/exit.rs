@@ -96,11 +96,43 @@ pub(crate) fn error_json(code: Code, message: &str) -> serde_json::Value {
 }
 
 /// What to do next, for the errors where a person needs a pointer (empty otherwise).
-pub(crate) fn hint(error: &anyhow::Error) -> &'static str {
+pub(crate) fn hint(error: &anyhow::Error) -> String {
     for cause in error.chain() {
-        if let Some(Error::NoSuchSession { .. }) = cause.downcast_ref::<Error>() {
-            return " (`spex session ls --all` lists the sessions; `spex where` names the store)";
+        match cause.downcast_ref::<Error>() {
+            Some(Error::NoSuchSession { .. }) => {
+                return " (`spex session ls --all` lists the sessions; `spex where` names the store)"
+                    .to_owned();
+            }
+            Some(Error::Locked { holder, .. }) => return busy_hint(*holder),
+            _ => {}
         }
     }
-    ""
+    String::new()
+}
+
+/// What holds a lock and what to do: the holder's command line when it can be read (a drain
+/// watching the session, a send, the server), else only that another process does.
+fn busy_hint(holder: Option<u32>) -> String {
+    let command = holder.and_then(|pid| {
+        #[allow(clippy::disallowed_methods, reason = "a process's command line, not a store file")]
+        let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let words: Vec<String> = bytes
+            .split(|byte| *byte == 0)
+            .filter(|word| !word.is_empty())
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect();
+        (!words.is_empty()).then(|| words.join(" "))
+    });
+    match (holder, command) {
+        (Some(pid), Some(command)) => format!(
+            " (held by `{}`, pid {pid}: try again when it is done, or stop it; a drain with --watch holds the delivery lock while it runs)",
+            crate::render::literal(&command)
+        ),
+        (Some(pid), None) => {
+            format!(
+                " (held by pid {pid}, which is gone or not ours: try again; a dead holder's lock is taken over)"
+            )
+        }
+        (None, _) => " (another process is writing: try again)".to_owned(),
+    }
 }

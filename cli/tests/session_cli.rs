@@ -156,6 +156,9 @@ fn locked_session_exits_busy() {
         .unwrap();
     let run = common::Run(run);
     run.fails(3, "is locked by pid");
+    // The error says what holds it: this test's own command line.
+    let me = std::env::args().next().unwrap();
+    assert!(run.stderr().contains(&format!("held by `{me}")), "{}", run.stderr());
     std::fs::remove_file(&lock).unwrap();
     assert!(store.events("s").is_empty(), "nothing was written while locked");
     store.run(&["session", "send", "s", "hi"]).ok();
