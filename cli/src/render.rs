@@ -245,12 +245,19 @@ pub(crate) fn set_quiet() {
 
 /// A progress bar on stderr counting `unit`, when stderr is a terminal and `-q` was not given.
 pub(crate) fn progress_bar(unit: &str) -> Option<indicatif::ProgressBar> {
-    if QUIET.load(std::sync::atomic::Ordering::Relaxed)
-        || !std::io::IsTerminal::is_terminal(&std::io::stderr())
-    {
+    if QUIET.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
-    let bar = indicatif::ProgressBar::new(0);
+    // On a terminal, a bar redrawn in place; elsewhere (a CI log, a pipe), the same line printed
+    // every [`PROGRESS_LOG_INTERVAL`], so a long run is never silent.
+    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::new(0)
+    } else {
+        indicatif::ProgressBar::with_draw_target(
+            Some(0),
+            indicatif::ProgressDrawTarget::term_like(Box::new(LogLines::new())),
+        )
+    };
     let style = indicatif::ProgressStyle::with_template(&format!(
         "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{msg}}"
     ))
@@ -259,6 +266,68 @@ pub(crate) fn progress_bar(unit: &str) -> Option<indicatif::ProgressBar> {
         bar.set_style(style);
     }
     Some(bar)
+}
+
+/// How often progress is printed where it cannot be redrawn in place.
+const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A progress "terminal" that is a log: each draw is a line on stderr, at most one per
+/// [`PROGRESS_LOG_INTERVAL`] (the first after one interval: a short run prints nothing); cursor
+/// moves and clears do nothing.
+#[derive(Debug)]
+struct LogLines {
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl LogLines {
+    fn new() -> LogLines {
+        LogLines { last: std::sync::Mutex::new(Some(std::time::Instant::now())) }
+    }
+}
+
+impl indicatif::TermLike for LogLines {
+    fn width(&self) -> u16 {
+        100
+    }
+
+    fn move_cursor_up(&self, _n: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_down(&self, _n: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_right(&self, _n: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_left(&self, _n: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn write_line(&self, line: &str) -> std::io::Result<()> {
+        self.write_str(line)
+    }
+
+    fn write_str(&self, line: &str) -> std::io::Result<()> {
+        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let due = last.is_none_or(|then| then.elapsed() >= PROGRESS_LOG_INTERVAL);
+        if due && !line.trim().is_empty() {
+            *last = Some(std::time::Instant::now());
+            use std::io::Write as _;
+            writeln!(std::io::stderr(), "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 // ---- columns ------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ fn sweep_and_replay_from_the_command_line() {
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stdout).contains("no violation"));
     let output = spex(&["verify", "replay", "not-a-token"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("replay token"));
     let output = spex(&["verify", "sweep", "--shard", "3/2"]);
     assert_eq!(output.status.code(), Some(2), "a bad shard is a usage error");
