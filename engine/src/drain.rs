@@ -9,7 +9,9 @@
 //!    keyed head is matched to its receipt in the log by operation, request digest, mid and
 //!    the exact frozen transport bytes (text, from, attributes). A receipt absent or different
 //!    ends the batch before that head; if it is the first, the drain stops, fail-closed, the
-//!    entry stays owed, and the report says why. A dropped or consumed head after the batch's
+//!    entry stays owed, and the report says why. An unkeyed head must have its `sent` line in
+//!    the log (read backward until the batch's mids are found), under the same rule; a mid
+//!    queued twice is delivered once. A dropped or consumed head after the batch's
 //!    first waits for the next round, so the queue only ever loses a prefix.
 //! 2. Without the record lock: the adapter gets each (mid, text, from) of the batch in order,
 //!    retried up to the policy's attempts; a refusal ends the batch there (the drain stops
