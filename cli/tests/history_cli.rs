@@ -26,6 +26,19 @@ fn history(store: &Store, args: &[&str]) -> common::Run {
     common::Run(output)
 }
 
+/// `spex args` (exit 0 asserted, stdout returned) with the transcript trees under `homes` as the
+/// harnesses' homes.
+fn in_homes(store: &Store, homes: &std::path::Path, args: &[&str]) -> String {
+    let output = store
+        .command(args)
+        .env("CLAUDE_CONFIG_DIR", homes.join("claude"))
+        .env("CODEX_HOME", homes.join("codex"))
+        .env("HOME", store.dir.path())
+        .output()
+        .unwrap();
+    common::Run(output).ok()
+}
+
 #[test]
 fn history_lists_every_harness_session_by_last_activity() {
     let store = Store::new();
@@ -436,16 +449,7 @@ fn planted_secrets_never_appear_on_any_cli_surface() {
     let store = Store::new();
     let homes = tempfile::tempdir().unwrap();
     let planted = common::plant_secrets(homes.path());
-    let run = |args: &[&str]| {
-        let output = store
-            .command(args)
-            .env("CLAUDE_CONFIG_DIR", homes.path().join("claude"))
-            .env("CODEX_HOME", homes.path().join("codex"))
-            .env("HOME", store.dir.path())
-            .output()
-            .unwrap();
-        common::Run(output).ok()
-    };
+    let run = |args: &[&str]| in_homes(&store, homes.path(), args);
     store.run(&["session", "new", "--id", "w"]).ok();
     let mut shown = vec![
         run(&["--json", "history", "ls"]),
@@ -588,16 +592,7 @@ fn history_prefixes_name_their_own_row_under_a_harness_filter() {
         format!("{meta}\n{said}\n"),
     )
     .unwrap();
-    let run = |args: &[&str]| {
-        let output = store
-            .command(args)
-            .env("CLAUDE_CONFIG_DIR", homes.path().join("claude"))
-            .env("CODEX_HOME", homes.path().join("codex"))
-            .env("HOME", store.dir.path())
-            .output()
-            .unwrap();
-        common::Run(output).ok()
-    };
+    let run = |args: &[&str]| in_homes(&store, homes.path(), args);
     for (harness, id, said) in
         [("codex", codex_id, "from codex"), ("claude", claude_id, "from claude")]
     {

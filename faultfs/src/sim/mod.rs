@@ -896,33 +896,22 @@ impl SimFs {
     /// open refuses it in the last position (`O_NOFOLLOW`: ELOOP); metadata and directory
     /// listings show the link itself; removal removes the link.
     pub fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
-        let op = OpKind::Open;
-        let mut state = self.lock();
-        let boundary = Boundary::new("symlink");
-        state.check_alive(boundary)?;
-        let target = normalize(target, op)?.join("/");
-        let components = normalize(link, op)?;
-        let (name, parents) = components
-            .split_last()
-            .ok_or_else(|| io_error(op, link, boundary, io::ErrorKind::AlreadyExists))?;
-        let parent = state.lookup_dir(parents, op, link, boundary)?;
-        if state.dir(parent).volatile.contains_key(*name) {
-            return Err(io_error(op, link, boundary, io::ErrorKind::AlreadyExists));
-        }
-        let ino = state.new_inode(Node::Symlink(format!("/{target}")));
-        let dir = state.dir_mut(parent);
-        dir.durable.insert((*name).to_owned(), ino);
-        dir.volatile.insert((*name).to_owned(), ino);
-        Ok(())
+        let target = normalize(target, OpKind::Open)?.join("/");
+        self.plant(link, Node::Symlink(format!("/{target}")), Boundary::new("symlink"))
     }
 
     /// Makes a special file (a FIFO) at `path`, durable at once (a test's setup, as
     /// [`SimFs::symlink`]): every open of it is refused, metadata and listings show
     /// [`FileKind::Other`], removal removes it.
     pub fn mkfifo(&self, path: &Path) -> Result<()> {
+        self.plant(path, Node::Special, Boundary::new("mkfifo"))
+    }
+
+    /// Puts `node` at `path`, durable at once (the setup of [`SimFs::symlink`] and
+    /// [`SimFs::mkfifo`]); an existing entry there is `AlreadyExists`.
+    fn plant(&self, path: &Path, node: Node, boundary: Boundary) -> Result<()> {
         let op = OpKind::Open;
         let mut state = self.lock();
-        let boundary = Boundary::new("mkfifo");
         state.check_alive(boundary)?;
         let components = normalize(path, op)?;
         let (name, parents) = components
@@ -932,7 +921,7 @@ impl SimFs {
         if state.dir(parent).volatile.contains_key(*name) {
             return Err(io_error(op, path, boundary, io::ErrorKind::AlreadyExists));
         }
-        let ino = state.new_inode(Node::Special);
+        let ino = state.new_inode(node);
         let dir = state.dir_mut(parent);
         dir.durable.insert((*name).to_owned(), ino);
         dir.volatile.insert((*name).to_owned(), ino);
