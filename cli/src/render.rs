@@ -474,7 +474,12 @@ pub(crate) struct SessionRow {
     pub(crate) archived: bool,
     /// The progress of the agent behind it, for a harness session (`running`, `crashed`, ...).
     pub(crate) agent: Option<String>,
+    /// Its title (the record's, else its first message).
+    pub(crate) title: Option<String>,
 }
+
+/// The widest a title is shown in a table (the last column takes the rest of the line).
+const TITLE_COLUMNS: usize = 36;
 
 /// The session table: a header, the shortest unique id prefixes, the status in colour, last
 /// activity as relative time, owed count and a preview cut to the terminal.
@@ -489,14 +494,19 @@ pub(crate) fn session_table(
     let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
     let lengths = unique_prefixes(&ids, every, 4);
     let header: Vec<String> =
-        ["ID", "STATUS", "ACTIVE", "OWED", "LAST"].iter().map(|h| paint.dim(h)).collect();
+        ["ID", "STATUS", "ACTIVE", "OWED", "TITLE", "LAST"].iter().map(|h| paint.dim(h)).collect();
     let cells: Vec<Vec<String>> = rows
         .iter()
         .zip(&lengths)
         .map(|(row, &length)| {
             let id = literal(&row.id);
-            // The prefix is what a command takes; `--json` has the whole id.
-            let id = paint.bold(prefix(&id, length));
+            // A UUID is shown by the prefix a command takes (`--json` has the whole id); a name
+            // a person chose is shown whole.
+            let id = if uuid::Uuid::try_parse(&row.id).is_ok() {
+                paint.bold(prefix(&id, length))
+            } else {
+                paint.bold(&id)
+            };
             let mut status = paint.status(&row.display);
             if let Some(agent) = &row.agent {
                 status.push_str(&paint.dim(&format!(" · {agent}")));
@@ -514,7 +524,8 @@ pub(crate) fn session_table(
                 Some(count) => paint.color(&count.to_string(), AnsiColor::Yellow),
                 None => "?".to_owned(),
             };
-            vec![id, status, when, owed, row.preview.clone()]
+            let title = row.title.as_deref().map_or_else(|| "-".to_owned(), first_line);
+            vec![id, status, when, owed, truncate(&title, TITLE_COLUMNS), row.preview.clone()]
         })
         .collect();
     table(&header, &cells, columns)

@@ -72,27 +72,35 @@ fn the_session_table_has_a_header_prefixes_owed_counts_and_previews() {
     for id in ["alpha-one", "alpha-two", "beta"] {
         store.run(&["session", "new", "--id", id]).ok();
     }
+    let uuid = store.run(&["session", "new"]).ok().trim().to_owned();
     store.run(&["session", "send", "beta", "first line of it\nsecond"]).ok();
     store.run(&["session", "send", "alpha-two", "デプロイしてください"]).ok();
     let text = store.run(&["session", "ls"]).ok();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["ID", "STATUS", "ACTIVE", "OWED", "LAST"]
+        ["ID", "STATUS", "ACTIVE", "OWED", "TITLE", "LAST"]
     );
     let row = |id: &str| *lines.iter().find(|line| line.starts_with(id)).unwrap();
-    // The shortest unique prefixes (at least four characters).
+    // A chosen name is shown whole, a UUID by its shortest unique prefix (at least four
+    // characters); the title is the first message, the last column the last one.
     assert!(row("beta ").contains("working"), "{text}");
-    assert!(row("alpha-o ").contains("working"), "{text}");
-    assert!(row("alpha-t ").ends_with("1     デプロイしてください"), "{text}");
-    assert!(row("beta ").ends_with("1     first line of it …"), "{text}");
-    assert!(row("alpha-o ").contains(" 0"), "{text}");
+    assert!(row("alpha-one ").contains("working"), "{text}");
+    assert!(row(&format!("{} ", &uuid[..4])).contains("working"), "{text}");
+    assert!(
+        row("alpha-two ").contains("1     デプロイしてください  デプロイしてください"),
+        "{text}"
+    );
+    assert!(row("beta ").ends_with("1     first line of it …    first line of it …"), "{text}");
+    assert!(row("alpha-one ").contains(" 0     -"), "{text}");
     // Columns line up, wide characters counted as two columns.
     let column = |line: &str, word: &str| {
         let at = line.find(word).unwrap();
         unicode_columns(&line[..at])
     };
-    assert_eq!(column(lines[0], "OWED"), column(row("alpha-t "), "1 "));
+    assert_eq!(column(lines[0], "OWED"), column(row("alpha-two "), "1 "));
+    let last = row("beta ").rfind("first line").unwrap();
+    assert_eq!(column(lines[0], "LAST"), unicode_columns(&row("beta ")[..last]));
     // JSON has the whole id, the raw lifecycle, the display word, owed and preview.
     let document = store.json(&["session", "ls"]);
     let beta = document["sessions"].as_array().unwrap().iter().find(|s| s["id"] == "beta").unwrap();
@@ -100,6 +108,7 @@ fn the_session_table_has_a_header_prefixes_owed_counts_and_previews() {
     assert_eq!(beta["state"]["display"], "working");
     assert_eq!(beta["owed"], 1);
     assert_eq!(beta["preview"], "first line of it …");
+    assert_eq!(beta["title"], "first line of it …");
     // An empty listing says so on stderr; stdout stays empty.
     let run = store.run(&["session", "ls", "--status", "review"]);
     assert_eq!(run.ok(), "");

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -593,4 +593,68 @@ fn every_file_of_a_store_is_private_to_its_owner() {
         }
     }
     assert!(checked >= 3, "files were checked: {checked}");
+}
+
+/// Every repair `doctor` advises works when followed as written: a torn tail, a damaged queue
+/// (garbage; a FIFO, which only a close removes), a stale staging file, a corrupt record, a record that is a FIFO, a name
+/// that is no session and a damaged session index; afterwards `doctor` finds nothing.
+#[test]
+fn every_doctor_advice_works_when_followed() {
+    let store = Store::new();
+    let names = ["torn", "queue", "fifoq", "stage", "corrupt", "fiforec"];
+    for name in names {
+        store.run(&["session", "new", "--id", name]).ok();
+        store.run(&["session", "send", name, &format!("hello {name}")]).ok();
+    }
+    let sessions = store.root().join("sessions");
+    let segment = sessions.join("torn/timeline/000000000001.ndjson");
+    std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(b"{\"half").unwrap();
+    std::fs::write(sessions.join("queue/pending.json"), "junk").unwrap();
+    std::fs::remove_file(sessions.join("fifoq/pending.json")).unwrap();
+    common::mkfifo(&sessions.join("fifoq/pending.json"));
+    std::fs::write(sessions.join("stage/session.json.tmp"), "{}").unwrap();
+    std::fs::write(sessions.join("corrupt/session.json"), "not json").unwrap();
+    std::fs::remove_file(sessions.join("fiforec/session.json")).unwrap();
+    common::mkfifo(&sessions.join("fiforec/session.json"));
+    std::fs::create_dir(sessions.join("not an id")).unwrap();
+    std::fs::write(store.root().join("index.sqlite"), "garbage").unwrap();
+
+    let mut command = store.command(&["--json", "doctor"]);
+    command.env("SPEX_LOCK_WAIT_MS", "500");
+    let doctor = common::run_within(command, Duration::from_secs(60), "doctor");
+    assert_eq!(doctor.code(), 4, "{}", doctor.stdout());
+    let found: serde_json::Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    let advice = |needle: &str| -> String {
+        let rows = found["found"].as_array().unwrap();
+        let row = rows.iter().find(|row| row["path"].as_str().unwrap().contains(needle));
+        row.unwrap_or_else(|| panic!("no damage at {needle}: {found}"))["repair"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // Each advice names what to run; run exactly that.
+    let follow = |needle: &str, command: &[&str]| {
+        let text = advice(needle);
+        let shown = format!("`spex {}", command[..2].join(" "));
+        assert!(text.contains(&shown), "{needle}: advice {text:?} should say {shown}");
+        assert!(text.contains(command[2]), "{needle}: advice {text:?} should name {}", command[2]);
+        store.run(command).ok();
+    };
+    follow("torn/", &["session", "send", "torn", "after the tear"]);
+    follow("queue/pending.json", &["session", "repair", "queue"]);
+    follow("fifoq/", &["session", "close", "fifoq", "--yes"]);
+    follow("corrupt/", &["session", "close", "corrupt", "--yes"]);
+    follow("fiforec/", &["session", "close", "fiforec", "--yes"]);
+    assert!(advice("stage/").contains("the next write to the session removes it"));
+    store.run(&["session", "send", "stage", "a write"]).ok();
+    assert!(advice("not an id").contains("move it out of the sessions directory"));
+    std::fs::rename(sessions.join("not an id"), store.path("moved-out")).unwrap();
+    assert!(advice("index.sqlite").contains("`spex index rebuild`"));
+    store.run(&["index", "rebuild"]).ok();
+
+    assert_eq!(store.run(&["doctor"]).ok(), "no damage found\n");
+    let listed = store.json(&["session", "ls", "--all"]);
+    let mut ids = ids_of(&listed);
+    ids.sort();
+    assert_eq!(ids, ["queue", "stage", "torn"]);
 }

@@ -146,3 +146,35 @@ fn watch_redraws_the_table_in_place() {
     assert!(!screen.lines().any(|line| line.starts_with("seco")), "{screen}");
     println!("the live table as the pane shows it:\n{screen}");
 }
+
+/// `session close` on a terminal says what it deletes, points to `archive`, and asks: anything
+/// but yes keeps the session; `y` closes it. (Piped, or with `--yes`, it does not ask.)
+#[test]
+fn close_asks_on_a_terminal() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "fix"]).ok();
+    store.run(&["session", "send", "fix", "the first words"]).ok();
+    let tmux = Tmux::start(&store);
+    let keys = |name: &str, keys: &[&str]| {
+        let target = format!("{name}:0.0");
+        let mut args = vec!["send-keys", "-t", &target];
+        args.extend_from_slice(keys);
+        tmux.run(&args);
+    };
+    tmux.spex_in_pane(&store, "no", "session close fix; echo exit=$?");
+    let screen = tmux.wait_for("no", "the question", |screen| screen.contains("[y/N]"));
+    assert!(screen.contains("session fix \"the first words\""), "{screen}");
+    assert!(screen.contains("(1 events)") && screen.contains("(1 owed)"), "{screen}");
+    assert!(screen.contains("spex session archive fix"), "{screen}");
+    keys("no", &["n", "Enter"]);
+    let screen = tmux.wait_for("no", "the refusal", |screen| screen.contains("exit="));
+    assert!(screen.contains("kept fix") && screen.contains("exit=1"), "{screen}");
+    assert!(store.root().join("sessions/fix/session.json").exists());
+
+    tmux.spex_in_pane(&store, "yes", "session close fix; echo exit=$?");
+    tmux.wait_for("yes", "the question", |screen| screen.contains("[y/N]"));
+    keys("yes", &["y", "Enter"]);
+    let screen = tmux.wait_for("yes", "the close", |screen| screen.contains("exit="));
+    assert!(screen.contains("closed fix") && screen.contains("exit=0"), "{screen}");
+    assert!(!store.root().join("sessions/fix").exists());
+}

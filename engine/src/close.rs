@@ -2,7 +2,8 @@
 //!
 //! # Order (crash-atomic)
 //!
-//! Under the record lock, after recovery:
+//! Under the record lock, with no recovery (nothing in the session is read: a damaged record,
+//! queue or segment does not block its deletion, and the ledger line says what it can):
 //!
 //! 1. Rename `sessions/<id>` to `.closing/<id>` and sync both directories: the commit point. The
 //!    session is gone from every reader from here on.
@@ -34,6 +35,7 @@ use crate::layout::SessionId;
 use crate::lock;
 use crate::mutant::{Mutant, active};
 use crate::record::Record;
+use crate::recover::Checks;
 use crate::store::Store;
 use crate::timeline::append_or_cut_back;
 
@@ -60,7 +62,8 @@ pub struct Closure {
 impl<F: Fs> Store<F> {
     /// Closes session `id` (see the module header).
     pub fn close(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &CLOSE, |_| {
+        let checks = Checks { deleting: true, ..Checks::default() };
+        self.transition_checked(id, &CLOSE, checks, |_| {
             self.require_session(id)?;
             if active(Mutant::CloseDeletesBeforeRevoking) {
                 self.remove_tree(&self.layout.session_dir(id), &CLOSE)?;

@@ -58,26 +58,38 @@ pub enum DamageKind {
 }
 
 impl Damage {
-    /// What a repair does about this damage.
-    pub fn repair(&self) -> &'static str {
+    /// What a repair does about this damage: a command to run where one helps, naming the
+    /// session (each advice is followed in a test and leaves `doctor` clean).
+    pub fn repair(&self) -> String {
+        let id = self.session().unwrap_or("ID");
         match self.kind {
             DamageKind::GluedFragment { .. } => {
                 "none needed: the glued line is read; the fragment was lost when it was written"
+                    .to_owned()
             }
-            DamageKind::TornTail { .. } => {
-                "the next write truncates the torn tail (unacknowledged bytes)"
-            }
-            DamageKind::DamagedQueue { .. } => {
-                "`spex session repair` keeps the file beside, rebuilds the queue from its valid entries and the log's unsettled keyed receipts"
-            }
-            DamageKind::StaleStaging => "the next write removes it",
+            DamageKind::TornTail { .. } => format!(
+                "the next write to the session truncates the torn tail (unacknowledged bytes), e.g. `spex session send {id} ...`"
+            ),
+            DamageKind::DamagedQueue { .. } => format!(
+                "`spex session repair {id}` keeps the file beside, rebuilds the queue from its valid entries and the log's unsettled keyed receipts"
+            ),
+            DamageKind::StaleStaging => "the next write to the session removes it".to_owned(),
             DamageKind::Foreign { .. } => {
                 "none by spex: it is no session and every command ignores it; move it out of the sessions directory"
+                    .to_owned()
             }
-            DamageKind::Corrupt { .. } => {
-                "none: restore the file from a backup, or close the session"
-            }
+            DamageKind::Corrupt { .. } => format!(
+                "none in place: restore the file from a backup, or `spex session close {id}` (deletes the session; it does not read the damaged file)"
+            ),
         }
+    }
+
+    /// The session the damaged file belongs to (the name under `sessions/`), if any.
+    pub fn session(&self) -> Option<&str> {
+        let mut components = self.path.components().map(|part| part.as_os_str());
+        components.find(|part| *part == "sessions")?;
+        let name = components.next()?.to_str()?;
+        crate::layout::SessionId::new(name).is_ok().then_some(name)
     }
 
     /// Whether this damage is a warning (the store reads whole) rather than damage that loses or

@@ -181,10 +181,12 @@ impl<F: Fs> Store<F> {
         report: &mut DrainReport,
     ) -> Result<()> {
         loop {
-            let batch =
-                self.transition_checked(id, &DRAIN, Checks { queue: true }, |recovered| {
-                    self.next_batch(id, recovered.queue.unwrap_or_default(), report)
-                })?;
+            let batch = self.transition_checked(
+                id,
+                &DRAIN,
+                Checks { queue: true, ..Checks::default() },
+                |recovered| self.next_batch(id, recovered.queue.unwrap_or_default(), report),
+            )?;
             if batch.deliver.is_empty() {
                 report.stopped = batch.stop;
                 return Ok(());
@@ -206,9 +208,12 @@ impl<F: Fs> Store<F> {
                 &batch.deliver[..delivered]
             };
             if !delivered.is_empty() {
-                self.transition_checked(id, &DRAIN, Checks { queue: true }, |recovered| {
-                    self.settle(id, recovered.queue.unwrap_or_default(), delivered)
-                })?;
+                self.transition_checked(
+                    id,
+                    &DRAIN,
+                    Checks { queue: true, ..Checks::default() },
+                    |recovered| self.settle(id, recovered.queue.unwrap_or_default(), delivered),
+                )?;
                 report.delivered.extend(delivered.iter().map(|entry| entry.mid.clone()));
             }
             if let Some(stop) = refused.or(batch.stop) {

@@ -355,6 +355,11 @@ impl Record {
         self.text("harness").unwrap_or("claude")
     }
 
+    /// The title a person gave the session (`title`), if any and not blank.
+    pub fn title(&self) -> Option<&str> {
+        self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty())
+    }
+
     /// The harness's own thread id.
     pub fn harness_session_id(&self) -> Option<&str> {
         self.text("harness_session_id")

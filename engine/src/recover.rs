@@ -55,6 +55,9 @@ impl Recovered {
 pub(crate) struct Checks {
     /// The transition writes the queue: a damaged queue refuses it.
     pub(crate) queue: bool,
+    /// The transition deletes the session (close): nothing is read or repaired first, so a
+    /// damaged record, queue or segment never blocks the one way out of it.
+    pub(crate) deleting: bool,
 }
 
 impl<F: Fs> Store<F> {
@@ -65,7 +68,7 @@ impl<F: Fs> Store<F> {
         steps: &Boundaries,
         checks: Checks,
     ) -> Result<Recovered> {
-        if !self.session_dir_exists(id)? {
+        if checks.deleting || !self.session_dir_exists(id)? {
             return Ok(Recovered::default());
         }
         let record = self.read_record(id)?;

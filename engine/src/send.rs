@@ -177,33 +177,39 @@ impl<F: Fs> Store<F> {
     ) -> Result<Vec<Result<Accepted>>> {
         let read_early =
             if active(Mutant::QueueReadOutsideLock) { Some(self.queue(to)?) } else { None };
-        self.transition_checked(to, &SEND, Checks { queue: true }, |recovered| {
-            let Recovered { record, queue, last_line } = recovered;
-            let record = record.ok_or_else(|| Error::NoSuchSession { id: to.to_string() })?;
-            let headless = reply::adapter_is_headless(self.adapter(to, &record)?.as_deref());
-            let mut batch = Batch {
-                entries: read_early.unwrap_or(queue.unwrap_or_default()),
-                lines: Vec::new(),
-                restored: false,
-                previous_note: None,
-                keys: HashMap::new(),
-            };
-            let mut answers = Vec::with_capacity(requests.len());
-            for request in requests {
-                let answer = self.prepare(to, request, headless, last_line.as_ref(), &mut batch);
-                answers.push(answer?);
-            }
-            if batch.lines.is_empty() && !batch.restored {
-                return Ok(answers);
-            }
-            self.commit_batch(to, &batch).inspect_err(|_| self.poison(to))?;
-            // The receipt index's upkeep, once the lines are written (a refused or replayed
-            // send, which wrote nothing, leaves it as it was).
-            if !batch.keys.is_empty() {
-                self.receipts.maintain(&self.fs, &self.layout, to, &SEND.index)?;
-            }
-            Ok(answers)
-        })
+        self.transition_checked(
+            to,
+            &SEND,
+            Checks { queue: true, ..Checks::default() },
+            |recovered| {
+                let Recovered { record, queue, last_line } = recovered;
+                let record = record.ok_or_else(|| Error::NoSuchSession { id: to.to_string() })?;
+                let headless = reply::adapter_is_headless(self.adapter(to, &record)?.as_deref());
+                let mut batch = Batch {
+                    entries: read_early.unwrap_or(queue.unwrap_or_default()),
+                    lines: Vec::new(),
+                    restored: false,
+                    previous_note: None,
+                    keys: HashMap::new(),
+                };
+                let mut answers = Vec::with_capacity(requests.len());
+                for request in requests {
+                    let answer =
+                        self.prepare(to, request, headless, last_line.as_ref(), &mut batch);
+                    answers.push(answer?);
+                }
+                if batch.lines.is_empty() && !batch.restored {
+                    return Ok(answers);
+                }
+                self.commit_batch(to, &batch).inspect_err(|_| self.poison(to))?;
+                // The receipt index's upkeep, once the lines are written (a refused or replayed
+                // send, which wrote nothing, leaves it as it was).
+                if !batch.keys.is_empty() {
+                    self.receipts.maintain(&self.fs, &self.layout, to, &SEND.index)?;
+                }
+                Ok(answers)
+            },
+        )
     }
 
     /// Prepares one request of a batch: `Ok(answer)` for its answer once the batch commits (a

@@ -93,13 +93,13 @@ impl Index {
         let mut statement = self
             .connection
             .prepare_cached(&format!(
-                "SELECT {ROW_COLUMNS}, removed FROM sessions WHERE version > ?1 ORDER BY version"
+                "SELECT removed, {ROW_COLUMNS} FROM sessions WHERE version > ?1 ORDER BY version"
             ))
             .map_err(|e| self.sqlite(e))?;
         let changes = statement
             .query_map(params![version], |row| {
-                let removed: bool = row.get(11)?;
-                let row = row_of(row)?;
+                let removed: bool = row.get(0)?;
+                let row = row_of(row, 1)?;
                 Ok(if removed {
                     Change::Removed { id: row.id, version: row.version }
                 } else {

@@ -60,7 +60,7 @@ pub use transcripts::{
 };
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;

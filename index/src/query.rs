@@ -28,6 +28,8 @@ pub struct Row {
     pub preview: Option<String>,
     /// How many messages it is owed (`None`: its queue could not be read).
     pub owed: Option<u64>,
+    /// Its title: the record's, else the first line of the first message said to it.
+    pub title: Option<String>,
 }
 
 impl Row {
@@ -45,6 +47,7 @@ impl Row {
             "archived": self.archived,
             "lastActivity": self.last_activity,
             "preview": self.preview,
+            "title": self.title,
             "owed": self.owed,
             "version": self.version,
         })
@@ -164,7 +167,7 @@ impl Index {
         );
         let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
         let rows = statement
-            .query_map(params![filter.all, filter.status], row_of)
+            .query_map(params![filter.all, filter.status], |row| row_of(row, 0))
             .map_err(|e| self.sqlite(e))?;
         rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))
     }
@@ -480,24 +483,25 @@ impl Index {
     }
 }
 
-/// A listed row from the first ten columns of a `sessions` query.
-/// The columns [`row_of`] reads, in its order.
+/// The columns [`row_of`] reads, in its order, from a given column on.
 pub(crate) const ROW_COLUMNS: &str = "id, status, proposal, note, display, created_at, archived, \
-                                      last_activity, version, preview, owed";
+                                      last_activity, version, preview, owed, \
+                                      COALESCE(record_title, first_said)";
 
-pub(crate) fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+pub(crate) fn row_of(row: &rusqlite::Row<'_>, from: usize) -> rusqlite::Result<Row> {
     Ok(Row {
-        id: row.get(0)?,
-        status: row.get(1)?,
-        proposal: row.get(2)?,
-        note: row.get(3)?,
-        display: row.get(4)?,
-        created_at: row.get(5)?,
-        archived: row.get(6)?,
-        last_activity: row.get(7)?,
-        version: row.get(8)?,
-        preview: row.get(9)?,
-        owed: row.get::<_, Option<i64>>(10)?.map(|owed| owed.max(0) as u64),
+        id: row.get(from)?,
+        status: row.get(from + 1)?,
+        proposal: row.get(from + 2)?,
+        note: row.get(from + 3)?,
+        display: row.get(from + 4)?,
+        created_at: row.get(from + 5)?,
+        archived: row.get(from + 6)?,
+        last_activity: row.get(from + 7)?,
+        version: row.get(from + 8)?,
+        preview: row.get(from + 9)?,
+        owed: row.get::<_, Option<i64>>(from + 10)?.map(|owed| owed.max(0) as u64),
+        title: row.get(from + 11)?,
     })
 }
 

@@ -100,6 +100,10 @@ struct Upsert<'a> {
     archived: bool,
     last_activity: Option<String>,
     preview: Option<&'a str>,
+    /// The record's title, if it has one.
+    record_title: Option<&'a str>,
+    /// The preview of the first message said to the session.
+    first_said: Option<&'a str>,
     cursor: Cursor,
     pin: &'a str,
     log_mtime_ns: i64,
@@ -218,9 +222,9 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
         "INSERT INTO sessions(id, status, proposal, note, display, created_at, archived,
              last_activity, cursor_segment, cursor_offset, cursor_index, cursor_pin,
              log_mtime_ns, record_len, record_mtime_ns, content_version, version, preview,
-             harness, thread, owed, queue_len, queue_mtime_ns)
+             harness, thread, owed, queue_len, queue_mtime_ns, record_title, first_said)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                 ?19, ?20, ?21, ?22, ?23)
+                 ?19, ?20, ?21, ?22, ?23, ?24, ?25)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status,
              proposal = excluded.proposal, note = excluded.note,
              display = excluded.display, created_at = excluded.created_at,
@@ -232,7 +236,8 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
              content_version = excluded.content_version, version = excluded.version,
              preview = excluded.preview, removed = 0, harness = excluded.harness,
              thread = excluded.thread, owed = excluded.owed, queue_len = excluded.queue_len,
-             queue_mtime_ns = excluded.queue_mtime_ns",
+             queue_mtime_ns = excluded.queue_mtime_ns, record_title = excluded.record_title,
+             first_said = excluded.first_said",
         params![
             row.id,
             row.status,
@@ -257,6 +262,8 @@ fn upsert(transaction: &rusqlite::Transaction<'_>, row: &Upsert<'_>) -> rusqlite
             row.owed,
             row.queue.0,
             row.queue.1,
+            row.record_title,
+            row.first_said,
         ],
     )?;
     Ok(())
@@ -399,7 +406,8 @@ impl Index {
         let seen = transaction
             .query_row(
                 "SELECT cursor_segment, cursor_offset, cursor_index, cursor_pin, last_activity,
-                        content_version, preview FROM sessions WHERE id = ?1 AND removed = 0",
+                        content_version, preview, first_said
+                 FROM sessions WHERE id = ?1 AND removed = 0",
                 params![id.as_str()],
                 |row| {
                     Ok((
@@ -414,13 +422,14 @@ impl Index {
                         },
                         row.get::<_, i64>(5)?,
                         row.get::<_, Option<String>>(6)?,
+                        row.get::<_, Option<String>>(7)?,
                     ))
                 },
             )
             .optional()
             .map_err(sqlite)?;
-        let from = seen.as_ref().filter(|(_, version, _)| *version == CONTENT_VERSION);
-        let folded = match fold(store, id, from.map(|(mark, _, _)| mark)) {
+        let from = seen.as_ref().filter(|(_, version, _, _)| *version == CONTENT_VERSION);
+        let folded = match fold(store, id, from.map(|(mark, _, _, _)| mark)) {
             Ok(folded) => folded,
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
@@ -442,8 +451,17 @@ impl Index {
             })
             .map(preview_of)
             .or_else(|| {
-                if folded.reset { None } else { seen.as_ref().and_then(|(_, _, p)| p.clone()) }
+                if folded.reset { None } else { seen.as_ref().and_then(|(_, _, p, _)| p.clone()) }
             });
+        // The first message said: kept from the row when the fold continued from it.
+        let kept =
+            if folded.reset { None } else { seen.as_ref().and_then(|(.., first)| first.clone()) };
+        let first_said = kept.or_else(|| {
+            events.iter().find_map(|event| match event {
+                Event::Sent(sent) => Some(preview_of(&sent.text)),
+                Event::Status(_) => None,
+            })
+        });
         let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
         for event in events {
             let (column, text, kind, ts, mid) = match event {
@@ -493,6 +511,8 @@ impl Index {
                 archived: record_now.archived(),
                 last_activity,
                 preview: preview.as_deref(),
+                record_title: record_now.title(),
+                first_said: first_said.as_deref(),
                 cursor,
                 pin: &pin,
                 log_mtime_ns: stamp.newest_modified_ns as i64,
@@ -555,6 +575,8 @@ impl Index {
                 archived: false,
                 last_activity: None,
                 preview: None,
+                record_title: None,
+                first_said: None,
                 cursor: Cursor::START,
                 pin: "",
                 log_mtime_ns: 0,

@@ -252,7 +252,8 @@ impl Index {
                      harness TEXT, thread TEXT,
                      owed INTEGER,
                      queue_len INTEGER NOT NULL DEFAULT -1,
-                     queue_mtime_ns INTEGER NOT NULL DEFAULT -1);
+                     queue_mtime_ns INTEGER NOT NULL DEFAULT -1,
+                     record_title TEXT, first_said TEXT);
                  CREATE INDEX sessions_thread ON sessions(harness, thread);
                  CREATE INDEX sessions_version ON sessions(version);
                  CREATE INDEX sessions_activity

@@ -78,7 +78,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         }
         let count = found.iter().filter(|damage| !damage.is_warning()).count();
         let warnings = found.len() - count + usize::from(index.is_some());
-        outln!("{count} damaged, {warnings} warnings")?;
+        outln!("{count} damaged, {warnings} warning{}", if warnings == 1 { "" } else { "s" })?;
     }
     Ok(if damaged { Code::Corrupt } else { Code::Ok })
 }

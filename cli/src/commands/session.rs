@@ -97,10 +97,13 @@ enum Command {
   spex session archive fix
   spex session ls --all                             archived sessions are listed again")]
     Archive(IdArgs),
-    /// Close a session: record the close, revoke it as a sender, remove its directory.
+    /// Close a session: record the close, revoke it as a sender, delete its directory (record,
+    /// timeline, queue). On a terminal it says what it deletes and asks; `archive` keeps them.
     #[command(after_help = "Examples:
-  spex session close fix")]
-    Close(IdArgs),
+  spex session close fix                            asks first on a terminal
+  spex session close fix --yes                      for scripts: no question
+  spex session archive fix                          keeps the conversation instead")]
+    Close(CloseArgs),
     /// List sessions, most recently worked in first (through the session index).
     #[command(after_help = "Examples:
   spex session ls
@@ -190,6 +193,15 @@ struct NoteArgs {
 struct IdArgs {
     /// The session (its id or a unique prefix).
     id: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct CloseArgs {
+    /// The session (its id or a unique prefix).
+    id: String,
+    /// Close without asking (a close asks only when stdin and stderr are a terminal).
+    #[arg(long, short = 'y')]
+    yes: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -297,6 +309,12 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         }
         Command::Close(args) => {
             let (store, id) = writing(&args.id)?;
+            let asking =
+                !args.yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+            if asking && !confirm_close(&store, &id)? {
+                eprintln!("spex: kept {id}");
+                return Ok(Code::Failed);
+            }
             store.close(&id)?;
             done(global, "closed", &id)
         }
@@ -323,6 +341,35 @@ fn done(global: &Global, verb: &str, id: &SessionId) -> anyhow::Result<Code> {
         outln!("{verb} {id}")?;
     }
     Ok(Code::Ok)
+}
+
+/// Says on stderr what closing `id` deletes and asks; true on `y`/`yes`. What cannot be read
+/// (a damaged record or queue) is said so: a close does not need it.
+fn confirm_close(store: &Store<RealFs>, id: &SessionId) -> anyhow::Result<bool> {
+    let events = store.events(id).ok();
+    let first_said = events.iter().flatten().find_map(|event| match event {
+        spex_engine::Event::Sent(sent) => Some(sent.text.clone()),
+        spex_engine::Event::Status(_) => None,
+    });
+    let what = match store.record(id) {
+        Ok(record) => match record.title().map(str::to_owned).or(first_said) {
+            Some(title) => {
+                format!("session {id} \"{}\"", render::truncate(&render::first_line(&title), 60))
+            }
+            None => format!("session {id}"),
+        },
+        Err(_) => format!("session {id} (its record cannot be read)"),
+    };
+    let events = events.map_or_else(|| "?".to_owned(), |events| events.len().to_string());
+    let owed = store.queue(id).map_or_else(|_| "?".to_owned(), |queue| queue.len().to_string());
+    eprintln!(
+        "spex: closing deletes {what}: its record, its timeline ({events} events) and its queue ({owed} owed)."
+    );
+    eprintln!("spex: `spex session archive {id}` keeps them instead.");
+    eprint!("Close {id}? [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
 }
 
 /// The worktree as the record keeps it: an absolute path to a directory that exists, in UTF-8
@@ -1125,6 +1172,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
                 render::first_line(row.preview.as_deref().or(row.note.as_deref()).unwrap_or(""))
             },
             archived: row.archived,
+            title: row.title.clone(),
         })
         .collect();
     // Prefixes are told apart from every session of the store, not only the rows shown.

@@ -266,6 +266,7 @@ fn live_table(
                     owed,
                     preview: render::first_line(text.unwrap_or("")),
                     archived: false,
+                    title: row["title"].as_str().map(str::to_owned),
                 }
             })
             .collect();
