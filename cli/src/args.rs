@@ -22,12 +22,53 @@ pub(crate) const ROOT_ENV: &str = "SPEX_ROOT";
 /// The environment variable a harness sets to the session its agent runs in.
 pub(crate) const SESSION_ENV: &str = "SPEX_SESSION_ID";
 
+/// The environment `spex` reads, with what each does (for the man pages). A variable set but
+/// empty counts as unset.
+pub(crate) const ENVIRONMENT: [(&str, &str); 15] = [
+    (ROOT_ENV, "The store root, as --root (which wins)."),
+    (
+        "SPEXCODE_HOME",
+        "Where the default root lives: $SPEXCODE_HOME/projects/<project> (else ~/.spexcode).",
+    ),
+    (SESSION_ENV, "The declaring session of ask/done/working (a harness sets it for its agent)."),
+    (
+        LOCK_WAIT_ENV,
+        "How long a command waits for a session's lock before exiting busy (3), in ms (default 10000).",
+    ),
+    (
+        layout::SEGMENT_BYTES_ENV,
+        "The size at which a timeline segment rolls over, in bytes (default 4 MiB).",
+    ),
+    ("CLAUDE_CONFIG_DIR", "Where Claude Code's transcripts are read (default ~/.claude)."),
+    ("CODEX_HOME", "Where Codex's transcripts are read (default ~/.codex)."),
+    (
+        "SPEX_CLAUDE_CMD",
+        "The command that runs Claude Code for a harness session (default claude).",
+    ),
+    ("SPEX_CODEX_CMD", "The command that runs Codex for a harness session (default codex)."),
+    (
+        "SPEX_TURN_TIMEOUT_MS",
+        "How long one agent turn may run before it counts as failed, in ms (default 30 min).",
+    ),
+    (
+        spex_index::TRANSCRIPT_CHUNK_ENV,
+        "How many transcript bytes the index reads per step (tests).",
+    ),
+    (
+        "SPEX_SEED",
+        "The seed of verify and demo runs when --seed is not given (each run prints its seed).",
+    ),
+    ("NO_COLOR", "Any value turns colour off when --color is auto."),
+    ("TZ", "The zone times are shown in (UTC with --utc)."),
+    ("HOME", "Where the default root and the transcripts are looked for."),
+];
+
 /// Options every command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Global {
-    /// The store root (default: $SPEXCODE_HOME, else ~/.spexcode, + /projects/<project>;
-    /// `spex where` prints it).
-    #[arg(long, global = true, env = ROOT_ENV, value_name = "DIR")]
+    /// The store root (default: $SPEX_ROOT, else $SPEXCODE_HOME, else ~/.spexcode, +
+    /// /projects/<project>; `spex where` prints it). An empty SPEX_ROOT counts as unset.
+    #[arg(long, global = true, value_name = "DIR")]
     pub(crate) root: Option<PathBuf>,
     /// Print JSON on stdout (one document; NDJSON for streams), with a schema version; an error
     /// is a JSON document too.
@@ -92,11 +133,11 @@ impl Global {
     /// The store root: `--root`/`SPEX_ROOT`, else the default of the current project.
     pub(crate) fn root(&self) -> anyhow::Result<Root> {
         if let Some(root) = &self.root {
-            let flag = std::env::args_os().any(|arg| {
-                arg == "--root" || arg.to_str().is_some_and(|arg| arg.starts_with("--root="))
-            });
-            let source = if flag { RootSource::Flag } else { RootSource::Env };
-            return Ok(Root { path: root.clone(), source, project: None });
+            return Ok(Root { path: root.clone(), source: RootSource::Flag, project: None });
+        }
+        // Set but empty is unset, as a shell's `SPEX_ROOT= spex ...` means.
+        if let Some(root) = std::env::var_os(ROOT_ENV).filter(|root| !root.is_empty()) {
+            return Ok(Root { path: root.into(), source: RootSource::Env, project: None });
         }
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
@@ -127,6 +168,11 @@ impl Global {
                 BadInput(format!("{LOCK_WAIT_ENV}={text:?} is not a number of milliseconds"))
             })?;
         }
+        tracing::debug!(
+            segment_bytes_max = config.segment_bytes_max,
+            lock_wait_ms = config.lock_wait_ms,
+            "store settings"
+        );
         Store::open(
             RealFs,
             &root.path,
@@ -333,7 +379,12 @@ pub(crate) fn open_index(store: &Store<RealFs>) -> anyhow::Result<spex_index::In
             index.set_transcript_chunk(bytes);
         }
     };
+    let started = std::time::Instant::now();
     let (index, healed) = spex_index::Index::open_refreshed(store, &configure)?;
+    tracing::debug!(
+        ms = started.elapsed().as_millis() as u64,
+        "session index opened and refreshed"
+    );
     if let Some(healed) = healed {
         eprintln!("spex: warning: {healed}");
     }
@@ -384,6 +435,9 @@ pub(crate) fn history_roots(
         Err(error) => return Err(error).with_context(|| format!("cannot read {}", file.display())),
     }
     roots.extend(extra.iter().cloned());
+    for root in &roots {
+        tracing::debug!(harness = root.harness.name(), dir = %root.dir.display(), "transcript root");
+    }
     Ok(roots)
 }
 
@@ -463,15 +517,17 @@ impl ProposalArg {
 /// The declaring session: `--session`, else `SPEX_SESSION_ID`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Declarer {
-    /// The session declaring (default: SPEX_SESSION_ID, which a harness sets for its agent).
-    #[arg(long, env = SESSION_ENV, value_name = "ID")]
+    /// The session declaring (default: SPEX_SESSION_ID, which a harness sets for its agent; empty
+    /// counts as unset).
+    #[arg(long, value_name = "ID")]
     session: Option<String>,
 }
 
 impl Declarer {
     /// The declaring session's id.
     pub(crate) fn id(&self) -> anyhow::Result<SessionId> {
-        let text = self.session.as_deref().ok_or_else(|| {
+        let from_env = std::env::var(SESSION_ENV).ok().filter(|id| !id.is_empty());
+        let text = self.session.as_deref().or(from_env.as_deref()).ok_or_else(|| {
             BadInput(format!(
                 "no declaring session: set {SESSION_ENV} (a harness sets it for its agent) or pass --session ID"
             ))

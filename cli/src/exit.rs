@@ -30,6 +30,22 @@ impl From<Code> for std::process::ExitCode {
     }
 }
 
+/// Every exit code with its meaning, for the man pages (the table above, as data).
+pub(crate) const MEANINGS: [(Code, &str); 6] = [
+    (Code::Ok, "ok"),
+    (
+        Code::Failed,
+        "failed: an error was reported on stderr (no such session, a drain stopped with messages still owed, an I/O error, a close not confirmed)",
+    ),
+    (
+        Code::Usage,
+        "usage: bad arguments or bad input (an invalid id, oversized or non-UTF-8 text, a key conflict, a refused lifecycle write)",
+    ),
+    (Code::Busy, "busy: a lock is held by another process and the bounded wait ran out"),
+    (Code::Corrupt, "corrupt: a store file is damaged; the error names the file and offset"),
+    (Code::Violation, "violation found: a crash check failed"),
+];
+
 /// Bad input found by the CLI itself (not by the engine): exits with [`Code::Usage`].
 #[derive(Debug)]
 pub(crate) struct BadInput(pub(crate) String);

@@ -410,6 +410,20 @@ fn the_conventions_hold() {
         assert!(exists(&dir.path().join(page)), "{page}");
     }
     assert!(!exists(&dir.path().join("spex-internal.1")), "internal has no page");
+    // Every page ends with the exit codes and the environment.
+    let send = std::fs::read_to_string(dir.path().join("spex-session-send.1")).unwrap();
+    for page in [&man, &send] {
+        let status = page.find(".SH \"EXIT STATUS\"").expect("an EXIT STATUS section");
+        let environment = page.find(".SH ENVIRONMENT").expect("an ENVIRONMENT section");
+        assert!(status < environment);
+        for code in 0..=5 {
+            assert!(page[status..].contains(&format!("\\fB{code}\\fR")), "exit {code}: {page}");
+        }
+        for name in ["SPEX_ROOT", "SPEX_SESSION_ID", "SPEX_LOCK_WAIT_MS", "CODEX_HOME", "NO_COLOR"]
+        {
+            assert!(page[environment..].contains(&format!("\\fB{name}\\fR")), "{name}: {page}");
+        }
+    }
     let run = common::spex(&["demo", "--root", dir.path().to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("takes no --root"));
@@ -421,6 +435,15 @@ fn the_conventions_hold() {
     let verbose = store.run(&["-v", "session", "ls"]);
     verbose.ok();
     assert!(verbose.stderr().contains(&store.root().display().to_string()), "{}", verbose.stderr());
+    // -vv adds debug detail: the store's settings and how long the index took.
+    assert!(!verbose.stderr().contains("DEBUG"), "{}", verbose.stderr());
+    let debug = store.run(&["-vv", "search", "anything"]);
+    assert!(
+        debug.stderr().contains("DEBUG store settings segment_bytes_max="),
+        "{}",
+        debug.stderr()
+    );
+    assert!(debug.stderr().contains("session index opened and refreshed"), "{}", debug.stderr());
 }
 
 #[test]

@@ -658,3 +658,21 @@ fn every_doctor_advice_works_when_followed() {
     ids.sort();
     assert_eq!(ids, ["queue", "stage", "torn"]);
 }
+
+/// `SPEX_ROOT=` and `SPEX_SESSION_ID=` (set but empty, as `VAR= spex ...` sets them) count as
+/// unset: the default root is chosen, and a declaration asks for a session.
+#[test]
+fn empty_environment_variables_count_as_unset() {
+    let store = Store::new();
+    let home = store.path("home");
+    std::fs::create_dir(&home).unwrap();
+    let mut command = store.command(&["--json", "where"]);
+    command.env("SPEX_ROOT", "").env("HOME", &home).env_remove("SPEXCODE_HOME");
+    let run = common::Run(command.output().unwrap());
+    let place: serde_json::Value = serde_json::from_str(&run.ok()).unwrap();
+    let root = place["root"].as_str().unwrap();
+    assert!(root.starts_with(home.join(".spexcode/projects").to_str().unwrap()), "{place}");
+    let mut command = store.command(&["session", "ask", "--note", "which region?"]);
+    command.env("SPEX_SESSION_ID", "");
+    common::Run(command.output().unwrap()).fails(2, "no declaring session");
+}

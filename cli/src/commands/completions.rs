@@ -39,6 +39,7 @@ pub(crate) fn man(args: &ManArgs, command: &clap::Command) -> anyhow::Result<Cod
     let Some(dir) = &args.out else {
         let mut page = Vec::new();
         clap_mangen::Man::new(command.clone()).render(&mut page)?;
+        page.extend_from_slice(shared_sections().as_bytes());
         out!("{}", String::from_utf8_lossy(&page))?;
         return Ok(Code::Ok);
     };
@@ -55,10 +56,31 @@ pub(crate) fn man(args: &ManArgs, command: &clap::Command) -> anyhow::Result<Cod
         let command = command.name(name.clone()).bin_name(name.replace('-', " "));
         let mut page = Vec::new();
         clap_mangen::Man::new(command).render(&mut page)?;
+        page.extend_from_slice(shared_sections().as_bytes());
         let path = dir.join(format!("{name}.1"));
         std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
         written += 1;
     }
     eprintln!("spex: wrote {written} man pages into {}", dir.display());
     Ok(Code::Ok)
+}
+
+/// The sections every page ends with: EXIT STATUS (one table for every command) and
+/// ENVIRONMENT, in roff, from the tables the code uses.
+fn shared_sections() -> String {
+    let mut roff = String::from(".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in crate::exit::MEANINGS {
+        roff.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", code as u8, roff_text(meaning)));
+    }
+    roff.push_str(".SH ENVIRONMENT\n");
+    for (name, meaning) in crate::args::ENVIRONMENT {
+        roff.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff_text(name), roff_text(meaning)));
+    }
+    roff
+}
+
+/// `text` as roff running text: backslashes and hyphens escaped, no line starting a request.
+fn roff_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with(['.', '\'']) { format!("\\&{escaped}") } else { escaped }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use spex_verification::demo::{self, Report, Writer};
 use spex_verification::seed;
 
-use crate::args::{Global, ModeArg, RootSource};
+use crate::args::{Global, ModeArg};
 use crate::exit::{BadInput, Code};
 use crate::render::{out, outln};
 
@@ -50,7 +50,7 @@ struct LitmusRow {
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
-    if global.root.is_some() && global.root().is_ok_and(|root| root.source == RootSource::Flag) {
+    if global.root.is_some() {
         return Err(BadInput(
             "demo runs on simulated disks only and takes no --root (nothing is written)".to_owned(),
         )

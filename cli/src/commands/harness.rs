@@ -378,6 +378,14 @@ impl<'s> HarnessAdapter<'s> {
         if let Some(dir) = &self.worktree {
             command.current_dir(dir);
         }
+        tracing::debug!(
+            command = %self.command,
+            args = ?args,
+            dir = ?self.worktree,
+            session = %self.session,
+            run = %run,
+            "starting the harness"
+        );
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {

@@ -365,15 +365,26 @@ async fn admit(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
         let query = request.uri().query().unwrap_or("");
         guard.check(&Seen { method: request.method().as_str(), query, header: &header })
     };
+    // The path only: the query may carry the token.
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     match verdict {
         // A client that fails the guard holds no connection slot: the answer closes it.
         Verdict::Deny(status, reason) => {
+            tracing::debug!(%method, path, status, reason, "refused");
             let mut response = Reply::error(status, reason).into_response();
             response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
             response
         }
         Verdict::Allow { set_cookie } => {
+            let started = std::time::Instant::now();
             let mut response = next.run(request).await;
+            tracing::debug!(
+                %method,
+                path,
+                status = response.status().as_u16(),
+                ms = started.elapsed().as_millis() as u64,
+                "answered"
+            );
             if set_cookie && let Ok(cookie) = HeaderValue::from_str(&guard.cookie()) {
                 response.headers_mut().append(SET_COOKIE, cookie);
             }
