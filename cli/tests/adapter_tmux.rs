@@ -50,7 +50,14 @@ fn drain_types_each_message_into_the_pane() {
     let program = format!("cat > {}", received.display());
     tmux.run(&["new-session", "-d", "-s", "agent", "-x", "200", "-y", "50", &program]);
 
-    store.run(&["session", "new", "--id", "pane", "--adapter", "tmux:agent:0.0"]).ok();
+    // The default server, found through the environment as tmux finds it.
+    let new = store
+        .command(&["session", "new", "--id", "pane", "--adapter", "tmux:agent:0.0"])
+        .env("TMUX_TMPDIR", &socket_dir)
+        .env_remove("TMUX")
+        .output()
+        .unwrap();
+    common::Run(new).ok();
     let mid = store.run(&["session", "send", "pane", "first line\nsecond line"]).ok();
     let mid = mid.split(' ').next().unwrap().to_owned();
     store.run(&["session", "send", "pane", "another message"]).ok();
@@ -100,6 +107,7 @@ fn a_message_cannot_end_the_paste_or_press_keys() {
     std::fs::create_dir(&socket_dir).unwrap();
     let tmux = Tmux { socket_dir: socket_dir.clone() };
     let received = store.path("raw.bin");
+    let socket = tmux_socket(&socket_dir);
     // The pane's program asks for bracketed paste (as agent TUIs do) and records every byte the
     // terminal sends it, raw.
     let program = format!(
@@ -109,17 +117,13 @@ fn a_message_cannot_end_the_paste_or_press_keys() {
     tmux.run(&["new-session", "-d", "-s", "agent", "-x", "200", "-y", "50", &program]);
     std::thread::sleep(Duration::from_millis(300));
 
-    store.run(&["session", "new", "--id", "pane", "--adapter", "tmux:agent:0.0"]).ok();
+    // The server named by its socket: no environment needed, here or in the drain.
+    let spec = format!("tmux:agent:0.0@{}", socket.display());
+    store.run(&["session", "new", "--id", "pane", "--adapter", &spec]).ok();
     // An attacker's message: end the paste, then type a command and press Enter and Ctrl-C.
     let attack = "hello\u{1b}[201~touch pwned\r\u{3}";
     store.run(&["session", "send", "pane", attack]).ok();
-    let drain = store
-        .command(&["session", "drain", "pane"])
-        .env("TMUX_TMPDIR", &socket_dir)
-        .env_remove("TMUX")
-        .output()
-        .unwrap();
-    common::Run(drain).ok();
+    store.run(&["session", "drain", "pane"]).ok();
 
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = Vec::new();
@@ -138,4 +142,39 @@ fn a_message_cannot_end_the_paste_or_press_keys() {
     assert_eq!(text.matches('\u{1b}').count(), 2, "only tmux's own brackets: {text:?}");
     assert!(!text.contains('\u{3}'), "no key is pressed: {text:?}");
     assert!(text.ends_with("\u{1b}[201~\r"), "{text:?}");
+}
+
+/// The socket of the private server started with `TMUX_TMPDIR=socket_dir`.
+fn tmux_socket(socket_dir: &std::path::Path) -> std::path::PathBuf {
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    let uid = String::from_utf8(uid.stdout).unwrap();
+    socket_dir.join(format!("tmux-{}", uid.trim())).join("default")
+}
+
+/// A session whose pane tmux cannot find is refused at `session new` (exit 2, nothing created),
+/// on the default server and on a named socket alike.
+#[test]
+fn a_pane_that_is_not_there_is_refused() {
+    let store = Store::new();
+    let socket_dir = store.path("tmux");
+    std::fs::create_dir(&socket_dir).unwrap();
+    let tmux = Tmux { socket_dir: socket_dir.clone() };
+    tmux.run(&["new-session", "-d", "-s", "agent", "-x", "80", "-y", "20", "sleep 600"]);
+    let socket = tmux_socket(&socket_dir);
+    for spec in [
+        "tmux:nope.0".to_owned(),
+        format!("tmux:nope.0@{}", socket.display()),
+        format!("tmux:agent:0.0@{}", store.path("no-server").display()),
+    ] {
+        let run = store
+            .command(&["session", "new", "--id", "pane", "--adapter", &spec])
+            .env("TMUX_TMPDIR", &socket_dir)
+            .env_remove("TMUX")
+            .output()
+            .unwrap();
+        common::Run(run).fails(2, "tmux cannot find pane");
+        assert!(!store.root().join("sessions/pane").exists(), "{spec}");
+    }
+    let spec = format!("tmux:agent:0.0@{}", socket.display());
+    store.run(&["session", "new", "--id", "pane", "--adapter", &spec]).ok();
 }

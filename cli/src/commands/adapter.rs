@@ -7,6 +7,8 @@
 //!   the timeout is killed and counts as a refusal.
 //! - `tmux:PANE` (pane-backed): pastes the message into a real tmux pane (as one bracketed paste,
 //!   so a multi-line message arrives whole) and presses Enter. Accepted when tmux accepted both.
+//!   `tmux:PANE@/SOCKET` names the server by its socket path (`tmux -S`); without it, the
+//!   default server. `session new` refuses a pane tmux cannot find.
 //!   Only literal characters reach the pane (see [`super::literal`]): nothing in a message can end the
 //!   paste, press a key or reach the terminal as a control sequence.
 //! - `stdout` (headless): prints one JSON line per message (`mid`, `from`, `text`) on stdout.
@@ -34,7 +36,7 @@ pub(crate) const EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Spec {
     Exec(String),
-    Tmux(String),
+    Tmux(TmuxPane),
     Stdout,
     /// `claude`, `codex`: the harness, one headless run per turn; `claude:tmux:PANE`,
     /// `codex:tmux:PANE`: its terminal UI in a tmux pane (see `super::harness`).
@@ -50,10 +52,15 @@ impl Spec {
             }
             Spec::Exec(command.to_owned())
         } else if let Some(pane) = text.strip_prefix("tmux:") {
-            if pane.is_empty() || pane.chars().any(char::is_whitespace) {
+            // A socket path is absolute, and no tmux target holds `@/`.
+            let (target, socket) = match pane.split_once("@/") {
+                Some((target, path)) => (target, Some(format!("/{path}"))),
+                None => (pane, None),
+            };
+            if target.is_empty() || target.chars().any(char::is_whitespace) {
                 return Err(BadInput(format!("adapter {text:?}: tmux needs a pane target")));
             }
-            Spec::Tmux(pane.to_owned())
+            Spec::Tmux(TmuxPane { target: target.to_owned(), socket })
         } else if text == "stdout" {
             Spec::Stdout
         } else if let Some((harness, pane)) = Harness::from_spec(text) {
@@ -176,21 +183,55 @@ fn show_output(command: &str, mid: &str, output: &[u8]) {
     let _ignored = std::io::stderr().lock().write_all(framed.as_bytes());
 }
 
-/// Pastes `message` into tmux pane `pane` as one literal bracketed paste and presses Enter (the
-/// `tmux:PANE` adapter's delivery; a harness's terminal UI in a pane is delivered to the same way).
+/// Pastes `message` into tmux pane `pane` of the default server as one literal bracketed paste
+/// and presses Enter (a harness's terminal UI in a pane is delivered to the way `tmux:PANE` is).
 pub(crate) fn paste(pane: &str, message: &Message<'_>) -> Result<(), String> {
-    Tmux { pane: pane.to_owned() }.deliver(message)
+    Tmux { pane: TmuxPane { target: pane.to_owned(), socket: None } }.deliver(message)
+}
+
+/// A tmux pane: its target, on the server at `socket` (the default server without one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TmuxPane {
+    pub(crate) target: String,
+    pub(crate) socket: Option<String>,
+}
+
+impl TmuxPane {
+    /// Runs `tmux args` against this pane's server.
+    fn tmux(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<String, String> {
+        let mut full: Vec<&str> = Vec::with_capacity(args.len() + 2);
+        if let Some(socket) = &self.socket {
+            full.extend(["-S", socket.as_str()]);
+        }
+        full.extend_from_slice(args);
+        tmux(&full, stdin).map_err(|error| format!("{error} (pane {self})"))
+    }
+
+    /// Whether tmux finds the pane, or why not (`list-panes` refuses a target it cannot
+    /// resolve; `display-message` would fall back to the current pane).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        self.tmux(&["list-panes", "-t", &self.target, "-F", "#{pane_id}"], None).map(drop)
+    }
+}
+
+impl std::fmt::Display for TmuxPane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.socket {
+            Some(socket) => write!(f, "{} on the tmux server at {socket}", self.target),
+            None => f.write_str(&self.target),
+        }
+    }
 }
 
 /// `tmux:PANE`.
 #[derive(Debug)]
 struct Tmux {
-    pane: String,
+    pane: TmuxPane,
 }
 
 impl Tmux {
     fn tmux(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<(), String> {
-        tmux(args, stdin).map(drop).map_err(|error| format!("{error} (pane {})", self.pane))
+        self.pane.tmux(args, stdin).map(drop)
     }
 }
 
@@ -221,14 +262,15 @@ impl Adapter for Tmux {
         // different panes never paste each other's text.
         let buffer = format!("spex-{}", message.mid);
         let text = crate::render::literal(message.text);
+        let target = self.pane.target.as_str();
         self.tmux(&["load-buffer", "-b", &buffer, "-"], Some(text.as_bytes()))?;
         if let Err(error) =
-            self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", &self.pane], None)
+            self.tmux(&["paste-buffer", "-p", "-d", "-b", &buffer, "-t", target], None)
         {
             let _ignored = self.tmux(&["delete-buffer", "-b", &buffer], None);
             return Err(error);
         }
-        self.tmux(&["send-keys", "-t", &self.pane, "Enter"], None)
+        self.tmux(&["send-keys", "-t", target, "Enter"], None)
     }
 }
 
@@ -256,7 +298,18 @@ mod tests {
     #[test]
     fn specs_parse_and_bad_specs_say_why() {
         assert_eq!(Spec::parse("exec:cat").unwrap(), Spec::Exec("cat".to_owned()));
-        assert_eq!(Spec::parse("tmux:%3").unwrap(), Spec::Tmux("%3".to_owned()));
+        assert_eq!(
+            Spec::parse("tmux:%3").unwrap(),
+            Spec::Tmux(TmuxPane { target: "%3".to_owned(), socket: None })
+        );
+        assert_eq!(
+            Spec::parse("tmux:work:0.1@/tmp/tmux-0/other").unwrap(),
+            Spec::Tmux(TmuxPane {
+                target: "work:0.1".to_owned(),
+                socket: Some("/tmp/tmux-0/other".to_owned())
+            })
+        );
+        assert!(Spec::parse("tmux:@/tmp/s").unwrap_err().0.contains("pane"));
         assert_eq!(Spec::parse("stdout").unwrap(), Spec::Stdout);
         assert_eq!(Spec::parse("claude").unwrap(), Spec::Harness(Harness::Claude, None));
         assert_eq!(Spec::parse("codex").unwrap(), Spec::Harness(Harness::Codex, None));

@@ -125,7 +125,8 @@ struct NewArgs {
     /// The session id (default: a fresh UUID).
     #[arg(long, value_parser = session_id)]
     id: Option<SessionId>,
-    /// Where drained messages go: exec:CMD, tmux:PANE, stdout, claude or codex.
+    /// Where drained messages go: exec:CMD, tmux:PANE (tmux:PANE@/SOCKET for another server),
+    /// stdout, claude or codex.
     #[arg(long, value_name = "SPEC")]
     adapter: Option<String>,
     /// The session's worktree; when it is gone, lifecycle writes are refused. A harness session
@@ -396,8 +397,13 @@ fn worktree_text(path: &std::path::Path) -> anyhow::Result<String> {
 }
 
 fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result<Code> {
-    if let Some(spec) = &args.adapter {
-        Spec::parse(spec)?;
+    if let Some(spec) = &args.adapter
+        && let Spec::Tmux(pane) = Spec::parse(spec)?
+    {
+        // A pane that is not there would take every message and fail each delivery.
+        pane.check().map_err(|error| {
+            BadInput(format!("adapter {spec}: tmux cannot find pane {pane}: {error}"))
+        })?;
     }
     if let Some(prompt) = &args.prompt
         && prompt.is_empty()
