@@ -629,6 +629,40 @@ fn history_listings_narrow_by_project_time_and_count() {
     assert_eq!(ids(&["--since", "2026-11-30T09:00:00Z", "--limit", "1"]), ["019a"]);
     assert!(ids(&["--since", "1h"]).is_empty(), "the fixtures are older than an hour");
     history(&store, &["history", "ls", "--since", "yesterday-ish"]).fails(2, "is not a time");
+    assert_eq!(ids(&["--status", "waiting"]), ["019a"]);
+    assert_eq!(ids(&["--status", "unfinished"]), ["7c1e"]);
+    let none = history(&store, &["history", "ls", "--status", "finished"]);
+    assert_eq!(none.ok(), "");
+    assert!(
+        none.stderr().contains("no harness sessions match (2 found in all"),
+        "{}",
+        none.stderr()
+    );
+    history(&store, &["history", "ls", "--status", "sleeping"]).fails(2, "unknown state");
+}
+
+/// `history show` opens with a header (title; harness, model, project, counts, tokens), and
+/// `--markdown` writes the conversation for sharing: redacted, each turn under who said it.
+#[test]
+fn history_show_has_a_header_and_a_markdown_form() {
+    let store = Store::new();
+    let text = history(&store, &["history", "show", "7c1e"]).ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("The checkout total is off by a cent."), "{text}");
+    assert_eq!(
+        lines[1],
+        "claude · claude-sonnet-4-5 · in /home/dev/shop · 2 asked, 1 answered · 34700 tokens in, 180 out"
+    );
+    let markdown = history(&store, &["history", "show", "7c1e", "--markdown", "--tools"]).ok();
+    assert!(markdown.starts_with("# The checkout total is off by a cent."), "{markdown}");
+    assert!(markdown.contains("\n## Person · 2026-11-30T09:00:05.000Z\n"), "{markdown}");
+    assert!(markdown.contains("\n## Agent · "), "{markdown}");
+    assert!(markdown.contains("- tool `Bash`: `grep -rn round src/checkout.ts`"), "{markdown}");
+    assert!(markdown.contains("[redacted:anthropic-api-key]"), "{markdown}");
+    assert!(!markdown.contains("sk-ant-"), "redacted: {markdown}");
+    assert!(!markdown.contains('\u{1b}'), "no colour in Markdown: {markdown}");
+    let plain = history(&store, &["history", "show", "7c1e", "--markdown"]).ok();
+    assert!(!plain.contains("- tool "), "tool calls only with --tools: {plain}");
 }
 
 /// `history show --last N` shows the last N entries under their day line, and every
@@ -637,7 +671,8 @@ fn history_listings_narrow_by_project_time_and_count() {
 fn history_show_takes_the_last_entries_and_says_how_to_resume() {
     let store = Store::new();
     let text = history(&store, &["history", "show", "7c1e", "--last", "2"]).ok();
-    let lines: Vec<&str> = text.lines().collect();
+    // After the header and a blank line.
+    let lines: Vec<&str> = text.lines().skip(3).collect();
     assert!(lines[0].starts_with("── "), "a day line heads them: {text}");
     assert!(lines[1].contains("· summary") && lines[3].ends_with("you"), "{text}");
     assert_eq!(

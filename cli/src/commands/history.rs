@@ -56,6 +56,20 @@ struct LsArgs {
     /// At most this many sessions (the most recently active first).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// Only sessions in this state: running, waiting, unfinished, crashed, finished, unknown or
+    /// degraded.
+    #[arg(long, value_name = "STATE", value_parser = parse_state_word)]
+    status: Option<String>,
+}
+
+/// The first word of every state's name, as `--status` takes it.
+const STATE_WORDS: [&str; 7] =
+    ["running", "waiting", "unfinished", "crashed", "finished", "unknown", "degraded"];
+
+fn parse_state_word(text: &str) -> Result<String, String> {
+    STATE_WORDS.iter().find(|word| **word == text).map(|word| (*word).to_owned()).ok_or_else(|| {
+        format!("unknown state {text:?} (expected one of {})", STATE_WORDS.join(", "))
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -71,6 +85,10 @@ struct ShowArgs {
     /// Only the last N entries shown (events, with `--json`).
     #[arg(long, value_name = "N")]
     last: Option<usize>,
+    /// The conversation as Markdown, redacted, for sharing: a heading, then each message under
+    /// who said it (tool calls as a list with `--tools`).
+    #[arg(long, conflicts_with = "last")]
+    markdown: bool,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -100,6 +118,9 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 }
             }
             listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
+            if let Some(word) = &ls.status {
+                listed.retain(|entry| entry.state.name().split([' ', '(']).next() == Some(word));
+            }
             if let Some(since) = &ls.since {
                 let zone = render::zone(false);
                 let since = crate::args::since(since, jiff::Timestamp::now(), &zone)?;
@@ -119,11 +140,24 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 listed.truncate(limit);
             }
             let every: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
+            if listed.is_empty() && !found.is_empty() && !global.json {
+                if !global.quiet {
+                    eprintln!(
+                        "spex: no harness sessions match ({} found in all; drop --harness, --status, --since or --project to see them)",
+                        found.len()
+                    );
+                }
+                return Ok(Code::Ok);
+            }
             list(&listed, &every, global, &shown)
         }
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;
             let (summary, mut events) = spex_history::summarize(transcript)?;
+            if show.markdown {
+                render::out!("{}", markdown(&summary, &events, show.tools, &shown))?;
+                return Ok(Code::Ok);
+            }
             if global.json {
                 if let Some(last) = show.last {
                     events.drain(..events.len().saturating_sub(last));
@@ -156,6 +190,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 None => 0,
             };
             let mut view = render::HistoryView::new(paint, render::zone(show.utc), show.tools);
+            for line in header(&summary, &events, &shown) {
+                render::out!("{}\n", paint.bold(&line))?;
+            }
+            render::out!("\n")?;
             for event in &events[from..] {
                 render::out!("{}", view.event(event, &shown))?;
             }
@@ -469,10 +507,11 @@ fn list(
     let now = jiff::Timestamp::now();
     let ids: Vec<&str> = listed.iter().map(|entry| entry.id.as_str()).collect();
     let lengths = render::unique_prefixes(&ids, every, 4);
-    let header: Vec<String> = ["ID", "HARNESS", "STATE", "ACTIVE", "PROJECT", "FIRST MESSAGE"]
-        .iter()
-        .map(|h| paint.dim(h))
-        .collect();
+    let header: Vec<String> =
+        ["ID", "HARNESS", "STATE", "ACTIVE", "PROJECT", "SPEX", "FIRST MESSAGE"]
+            .iter()
+            .map(|h| paint.dim(h))
+            .collect();
     let rows: Vec<Vec<String>> = listed
         .iter()
         .zip(lengths)
@@ -506,10 +545,91 @@ fn list(
                 state,
                 when,
                 shown(entry.project.as_deref().unwrap_or("-")),
+                entry.spex.as_deref().map_or_else(|| "-".to_owned(), render::literal),
                 render::first_line(&shown(entry.title.as_deref().unwrap_or(""))),
             ]
         })
         .collect();
     render::out!("{}", render::table(&header, &rows, render::terminal_columns()))?;
     Ok(Code::Ok)
+}
+
+/// The head of a conversation: its title, then harness, model, project, message counts and
+/// tokens on one line.
+fn header(
+    summary: &Summary,
+    events: &[spex_history::Event],
+    shown: &dyn Fn(&str) -> String,
+) -> Vec<String> {
+    let title = summary
+        .digest
+        .title
+        .as_deref()
+        .map_or_else(|| "(no message)".to_owned(), |t| render::first_line(&shown(t)));
+    let mut facts = vec![summary.found.harness.name().to_owned()];
+    if let Some(model) = &summary.meta.model {
+        facts.push(model.clone());
+    }
+    if let Some(cwd) = &summary.meta.cwd {
+        facts.push(format!("in {}", shown(cwd)));
+    }
+    let count = |name: &str| summary.digest.counts.get(name).copied().unwrap_or(0);
+    facts.push(format!("{} asked, {} answered", count("user"), count("assistant")));
+    let (input, output) =
+        events.iter().fold((0_u64, 0_u64), |(input, output), event| match &event.kind {
+            spex_history::Kind::Usage { input: i, output: o, cache_read, .. } => {
+                (input + i + cache_read, output + o)
+            }
+            _ => (input, output),
+        });
+    if input + output > 0 {
+        facts.push(format!("{input} tokens in, {output} out"));
+    }
+    vec![title, facts.join(" · ")]
+}
+
+/// The conversation as Markdown: a heading and the facts line, then each message under who
+/// said it; tool calls (with `tools`) as list items. Redacted through `shown`; a message's text
+/// is kept as written (it is Markdown already, as harnesses write it).
+fn markdown(
+    summary: &Summary,
+    events: &[spex_history::Event],
+    tools: bool,
+    shown: &dyn Fn(&str) -> String,
+) -> String {
+    use spex_history::{Kind, Lifecycle};
+    let lines = header(summary, events, shown);
+    let mut out = format!("# {}\n\n*{}*\n", lines[0], lines[1]);
+    let mut last_speaker = "";
+    for event in events {
+        let (speaker, text) = match &event.kind {
+            Kind::User { text } => ("Person", shown(text)),
+            Kind::Assistant { text } => ("Agent", shown(text)),
+            Kind::ToolCall { name, summary } if tools => {
+                out.push_str(&format!(
+                    "\n- tool `{}`: `{}`\n",
+                    name,
+                    shown(summary).replace('`', "'")
+                ));
+                continue;
+            }
+            Kind::Lifecycle(Lifecycle::Aborted { reason }) => {
+                out.push_str(&format!("\n> aborted: {}\n", render::first_line(&shown(reason))));
+                continue;
+            }
+            _ => continue,
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        if speaker != last_speaker {
+            let when = event.ts.as_deref().map(|ts| format!(" · {ts}")).unwrap_or_default();
+            out.push_str(&format!("\n## {speaker}{when}\n"));
+            last_speaker = speaker;
+        }
+        out.push('\n');
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
 }
