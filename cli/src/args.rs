@@ -24,7 +24,7 @@ pub(crate) const SESSION_ENV: &str = "SPEX_SESSION_ID";
 
 /// The environment `spex` reads, with what each does (for the man pages). A variable set but
 /// empty counts as unset.
-pub(crate) const ENVIRONMENT: [(&str, &str); 15] = [
+pub(crate) const ENVIRONMENT: [(&str, &str); 16] = [
     (ROOT_ENV, "The store root, as --root (which wins)."),
     (
         "SPEXCODE_HOME",
@@ -61,6 +61,10 @@ pub(crate) const ENVIRONMENT: [(&str, &str); 15] = [
     ("NO_COLOR", "Any value turns colour off when --color is auto."),
     ("TZ", "The zone times are shown in (UTC with --utc)."),
     ("HOME", "Where the default root and the transcripts are looked for."),
+    (
+        "SPEX_PAGER",
+        "The pager of long output on a terminal (then PAGER, then less; empty or cat: none).",
+    ),
 ];
 
 /// Options every command takes.
@@ -80,6 +84,10 @@ pub(crate) struct Global {
     /// Print only results and errors (no reports on stderr).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub(crate) quiet: bool,
+    /// Never send long output through a pager (by default it goes through `less -FRX`, or
+    /// SPEX_PAGER / PAGER, when stdout is a terminal).
+    #[arg(long, global = true)]
+    pub(crate) no_pager: bool,
     /// Say more on stderr: the store chosen, what each step did (-vv: debug detail).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,

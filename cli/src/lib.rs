@@ -144,6 +144,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Demo(args) => commands::demo::run(&args, global),
         Command::Verify(args) => commands::verify::run(&args, global),
     };
+    render::finish_pager();
     // Damage reads tolerated (a torn fragment with a complete line glued onto it) is reported,
     // whatever the command's outcome.
     for damage in spex_engine::damage::take_noted() {

@@ -17,11 +17,73 @@ use crate::args::ColorArg;
 /// JSON schema version of every `--json` document and stream line `spex` prints.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
 
-/// Writes to stdout; an error (a closed pipe above all) is returned, not a panic.
+/// Writes to stdout (through the pager, when one was started); an error (a closed pipe above
+/// all: a pager quit early) is returned, not a panic.
 pub(crate) fn write_out(args: fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut pager = PAGER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, input)) = pager.as_mut() {
+        return input.write_fmt(args);
+    }
+    drop(pager);
     let mut out = std::io::stdout().lock();
     out.write_fmt(args)?;
     out.flush()
+}
+
+/// The pager long output goes through, once started: the process and its standard input.
+static PAGER: std::sync::Mutex<
+    Option<(std::process::Child, std::io::BufWriter<std::process::ChildStdin>)>,
+> = std::sync::Mutex::new(None);
+
+/// Sends the rest of this command's stdout through a pager, as git does: only when stdout is a
+/// terminal, not with `--json` or `--no-pager`; the pager is `SPEX_PAGER`, else `PAGER`, else
+/// `less` (with `LESS=FRX` unless set: it quits at once when the text fits the screen, keeps
+/// colour, and leaves the text on screen). An empty pager or `cat` means none.
+pub(crate) fn page(global: &crate::args::Global) {
+    use std::io::IsTerminal as _;
+    if global.json || global.no_pager || !std::io::stdout().is_terminal() {
+        return;
+    }
+    let chosen = ["SPEX_PAGER", "PAGER"].iter().find_map(|name| std::env::var(name).ok());
+    // The default only where it is installed (a pager that cannot start would swallow it all).
+    let less_installed = || {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("less").is_file()))
+    };
+    let command = match chosen {
+        Some(command) => command,
+        None if less_installed() => "less".to_owned(),
+        None => return,
+    };
+    if command.trim().is_empty() || command.trim() == "cat" {
+        return;
+    }
+    let mut pager = std::process::Command::new("sh");
+    pager.arg("-c").arg(&command).stdin(std::process::Stdio::piped());
+    if std::env::var_os("LESS").is_none() {
+        pager.env("LESS", "FRX");
+    }
+    match pager.spawn() {
+        Ok(mut child) => {
+            let Some(input) = child.stdin.take() else { return };
+            let mut slot = PAGER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *slot = Some((child, std::io::BufWriter::new(input)));
+        }
+        Err(error) => {
+            tracing::warn!(pager = command, %error, "cannot start the pager; printing directly")
+        }
+    }
+}
+
+/// Ends the pager, if one was started: the rest of the output is sent, and the pager waited for
+/// (the person reads, then quits it).
+pub(crate) fn finish_pager() {
+    let taken = PAGER.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some((mut child, mut input)) = taken {
+        let _ignored = input.flush();
+        drop(input);
+        let _ignored = child.wait();
+    }
 }
 
 /// `println!` that returns the write's error (use with `?`).

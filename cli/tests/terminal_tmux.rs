@@ -178,3 +178,44 @@ fn close_asks_on_a_terminal() {
     assert!(screen.contains("closed fix") && screen.contains("exit=0"), "{screen}");
     assert!(!store.root().join("sessions/fix").exists());
 }
+
+/// Long output on a terminal goes through a pager as git's does: `less -FRX` by default (it
+/// waits on a text longer than the screen, quits on `q`), SPEX_PAGER or PAGER when set,
+/// none with `--no-pager` or when stdout is not a terminal.
+#[test]
+fn long_output_goes_through_a_pager_on_a_terminal() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "long"]).ok();
+    for n in 1..=40 {
+        store.run(&["session", "send", "long", &format!("message number {n}")]).ok();
+    }
+    let tmux = Tmux::start(&store);
+    let pane = |name: &str, env: &str, args: &str| {
+        let program = format!(
+            "env -u PAGER -u SPEX_PAGER -u LESS TERM=xterm-256color TZ=UTC SPEX_ROOT='{}' {env} '{SPEX}' {args}; echo exit=$?; sleep 600",
+            store.root().display()
+        );
+        tmux.run(&["new-session", "-d", "-s", name, "-x", "100", "-y", "20", &program]);
+    };
+    // The default: less waits with the first screen shown; `q` ends it and the command.
+    pane("less", "", "session timeline long");
+    let screen = tmux.wait_for("less", "the pager", |s| s.contains("message number 1\n"));
+    assert!(!screen.contains("message number 40") && !screen.contains("exit="), "{screen}");
+    let target = "less:0.0";
+    tmux.run(&["send-keys", "-t", target, "q"]);
+    tmux.wait_for("less", "the exit", |s| s.contains("exit=0"));
+    // A pager of one's own.
+    let paged = store.path("paged.txt");
+    let env = format!("SPEX_PAGER='cat > {}'", paged.display());
+    pane("own", &env, "session timeline long");
+    tmux.wait_for("own", "the exit", |s| s.contains("exit=0"));
+    let text = std::fs::read_to_string(&paged).unwrap();
+    assert!(text.contains("message number 1\n") && text.contains("message number 40\n"), "{text}");
+    // --no-pager: straight to the terminal, the end on screen.
+    pane("none", "", "--no-pager session timeline long");
+    let screen = tmux.wait_for("none", "the exit", |s| s.contains("exit=0"));
+    assert!(screen.contains("message number 40"), "{screen}");
+    // Piped: no pager either.
+    let piped = store.command(&["session", "timeline", "long"]).env("SPEX_PAGER", "false").output();
+    assert!(String::from_utf8(piped.unwrap().stdout).unwrap().contains("message number 40"));
+}

@@ -154,6 +154,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;
             let (summary, mut events) = spex_history::summarize(transcript)?;
+            render::page(global);
             if show.markdown {
                 render::out!("{}", markdown(&summary, &events, show.tools, &shown))?;
                 return Ok(Code::Ok);
@@ -502,6 +503,7 @@ fn list(
         }
         return Ok(Code::Ok);
     }
+    render::page(global);
     let paint = Paint::for_stdout(global.color);
     let zone = render::zone(false);
     let now = jiff::Timestamp::now();

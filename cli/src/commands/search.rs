@@ -99,6 +99,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         print_json(json!({ "query": args.query, "hits": hits }))?;
         return Ok(Code::Ok);
     }
+    render::page(global);
     let paint = Paint::for_stdout(global.color);
     for hit in &hits {
         let ts = hit.ts.as_deref().unwrap_or("-");

@@ -856,6 +856,7 @@ fn timeline(
             let events: Vec<_> = events.iter().map(|event| event_json(event, &owed)).collect();
             print_json(json!({ "session": id.as_str(), "events": events }))?;
         } else {
+            render::page(global);
             for event in &events {
                 render::out!("{}", conversation.event(event))?;
             }
@@ -1162,6 +1163,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         }
         return Ok(Code::Ok);
     }
+    render::page(global);
     let table: Vec<render::SessionRow> = rows
         .iter()
         .zip(agents)
