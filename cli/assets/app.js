@@ -107,19 +107,19 @@ function connect() {
   };
 }
 
-// A snippet with its [matches] as <mark>, built as nodes.
-function snippetNodes(snippet) {
+// A hit's snippet with its matches (`marks`: [start, end) in characters) as <mark>, built as
+// nodes: brackets in the text stay text.
+function snippetNodes(hit) {
+  const chars = Array.from(hit.snippet || "");
   const nodes = [];
-  let rest = snippet;
-  for (;;) {
-    const start = rest.indexOf("[");
-    const end = start < 0 ? -1 : rest.indexOf("]", start);
-    if (end < 0) break;
-    nodes.push(document.createTextNode(rest.slice(0, start)));
-    nodes.push(el("mark", null, rest.slice(start + 1, end)));
-    rest = rest.slice(end + 1);
+  let at = 0;
+  for (const [start, end] of hit.marks || []) {
+    if (start < at || end > chars.length) continue;
+    nodes.push(document.createTextNode(chars.slice(at, start).join("")));
+    nodes.push(el("mark", null, chars.slice(start, end).join("")));
+    at = end;
   }
-  nodes.push(document.createTextNode(rest));
+  nodes.push(document.createTextNode(chars.slice(at).join("")));
   return nodes;
 }
 
@@ -136,7 +136,7 @@ async function search(query) {
     link.href = hit.source === "spex"
       ? `#/s/${encodeURIComponent(hit.session)}`
       : `#/h/${encodeURIComponent(hit.source)}/${encodeURIComponent(hit.session)}`;
-    link.append(...snippetNodes(hit.snippet));
+    link.append(...snippetNodes(hit));
     const where = el("div", "where", `${hit.session} · ${hit.kind} · ${relative(hit.ts)}`);
     item.append(link, where);
     hits.append(item);

@@ -187,7 +187,13 @@ fn search_finds_what_only_an_agent_answered() {
     let store = Store::new();
     // No store yet, but transcripts: the search builds the index and finds what they say.
     let run = history(&store, &["search", "banker's"]);
-    assert!(run.ok().contains("[banker's] rounding"), "{}", run.stderr());
+    let text = run.ok();
+    let line = text.lines().find(|line| line.contains("banker's rounding")).unwrap();
+    let carets = text.lines().skip_while(|l| *l != line).nth(1).unwrap();
+    // The carets stand under the match (columns: every character here is one wide).
+    let at = line[..line.find("banker's").unwrap()].chars().count();
+    assert_eq!(carets.find('^'), Some(at), "{text}");
+    assert!(carets.trim_end().ends_with(" ^^^^^^^^"), "{text}");
     assert!(store.root().join("index.sqlite").exists(), "the index was built");
     let refreshed = history(&store, &["index", "refresh"]).ok();
     assert!(refreshed.contains("2 transcripts: 0 read"), "{refreshed}");
@@ -433,7 +439,7 @@ fn search_lists_sessions_whose_id_matches() {
     assert_eq!(hits[0]["kind"], "session");
     assert_eq!(hits[0]["match"], "listing");
     assert_eq!(hits[0]["source"], "spex");
-    assert_eq!(hits[0]["snippet"], "[payments]-migration");
+    assert_eq!(common::marked(&hits[0]), "[payments]-migration");
     // A text hit names the session already: no listing hit beside it.
     let document: serde_json::Value =
         serde_json::from_str(&history(&store, &["--json", "search", "ledger"]).ok()).unwrap();

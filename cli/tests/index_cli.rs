@@ -69,9 +69,9 @@ fn search_from_the_command_line() {
     let hits = found["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0]["kind"], "said");
-    assert!(hits[0]["snippet"].as_str().unwrap().contains("[deploy]"));
+    assert!(common::marked(&hits[0]).contains("[deploy]"));
     let text = store.run(&["search", "staging"]).ok();
-    assert!(text.contains("[staging]"), "{text}");
+    assert!(text.contains("failed on staging\n") && text.contains(" ^^^^^^^\n"), "{text}");
     assert_eq!(
         store.json(&["search", "deploy", "--since", "1h"])["hits"].as_array().unwrap().len(),
         2

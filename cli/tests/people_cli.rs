@@ -457,7 +457,7 @@ fn search_finds_substrings_in_any_language_after_whole_words() {
     let hits = hits["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0]["match"], "substring");
-    assert!(hits[0]["snippet"].as_str().unwrap().contains("[デプロイ]"), "{hits:?}");
+    assert!(common::marked(&hits[0]).contains("[デプロイ]"), "{hits:?}");
     // Latin text: whole words; a part of a word only when no whole word matched.
     let hits = store.json(&["search", "deploy"]);
     let hits = hits["hits"].as_array().unwrap();
@@ -467,7 +467,7 @@ fn search_finds_substrings_in_any_language_after_whole_words() {
     let hits = hits["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0]["match"], "substring");
-    assert!(hits[0]["snippet"].as_str().unwrap().contains("red[eployme]nt"), "{hits:?}");
+    assert!(common::marked(&hits[0]).contains("red[eployme]nt"), "{hits:?}");
     // Beyond ASCII, substrings fill the room after the whole words.
     store.run(&["session", "send", "ja", "デプロイ"]).ok();
     let hits = store.json(&["search", "デプロイ"]);
@@ -477,6 +477,33 @@ fn search_finds_substrings_in_any_language_after_whole_words() {
     // The substring hits honour the filters.
     let none = store.json(&["search", "デプロイ", "--status", "review"]);
     assert_eq!(none["hits"], serde_json::json!([]));
+}
+
+/// Matches are marked as ranges, never as characters in the text: in JSON, `marks`; on a
+/// terminal, colour; in plain text, a line of `^` under each match (brackets in the text stay
+/// text, and cannot be taken for a match).
+#[test]
+fn search_marks_matches_apart_from_the_text() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "code"]).ok();
+    store.run(&["session", "send", "code", "arr[0] holds the deploy target; deploy it"]).ok();
+    store.run(&["session", "send", "code", "本番環境へのデプロイ"]).ok();
+    let hits = store.json(&["search", "deploy"]);
+    let hit = &hits["hits"][0];
+    assert_eq!(hit["snippet"], "arr[0] holds the deploy target; deploy it");
+    assert_eq!(hit["marks"], serde_json::json!([[17, 23], [32, 38]]));
+    let text = store.run(&["search", "deploy"]).ok();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines[0].find("arr[0]").unwrap();
+    assert_eq!(&lines[1][at..], "                 ^^^^^^         ^^^^^^", "{text}");
+    assert!(lines[1][..at].trim().is_empty(), "{text}");
+    // Wide characters: carets under the columns the match takes.
+    let text = store.run(&["search", "デプロイ"]).ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].ends_with(&format!("{}{}", " ".repeat(12), "^".repeat(8))), "{text}");
+    let coloured = store.run(&["--color", "always", "search", "deploy"]).ok();
+    assert!(coloured.contains("\u{1b}[33mdeploy\u{1b}[0m"), "{coloured:?}");
+    assert!(!coloured.contains('^'), "no caret line with colour: {coloured:?}");
 }
 
 /// `session ls` narrowed by activity time and to the first N, in the listing's order.

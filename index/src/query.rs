@@ -90,8 +90,10 @@ pub struct Hit {
     pub source: String,
     /// The transcript line, for a transcript's hit.
     pub line: Option<u64>,
-    /// A snippet with the matched terms between `[` and `]`.
+    /// A snippet of the matching text (`…` where it was cut), as plain text.
     pub snippet: String,
+    /// The matches inside [`Hit::snippet`], as byte ranges, in order, not overlapping.
+    pub marks: Vec<std::ops::Range<usize>>,
     /// bm25 rank (lower is better) of a word match; 0 for a substring match (those are listed
     /// newest first).
     pub rank: f64,
@@ -108,8 +110,55 @@ impl Hit {
     /// them.
     pub fn shown(mut self, identity: &spex_history::Identity) -> Hit {
         if self.source != "spex" {
-            self.snippet = spex_history::redact(&self.snippet, identity);
+            let redacted = spex_history::redact(&self.snippet, identity);
+            if redacted != self.snippet {
+                // The marks are found again in the redacted text: what was marked and is still
+                // shown (a redacted match is no longer there to mark).
+                let marked: Vec<String> =
+                    self.marks.iter().map(|range| self.snippet[range.clone()].to_owned()).collect();
+                self.marks = mark_all(&redacted, &marked);
+                self.snippet = redacted;
+            }
         }
+        self
+    }
+
+    /// The snippet with each match between `open` and `close` (`[`/`]` reads well, but cannot be
+    /// told from brackets in the text: for tests and logs).
+    pub fn marked(&self, open: &str, close: &str) -> String {
+        let mut out = String::new();
+        let mut at = 0;
+        for range in &self.marks {
+            out.push_str(&self.snippet[at..range.start]);
+            out.push_str(open);
+            out.push_str(&self.snippet[range.clone()]);
+            out.push_str(close);
+            at = range.end;
+        }
+        out.push_str(&self.snippet[at..]);
+        out
+    }
+
+    /// A hit whose snippet still holds the index's marks: they become [`Hit::marks`].
+    fn unmarked(mut self) -> Hit {
+        let mut plain = String::with_capacity(self.snippet.len());
+        let mut marks = Vec::new();
+        let mut open = None;
+        for c in self.snippet.chars() {
+            match c {
+                MARK_OPEN => open = Some(plain.len()),
+                MARK_CLOSE => {
+                    if let Some(start) = open.take()
+                        && start < plain.len()
+                    {
+                        marks.push(start..plain.len());
+                    }
+                }
+                c => plain.push(c),
+            }
+        }
+        self.snippet = plain;
+        self.marks = marks;
         self
     }
 
@@ -128,6 +177,11 @@ impl Hit {
             },
             "line": self.line,
             "snippet": self.snippet,
+            // Each match as [start, end) in characters (Unicode scalar values) of the snippet.
+            "marks": self.marks.iter().map(|range| {
+                let start = self.snippet[..range.start].chars().count();
+                [start, start + self.snippet[range.clone()].chars().count()]
+            }).collect::<Vec<_>>(),
             "rank": self.rank,
             "match": self.matched,
         })
@@ -291,17 +345,21 @@ impl Index {
             })
             .filter_map(|(source, session, ts, text)| {
                 let snippet = substring_snippet(&text, &words)?;
-                Some(Hit {
-                    session,
-                    kind: "session".to_owned(),
-                    ts,
-                    mid: None,
-                    source,
-                    line: None,
-                    snippet,
-                    rank: 0.0,
-                    matched: "listing",
-                })
+                Some(
+                    Hit {
+                        session,
+                        kind: "session".to_owned(),
+                        ts,
+                        mid: None,
+                        source,
+                        line: None,
+                        snippet,
+                        marks: Vec::new(),
+                        rank: 0.0,
+                        matched: "listing",
+                    }
+                    .unmarked(),
+                )
             })
             .collect();
         hits.sort_by(|a, b| b.ts.cmp(&a.ts).then_with(|| a.session.cmp(&b.session)));
@@ -322,7 +380,7 @@ impl Index {
             Phase::Words(query) => (
                 query,
                 "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
-                        snippet(content, -1, '[', ']', '…', 16),
+                        snippet(content, -1, char(57344), char(57345), '…', 16),
                         bm25(content, 2.0, 1.0, 0.5) AS rank, c.source, c.line
                  FROM content c"
                     .to_owned(),
@@ -400,6 +458,7 @@ impl Index {
                         ts: row.get(3)?,
                         mid: row.get(4)?,
                         snippet: row.get(5)?,
+                        marks: Vec::new(),
                         rank: row.get(6)?,
                         matched,
                         source: row.get(7)?,
@@ -417,7 +476,7 @@ impl Index {
                     None => continue,
                 }
             }
-            hits.push((rowid, hit));
+            hits.push((rowid, hit.unmarked()));
             if hits.len() as i64 >= limit {
                 break;
             }
@@ -570,10 +629,45 @@ fn find_folded(text: &str, needle: &[char]) -> Option<(usize, usize)> {
     None
 }
 
+/// Where a match opens and closes inside a snippet as the index cuts it: private-use characters
+/// no stored text holds ([`unmarkable`] replaces them before anything is stored or cut).
+const MARK_OPEN: char = '\u{E000}';
+const MARK_CLOSE: char = '\u{E001}';
+
+/// `text` with the index's two mark characters replaced (U+FFFD), so that a mark in a snippet
+/// is always the index's own.
+pub(crate) fn unmarkable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains([MARK_OPEN, MARK_CLOSE]) {
+        std::borrow::Cow::Owned(text.replace([MARK_OPEN, MARK_CLOSE], "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// Every occurrence of each of `words` in `text` (exactly as written), as byte ranges in order;
+/// an occurrence overlapping an earlier one is skipped.
+fn mark_all(text: &str, words: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut found: Vec<std::ops::Range<usize>> = words
+        .iter()
+        .filter(|word| !word.is_empty())
+        .flat_map(|word| text.match_indices(word.as_str()).map(|(at, w)| at..at + w.len()))
+        .collect();
+    found.sort_by_key(|range| (range.start, std::cmp::Reverse(range.end)));
+    let mut marks: Vec<std::ops::Range<usize>> = Vec::new();
+    for range in found {
+        if marks.last().is_none_or(|last| range.start >= last.end) {
+            marks.push(range);
+        }
+    }
+    marks
+}
+
 /// A snippet of `text` around the first of `words` found in it (ignoring case), every
-/// occurrence in the window between `[` and `]`, cut ends marked `…`; `None` unless every word
-/// is inside `text`.
+/// occurrence in the window between the index's marks, cut ends marked `…`; `None` unless every
+/// word is inside `text`.
 fn substring_snippet(text: &str, words: &[String]) -> Option<String> {
+    let text = unmarkable(text);
+    let text = text.as_ref();
     let needles: Vec<Vec<char>> =
         words.iter().map(|word| word.chars().flat_map(char::to_lowercase).collect()).collect();
     let mut first: Option<(usize, usize)> = None;
@@ -600,9 +694,9 @@ fn substring_snippet(text: &str, words: &[String]) -> Option<String> {
             .min_by_key(|(start, end)| (*start, std::cmp::Reverse(*end)));
         let Some((start, end)) = next else { break };
         out.push_str(&window[at..at + start]);
-        out.push('[');
+        out.push(MARK_OPEN);
         out.push_str(&window[at + start..at + end]);
-        out.push(']');
+        out.push(MARK_CLOSE);
         at += end;
     }
     out.push_str(&window[at..]);
@@ -625,6 +719,25 @@ enum Phase {
 mod tests {
     use super::*;
 
+    /// `substring_snippet`, with its marks as `[`/`]`.
+    fn substring_snippet(text: &str, words: &[String]) -> Option<String> {
+        super::substring_snippet(text, words).map(|marked| {
+            let hit = Hit {
+                session: String::new(),
+                kind: String::new(),
+                ts: None,
+                mid: None,
+                source: "spex".to_owned(),
+                line: None,
+                snippet: marked,
+                marks: Vec::new(),
+                rank: 0.0,
+                matched: "substring",
+            };
+            hit.unmarked().marked("[", "]")
+        })
+    }
+
     #[test]
     fn substrings_are_found_ignoring_case_and_marked() {
         let words = |list: &[&str]| list.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
@@ -645,6 +758,42 @@ mod tests {
             (r#""abc" "bcd""#.to_owned(), words(&["abcd"]))
         );
         assert_eq!(substring_query("ab x"), None);
+        // Brackets in the text are text; the marks are the index's own.
+        assert_eq!(
+            substring_snippet("arr[0] = needle]", &words(&["needle"])).unwrap(),
+            "arr[0] = [needle]]"
+        );
+        // A text holding the mark characters cannot forge a mark.
+        let forged = super::substring_snippet("a\u{E000}b\u{E001} needle", &words(&["needle"]));
+        assert_eq!(forged.unwrap().matches(MARK_OPEN).count(), 1);
+    }
+
+    #[test]
+    fn marks_survive_redaction_where_the_match_is_still_shown() {
+        let hit = Hit {
+            session: "s".to_owned(),
+            kind: "answer".to_owned(),
+            ts: None,
+            mid: None,
+            source: "codex".to_owned(),
+            line: Some(1),
+            snippet: "deploy with \u{E000}token\u{E001} sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA and \u{E000}token\u{E001}"
+                .to_owned(),
+            marks: Vec::new(),
+            rank: 0.0,
+            matched: "word",
+        }
+        .unmarked();
+        assert_eq!(hit.marks.len(), 2);
+        let shown = hit.shown(&spex_history::Identity::default());
+        assert!(!shown.snippet.contains("AAAAAAAA"), "{}", shown.snippet);
+        assert_eq!(shown.marked("[", "]").matches("[token]").count(), 2, "{}", shown.snippet);
+        let json = shown.to_json();
+        let first = &json["marks"][0];
+        let chars: Vec<char> = shown.snippet.chars().collect();
+        let start = first[0].as_u64().unwrap() as usize;
+        let end = first[1].as_u64().unwrap() as usize;
+        assert_eq!(chars[start..end].iter().collect::<String>(), "token");
     }
 
     #[test]

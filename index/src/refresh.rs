@@ -159,6 +159,7 @@ pub(crate) fn insert_content(
     text: &Text<'_>,
 ) -> rusqlite::Result<()> {
     let stored = spex_history::redact(text.text, &spex_history::Identity::default());
+    let stored = crate::query::unmarkable(&stored).into_owned();
     let column = |name: &str| (text.column == name).then_some(stored.as_str());
     let (said, notes, answers) = (column("said"), column("notes"), column("answers"));
     transaction

@@ -251,7 +251,7 @@ fn the_listing_is_searched_with_the_texts() {
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!((hits[0].kind.as_str(), hits[0].matched), ("session", "listing"));
     assert_eq!((hits[0].source.as_str(), hits[0].line), ("codex", None));
-    assert!(hits[0].snippet.contains("[a45d62a8]"), "{}", hits[0].snippet);
+    assert!(hits[0].marked("[", "]").contains("[a45d62a8]"), "{}", hits[0].snippet);
     // Its project, under the listing's filters.
     assert_eq!(index.search("dev/api", &filter).unwrap()[0].kind, "session");
     let elsewhere =

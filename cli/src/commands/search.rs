@@ -107,18 +107,16 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             || render::literal(ts),
             |ts| ts.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M").to_string(),
         );
-        let snippet = render::literal(&hit.snippet).replace('\n', " ");
         let place = match (hit.source.as_str(), hit.line) {
             ("spex", _) | (_, None) => render::literal(&hit.session),
             (harness, Some(line)) => format!("{harness}:{}:{line}", render::literal(&hit.session)),
         };
-        outln!(
-            "{}  {}  {:<6}  {}",
-            paint.dim(&when),
-            paint.bold(&place),
-            hit.kind,
-            highlight(&snippet, paint)
-        )?;
+        let lead = format!("{when}  {place}  {:<6}  ", hit.kind);
+        let (snippet, carets) = highlight(hit, paint);
+        outln!("{}  {}  {:<6}  {snippet}", paint.dim(&when), paint.bold(&place), hit.kind)?;
+        if let Some(carets) = carets {
+            outln!("{}{carets}", " ".repeat(render::width(&lead)))?;
+        }
     }
     if hits.is_empty() && !global.quiet {
         eprintln!("spex: no matches for {:?}", args.query);
@@ -126,20 +124,29 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
-/// A snippet with its `[match]` marks shown in colour (kept as brackets without colour).
-fn highlight(snippet: &str, paint: Paint) -> String {
+/// A hit's snippet for the terminal, literal and on one line: its matches in colour, or, without
+/// colour, a line of `^` under them (a mark in the text itself could not be told from the text:
+/// `arr[0]`).
+fn highlight(hit: &spex_index::Hit, paint: Paint) -> (String, Option<String>) {
     let plain = paint.bold("x") == "x";
-    if plain {
-        return snippet.to_owned();
+    let shown = |text: &str| render::literal(text).replace('\n', " ");
+    let mut line = String::new();
+    let mut carets = String::new();
+    let mut at = 0;
+    for range in &hit.marks {
+        let before = shown(&hit.snippet[at..range.start]);
+        let matched = shown(&hit.snippet[range.clone()]);
+        carets.push_str(&" ".repeat(render::width(&before)));
+        carets.push_str(&"^".repeat(render::width(&matched)));
+        line.push_str(&before);
+        if plain {
+            line.push_str(&matched);
+        } else {
+            line.push_str(&paint.color(&matched, anstyle::AnsiColor::Yellow));
+        }
+        at = range.end;
     }
-    let mut out = String::new();
-    let mut rest = snippet;
-    while let Some(open) = rest.find('[') {
-        let Some(close) = rest[open..].find(']') else { break };
-        out.push_str(&rest[..open]);
-        out.push_str(&paint.color(&rest[open + 1..open + close], anstyle::AnsiColor::Yellow));
-        rest = &rest[open + close + 1..];
-    }
-    out.push_str(rest);
-    out
+    line.push_str(&shown(&hit.snippet[at..]));
+    let carets = (plain && !hit.marks.is_empty()).then_some(carets);
+    (line, carets)
 }

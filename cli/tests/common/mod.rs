@@ -289,3 +289,22 @@ pub(crate) fn mkfifo(path: &Path) {
     let made = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
     assert!(made.success(), "mkfifo {}", path.display());
 }
+
+/// A search hit's snippet (as `--json` and the server give it) with each of its `marks` between
+/// `[` and `]`.
+pub(crate) fn marked(hit: &serde_json::Value) -> String {
+    let chars: Vec<char> = hit["snippet"].as_str().expect("a snippet").chars().collect();
+    let mut out = String::new();
+    let mut at = 0;
+    for mark in hit["marks"].as_array().expect("marks") {
+        let start = mark[0].as_u64().expect("a start") as usize;
+        let end = mark[1].as_u64().expect("an end") as usize;
+        out.extend(&chars[at..start]);
+        out.push('[');
+        out.extend(&chars[start..end]);
+        out.push(']');
+        at = end;
+    }
+    out.extend(&chars[at..]);
+    out
+}
