@@ -676,3 +676,40 @@ fn empty_environment_variables_count_as_unset() {
     command.env("SPEX_SESSION_ID", "");
     common::Run(command.output().unwrap()).fails(2, "no declaring session");
 }
+
+/// `session ls` narrowed: by project (the worktree is DIR or under it; a directory, not a string
+/// prefix), by the harness that runs it, by time, and to the first N.
+#[test]
+fn session_listings_narrow_by_project_harness_time_and_count() {
+    let store = Store::new();
+    for dir in ["shop", "shop/web", "shopping", "api"] {
+        std::fs::create_dir_all(store.path(dir)).unwrap();
+    }
+    let new = |id: &str, dir: &str| {
+        let dir = store.path(dir);
+        store.run(&["session", "new", "--id", id, "--worktree", dir.to_str().unwrap()]).ok();
+    };
+    new("one", "shop");
+    new("two", "shop/web");
+    new("three", "shopping");
+    new("four", "api");
+    store.run(&["session", "new", "--id", "nowhere"]).ok();
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut full = vec!["session", "ls"];
+        full.extend_from_slice(args);
+        let mut ids = ids_of(&store.json(&full));
+        ids.sort();
+        ids
+    };
+    let shop = store.path("shop");
+    let shop = shop.to_str().unwrap();
+    assert_eq!(ids(&["--project", shop]), ["one", "two"]);
+    assert_eq!(ids(&["--project", shop, "--limit", "1"]).len(), 1);
+    assert_eq!(ids(&["--limit", "5"]).len(), 5);
+    assert_eq!(ids(&["--since", "1h"]).len(), 5);
+    assert!(ids(&["--since", "2100-01-01"]).is_empty());
+    assert!(ids(&["--harness", "codex"]).is_empty(), "no harness runs these");
+    // A relative DIR is from the current directory (the test runs in the store's parent).
+    assert_eq!(ids(&["--project", "api"]), ["four"]);
+    store.run(&["session", "ls", "--harness", "vim"]).fails(2, "unknown harness");
+}

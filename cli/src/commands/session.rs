@@ -254,6 +254,12 @@ struct LsArgs {
     /// At most this many sessions (the first in the listing's order).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// Only sessions whose worktree is DIR or under it.
+    #[arg(long, value_name = "DIR")]
+    project: Option<std::path::PathBuf>,
+    /// Only sessions a harness runs: claude or codex.
+    #[arg(long, value_parser = crate::args::parse_harness)]
+    harness: Option<spex_history::Harness>,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -1129,6 +1135,30 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
                 .as_deref()
                 .or(row.created_at.as_deref())
                 .is_some_and(|when| when >= since.as_str())
+        });
+    }
+    if args.project.is_some() || args.harness.is_some() {
+        let project = args
+            .project
+            .as_ref()
+            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
+        rows.retain(|row| {
+            let Ok(id) = SessionId::new(&row.id) else { return false };
+            let Ok(record) = store.record(&id) else { return false };
+            let in_project = project.as_ref().is_none_or(|project| {
+                record
+                    .worktree()
+                    .is_some_and(|worktree| std::path::Path::new(worktree).starts_with(project))
+            });
+            let by_harness = args.harness.is_none_or(|harness| {
+                store
+                    .adapter(&id, &record)
+                    .ok()
+                    .flatten()
+                    .and_then(|spec| Harness::from_spec(&spec))
+                    .is_some_and(|(ran_by, _)| ran_by.name() == harness.name())
+            });
+            in_project && by_harness
         });
     }
     if let Some(limit) = args.limit {
