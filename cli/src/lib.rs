@@ -85,6 +85,13 @@ enum Command {
     /// Sessions across harnesses: the Claude Code and Codex transcripts on this machine, listed
     /// and shown as conversations, redacted by default.
     History(commands::history::Args),
+    /// Pick a session interactively: every spex, Claude Code and Codex session; type to filter,
+    /// Enter opens its conversation, Ctrl-R resumes a harness session in its harness.
+    #[command(after_help = "Examples:
+  spex pick
+  spex pick checkout                           start filtered
+  spex session timeline \"$(spex pick --print)\"")]
+    Pick(commands::pick::Args),
     /// Print the store root and how it was chosen.
     #[command(after_help = "Examples:
   spex where
@@ -137,6 +144,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Doctor(args) => commands::doctor::run(&args, global),
         Command::Serve(args) => commands::serve::run(&args, global),
         Command::History(args) => commands::history::run(&args, global),
+        Command::Pick(args) => commands::pick::run(&args, global),
         Command::Where(args) => commands::where_::run(&args, global),
         Command::Completions(args) => commands::completions::run(&args, &mut Cli::command()),
         Command::Man(args) => commands::completions::man(&args, &Cli::command()),

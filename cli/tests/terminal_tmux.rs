@@ -219,3 +219,77 @@ fn long_output_goes_through_a_pager_on_a_terminal() {
     let piped = store.command(&["session", "timeline", "long"]).env("SPEX_PAGER", "false").output();
     assert!(String::from_utf8(piped.unwrap().stdout).unwrap().contains("message number 40"));
 }
+
+/// `spex pick` in a real pane: every spex, Claude Code and Codex session listed, typing filters,
+/// the preview shows the highlighted conversation, Enter opens it, Ctrl-R resumes a harness
+/// session with its harness's command, Esc leaves (exit 1), `--print` prints the id; without a
+/// terminal it refuses (exit 2).
+#[test]
+fn pick_filters_previews_opens_and_resumes() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "fix-login"]).ok();
+    store.run(&["session", "send", "fix-login", "the login page rejects valid passwords"]).ok();
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+    let tmux = Tmux::start(&store);
+    let pane = |name: &str, args: &str| {
+        let program = format!(
+            "env TERM=xterm-256color TZ=UTC SPEX_PAGER=cat SPEX_ROOT='{}' CLAUDE_CONFIG_DIR='{}' CODEX_HOME='{}' HOME='{}' SPEX_CLAUDE_CMD='echo resumed' SPEX_CODEX_CMD='echo resumed' '{SPEX}' {args}; echo exit=$?; sleep 600",
+            store.root().display(),
+            fixtures.join("claude").display(),
+            fixtures.join("codex").display(),
+            store.dir.path().display(),
+        );
+        tmux.run(&["new-session", "-d", "-s", name, "-x", "120", "-y", "30", &program]);
+    };
+    let keys = |name: &str, keys: &[&str]| {
+        let target = format!("{name}:0.0");
+        let mut args = vec!["send-keys", "-t", &target];
+        args.extend_from_slice(keys);
+        tmux.run(&args);
+    };
+    // Every session, the newest first, the first highlighted and previewed.
+    pane("open", "pick");
+    let screen = tmux.wait_for("open", "the list", |s| s.contains("pick>") && s.contains("3/3"));
+    assert!(screen.contains("> spex   fix-login"), "{screen}");
+    assert!(screen.contains("codex  019a2d7a") && screen.contains("claude 7c1e0a52"), "{screen}");
+    assert!(screen.contains("the login page rejects valid passwords"), "{screen}");
+    assert!(screen.contains("owed"), "the preview marks what is owed: {screen}");
+    assert!(!screen.contains("sk-ant-"), "redacted: {screen}");
+    // Typing filters; the preview follows the highlight; Enter opens the conversation.
+    keys("open", &["check"]);
+    let screen = tmux.wait_for("open", "the filter", |s| s.contains("pick> check  1/3"));
+    assert!(screen.contains("> claude 7c1e0a52") && !screen.contains("fix-login"), "{screen}");
+    tmux.wait_for("open", "the preview", |s| s.contains("Mail the diff"));
+    keys("open", &["Enter"]);
+    let screen = tmux.wait_for("open", "the conversation", |s| s.contains("exit="));
+    assert!(screen.contains("resume: claude --resume 7c1e0a52"), "{screen}");
+    assert!(screen.contains("exit=0"), "{screen}");
+    // Ctrl-R resumes it with the harness's command.
+    pane("resume", "pick 019a");
+    tmux.wait_for("resume", "the list", |s| s.contains("1/3"));
+    keys("resume", &["C-r"]);
+    let screen = tmux.wait_for("resume", "the resume", |s| s.contains("exit="));
+    assert!(screen.contains("resumed resume 019a2d7a-41c4-78b1-b7cc-a45d62a89cd5"), "{screen}");
+    // A spex session opens its timeline; Ctrl-R on it says what Ctrl-R is for.
+    pane("spex", "pick login");
+    tmux.wait_for("spex", "the list", |s| s.contains("1/3"));
+    keys("spex", &["C-r"]);
+    tmux.wait_for("spex", "the hint", |s| s.contains("Ctrl-R resumes a Claude Code or Codex"));
+    keys("spex", &["Enter"]);
+    let screen = tmux.wait_for("spex", "the timeline", |s| s.contains("exit="));
+    assert!(screen.contains("you → fix-login") && screen.contains("exit=0"), "{screen}");
+    // Esc leaves with nothing chosen; --print prints the chosen id.
+    pane("leave", "pick");
+    tmux.wait_for("leave", "the list", |s| s.contains("3/3"));
+    keys("leave", &["Escape"]);
+    tmux.wait_for("leave", "the exit", |s| s.contains("exit=1"));
+    pane("print", "pick --print codex");
+    tmux.wait_for("print", "the list", |s| s.contains("1/3"));
+    keys("print", &["Enter"]);
+    let screen = tmux.wait_for("print", "the id", |s| s.contains("exit="));
+    assert!(screen.contains("019a2d7a-41c4-78b1-b7cc-a45d62a89cd5\nexit=0"), "{screen}");
+    // No terminal: refused, with where to look instead.
+    let piped = store.run(&["pick"]);
+    piped.fails(2, "pick needs a terminal");
+}

@@ -635,3 +635,75 @@ fn markdown(
     }
     out
 }
+
+/// A harness session as the picker lists it.
+#[derive(Debug)]
+pub(crate) struct Row {
+    pub(crate) harness: Harness,
+    pub(crate) id: String,
+    pub(crate) title: Option<String>,
+    pub(crate) project: Option<String>,
+    pub(crate) state: String,
+    pub(crate) activity: Option<String>,
+    /// Its transcript, when one was found.
+    pub(crate) found: Option<Found>,
+}
+
+/// Every harness session found (as `history ls` lists them, redacted through `shown`), most
+/// recently active first.
+pub(crate) fn rows(global: &Global, shown: &dyn Fn(&str) -> String) -> anyhow::Result<Vec<Row>> {
+    let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
+    let links = spex_links(global)?;
+    let now_ns = i64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
+    let mut listed = listed(global, &found, now_ns, &links)?;
+    listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
+    Ok(listed
+        .into_iter()
+        .filter_map(|entry| {
+            let harness = Harness::parse(entry.harness)?;
+            let transcript = found.iter().find(|f| f.harness == harness && f.id == entry.id);
+            Some(Row {
+                harness,
+                title: entry.title.as_deref().map(shown),
+                project: entry.project.as_deref().map(shown),
+                state: entry.state.name(),
+                activity: entry.activity().map(str::to_owned),
+                found: transcript.cloned(),
+                id: entry.id,
+            })
+        })
+        .collect())
+}
+
+/// The last `count` entries of a transcript's conversation, plain (no colour), redacted.
+pub(crate) fn preview(
+    found: &Found,
+    count: usize,
+    shown: &dyn Fn(&str) -> String,
+) -> anyhow::Result<String> {
+    let (_, events) = spex_history::summarize(found)?;
+    let mut view = render::HistoryView::new(
+        Paint::for_stdout(crate::args::ColorArg::Never),
+        render::zone(false),
+        false,
+    );
+    let entries: Vec<String> = events
+        .iter()
+        .map(|event| view.event(event, shown))
+        .filter(|entry| !entry.is_empty())
+        .collect();
+    Ok(entries[entries.len().saturating_sub(count)..].concat())
+}
+
+/// The command that continues a harness session in its harness: `claude --resume ID`, `codex
+/// resume ID` (the harness's command as `SPEX_CLAUDE_CMD` / `SPEX_CODEX_CMD` name it).
+pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
+    match harness {
+        Harness::ClaudeCode => {
+            format!("{} --resume {id}", super::harness::Harness::Claude.default_command())
+        }
+        Harness::Codex => {
+            format!("{} resume {id}", super::harness::Harness::Codex.default_command())
+        }
+    }
+}

@@ -12,6 +12,7 @@ pub(crate) mod harness;
 pub(crate) mod history;
 pub(crate) mod index;
 pub(crate) mod internal;
+pub(crate) mod pick;
 pub(crate) mod runs;
 pub(crate) mod search;
 pub(crate) mod serve;
