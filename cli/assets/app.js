@@ -53,33 +53,66 @@ function apply(value) {
   return true;
 }
 
+// Every session on the board: spex's own and the Claude Code and Codex sessions found, each
+// with its kind, title, project, state and last activity.
+function boardRows() {
+  const spex = [...board.rows.values()].map((row) => ({
+    kind: "spex", id: row.id, href: `#/s/${encodeURIComponent(row.id)}`, title: row.title || "",
+    state: row.state.display, when: when(row), archived: row.archived,
+    owed: row.owed === null ? "? owed (damaged queue)" : row.owed ? `${row.owed} owed` : "",
+    preview: row.preview || row.state.note || "",
+  }));
+  const harness = [...board.history.values()].map((h) => ({
+    kind: h.harness, id: h.id, href: `#/h/${encodeURIComponent(h.harness)}/${encodeURIComponent(h.id)}`,
+    title: h.title || "", state: h.state, when: h.lastActivity || h.last || "", archived: false,
+    owed: h.spexSession ? `spex ${h.spexSession}` : "", preview: h.project || "",
+  }));
+  return spex.concat(harness);
+}
+
+// The title a session is shown by (a UUID only when it has none).
+function titleOf(kind, id) {
+  const row = kind === "spex" ? board.rows.get(id) : board.history.get(`${kind}/${id}`);
+  return (row && row.title) || id;
+}
+
 function renderBoard() {
   const status = $("status-filter").value;
+  const kind = $("kind-filter").value;
   const archived = $("archived").checked;
-  const rows = [...board.rows.values()]
+  const every = boardRows();
+  const rows = every
     .filter((row) => archived || !row.archived)
-    .filter((row) => !status || row.state.display === status)
-    .sort((a, b) => when(b).localeCompare(when(a)) || a.id.localeCompare(b.id));
+    .filter((row) => !kind || row.kind === kind)
+    .filter((row) => !status || row.state === status)
+    .sort((a, b) => b.when.localeCompare(a.when) || a.id.localeCompare(b.id));
   const list = $("board");
   list.replaceChildren();
   for (const row of rows) {
     const item = el("li");
     item.dataset.id = row.id;
+    item.dataset.kind = row.kind;
     const link = el("a");
-    link.href = `#/s/${encodeURIComponent(row.id)}`;
+    link.href = row.href;
+    // A spex session by its name, then its title; a harness session by its title (its id is a
+    // UUID, kept as the tooltip).
+    const name = el("span", "id");
+    name.append(el("span", `kind ${row.kind}`, row.kind), ` ${row.kind === "spex" ? row.id : row.title || row.id}`);
+    if (row.kind === "spex" && row.title) name.append(el("span", "title", ` · ${row.title}`));
+    name.title = row.id;
     link.append(
-      el("span", "id", row.id),
-      el("span", `status ${row.state.display}`, row.state.display),
-      el("span", "when", relative(when(row))),
-      el("span", "owed", row.owed === null ? "? owed (damaged queue)" : row.owed ? `${row.owed} owed` : ""),
-      el("span", "preview", row.preview || row.state.note || ""),
+      name,
+      el("span", `status ${row.state.split(" ")[0]}`, row.state),
+      el("span", "when", relative(row.when)),
+      el("span", "owed", row.owed),
+      el("span", "preview", row.preview),
     );
     item.append(link);
     list.append(item);
   }
   $("empty").hidden = rows.length > 0;
   // The status filter offers the words present (and keeps the chosen one).
-  const words = new Set([...board.rows.values()].map((row) => row.state.display));
+  const words = new Set(every.filter((row) => !kind || row.kind === kind).map((row) => row.state));
   if (status) words.add(status);
   const select = $("status-filter");
   const have = [...select.options].map((option) => option.value).filter(Boolean);
@@ -103,7 +136,12 @@ function connect() {
     const value = JSON.parse(message.data);
     if (!apply(value)) return;
     renderBoard();
-    if (open && !open.answers.length && value.type === "reset") loadAnswers(open);
+    if (open && !open.transcript && !open.answers.length && value.type === "reset") loadAnswers(open);
+    // An open transcript grew: read its newest page again.
+    const grown = value.type === "update" && value.history;
+    if (open && open.transcript && grown && value.history.harness === open.harness && value.history.id === open.id) {
+      refreshTranscript(open);
+    }
   };
 }
 
@@ -137,7 +175,9 @@ async function search(query) {
       ? `#/s/${encodeURIComponent(hit.session)}`
       : `#/h/${encodeURIComponent(hit.source)}/${encodeURIComponent(hit.session)}`;
     link.append(...snippetNodes(hit));
-    const where = el("div", "where", `${hit.session} · ${hit.kind} · ${relative(hit.ts)}`);
+    const kind = hit.source === "spex" ? "spex" : hit.source;
+    const where = el("div", "where", `${kind} · ${titleOf(kind, hit.session)} · ${hit.kind} · ${relative(hit.ts)}`);
+    where.title = hit.session;
     item.append(link, where);
     hits.append(item);
   }
@@ -174,6 +214,11 @@ function entry(event, id, owed) {
     bubble.append(el("span", "meta", `${timeOf(event.ts)} · asked in ${event.harness}`));
     bubble.append(document.createTextNode(event.text));
     item.append(bubble);
+  } else if (event.kind === "tool") {
+    const details = el("details", "tool");
+    details.append(el("summary", null, `${timeOf(event.ts)} · ran ${event.tool}`));
+    details.append(el("pre", null, event.input || ""));
+    item.append(details);
   } else if (event.kind === "answer") {
     const bubble = el("div", "message agent");
     bubble.append(el("span", "meta", `${timeOf(event.ts)} · ${id} answered (${event.harness})`));
@@ -220,27 +265,74 @@ async function openConversation(id) {
   loadAnswers(mine);
 }
 
-// A Claude Code or Codex session (a transcript hit, `#/h/HARNESS/ID`): what the person asked
-// and what the agent answered, read-only (its last events, redacted by the server).
-const TRANSCRIPT_PAGE = 500;
+// A Claude Code or Codex session (`#/h/HARNESS/ID`): what the person asked, what the agent
+// answered and the tools it ran (folded), read-only, redacted by the server; paged back by
+// transcript line, and read again whenever the watch stream says it grew.
+const TRANSCRIPT_PAGE = 200;
+function transcriptEvents(events, harness) {
+  return (events || []).flatMap((event) => {
+    if ((event.kind === "user" || event.kind === "assistant") && event.text) {
+      return [{ ts: event.ts, line: event.line, kind: event.kind === "user" ? "asked" : "answer", text: event.text, harness }];
+    }
+    if (event.kind === "tool-call") {
+      return [{ ts: event.ts, line: event.line, kind: "tool", tool: event.tool, input: event.input, harness }];
+    }
+    return [];
+  });
+}
+
+async function readTranscript(mine, before) {
+  const at = before ? `&before=${before}` : "";
+  const response = await fetch(`/api/history/${encodeURIComponent(mine.harness)}/${encodeURIComponent(mine.id)}?limit=${TRANSCRIPT_PAGE}${at}`);
+  const body = await response.json();
+  return { ok: response.ok, body };
+}
+
 async function openTranscript(harness, id) {
   closeConversation();
   const mine = { id, harness, transcript: true, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null };
   open = mine;
-  const response = await fetch(`/api/history/${encodeURIComponent(harness)}/${encodeURIComponent(id)}?limit=${TRANSCRIPT_PAGE}`);
-  const body = await response.json();
+  const { ok, body } = await readTranscript(mine);
   if (open !== mine) return;
-  if (!response.ok) {
+  if (!ok) {
     $("conversation").replaceChildren(el("li", "empty", body.error || `cannot read ${id}`));
     return;
   }
-  mine.events = (body.events || [])
-    .filter((event) => (event.kind === "user" || event.kind === "assistant") && event.text)
-    .map((event) => ({ ts: event.ts, kind: event.kind === "user" ? "asked" : "answer", text: event.text, harness }));
-  const listed = board.history.get(`${harness}/${id}`);
+  setTranscript(mine, body, "bottom");
+}
+
+// The newest page replaces what the loaded pages had from its first line on.
+function setTranscript(mine, body, scroll) {
+  const events = transcriptEvents(body.events, mine.harness);
+  const first = body.events && body.events.length ? body.events[0].line : Infinity;
+  mine.events = mine.events.filter((event) => event.line < first).concat(events);
+  if (!mine.events.length || mine.events[0].line >= first) {
+    mine.older = body.more && body.events.length ? first : null;
+  }
+  const listed = body.history || board.history.get(`${mine.harness}/${mine.id}`);
   if (listed && listed.title) $("session-title").textContent = listed.title;
   mine.state = { display: listed ? listed.state : "" };
-  renderConversation("bottom");
+  renderConversation(scroll);
+}
+
+async function refreshTranscript(mine) {
+  const { ok, body } = await readTranscript(mine);
+  if (!ok || open !== mine) return;
+  const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+  setTranscript(mine, body, atBottom ? "bottom" : "keep");
+}
+
+async function loadOlderTranscript(mine) {
+  const before = mine.older;
+  mine.older = null; // one request at a time
+  const { ok, body } = await readTranscript(mine, before);
+  if (open !== mine) return;
+  if (!ok) { mine.older = before; return; }
+  const height = document.body.scrollHeight;
+  mine.events = transcriptEvents(body.events, mine.harness).concat(mine.events);
+  mine.older = body.more && body.events.length ? body.events[0].line : null;
+  renderConversation("keep");
+  window.scrollBy(0, document.body.scrollHeight - height);
 }
 
 // The session's own stream, from where the page ended: each new event once, and its state.
@@ -278,22 +370,24 @@ function follow(mine) {
   };
 }
 
-// The agent's answers, from the transcript of the harness session this one names.
+// The linked harness session, interleaved: what the agent answered and the tools it ran, and
+// what a person asked in the harness itself (a prompt spex delivered is already a message here).
 async function loadAnswers(mine) {
   const linked = [...board.history.values()].find((h) => h.spexSession === mine.id);
   if (!linked) return;
   const response = await fetch(`/api/history/${encodeURIComponent(linked.harness)}/${encodeURIComponent(linked.id)}?limit=500`);
   if (!response.ok || open !== mine) return;
   const body = await response.json();
-  mine.answers = (body.events || [])
-    .filter((event) => event.kind === "assistant" && event.text)
-    .map((event) => ({ ts: event.ts, kind: "answer", text: event.text, harness: linked.harness }));
+  const said = new Set(mine.events.filter((event) => event.kind === "sent").map((event) => event.text.trim()));
+  mine.answers = transcriptEvents(body.events, linked.harness)
+    .filter((event) => event.kind !== "asked" || !said.has(event.text.trim()));
   renderConversation("keep");
 }
 
 async function loadOlder() {
   const mine = open;
   if (!mine || !mine.older) return;
+  if (mine.transcript) return loadOlderTranscript(mine);
   const before = mine.older;
   mine.older = null; // one request at a time
   const response = await fetch(`/api/sessions/${encodeURIComponent(mine.id)}/timeline?limit=${PAGE}&before=${encodeURIComponent(before)}`);
@@ -313,8 +407,11 @@ function renderConversation(scroll) {
   const id = mine.id;
   // Answers older than the loaded events wait for their page.
   const from = mine.older && mine.events.length ? mine.events[0].ts : "";
-  const items = mine.events.concat(mine.answers.filter((answer) => answer.ts >= from));
-  items.sort((a, b) => (a.ts || "").localeCompare(b.ts || ""));
+  // A transcript is in its own order (by line); a spex conversation interleaves by time.
+  const items = mine.transcript
+    ? mine.events
+    : mine.events.concat(mine.answers.filter((answer) => answer.ts >= from));
+  if (!mine.transcript) items.sort((a, b) => (a.ts || "").localeCompare(b.ts || ""));
   const list = $("conversation");
   list.replaceChildren();
   let day = null;
@@ -444,6 +541,7 @@ $("clear-search").addEventListener("click", () => {
   $("results").hidden = true;
 });
 $("status-filter").addEventListener("change", renderBoard);
+$("kind-filter").addEventListener("change", renderBoard);
 $("archived").addEventListener("change", renderBoard);
 window.addEventListener("hashchange", route);
 setInterval(renderBoard, 15000); // relative times stay true

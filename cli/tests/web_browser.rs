@@ -33,10 +33,34 @@ fn spex(store: &Store, args: &[&str]) -> common::Run {
     run
 }
 
+/// The harnesses' homes: a copy of the fixtures in the test's directory (a transcript there may
+/// grow while the page shows it).
+fn homes(store: &Store) -> PathBuf {
+    let homes = store.path("homes");
+    if !homes.exists() {
+        copy_tree(&fixtures(), &homes);
+    }
+    homes
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
 fn with_homes(store: &Store, mut command: Command) -> Command {
+    let homes = homes(store);
     command
-        .env("CLAUDE_CONFIG_DIR", fixtures().join("claude"))
-        .env("CODEX_HOME", fixtures().join("codex"))
+        .env("CLAUDE_CONFIG_DIR", homes.join("claude"))
+        .env("CODEX_HOME", homes.join("codex"))
         .env("HOME", store.dir.path());
     command
 }
@@ -174,7 +198,8 @@ async fn the_web_page_works_in_a_real_browser() {
 
     // The board, most recently worked in first, with colour-coded states and owed counts.
     client.goto(&url).await.unwrap();
-    let ids = "return [...document.querySelectorAll('#board li .id')].map(e => e.textContent)";
+    let ids =
+        "return [...document.querySelectorAll('#board li[data-kind=spex]')].map(e => e.dataset.id)";
     until(&client, "the board in activity order", ids, |v| *v == json!(["beta", "alpha", "gamma"]))
         .await;
     let beta = "return document.querySelector('#board li[data-id=beta]').textContent";
@@ -184,7 +209,33 @@ async fn the_web_page_works_in_a_real_browser() {
     assert!(row.as_str().unwrap().contains("migration is green"), "{row}");
     let alpha = "return document.querySelector('#board li[data-id=alpha] .owed').textContent";
     until(&client, "alpha's owed count", alpha, |v| *v == json!("1 owed")).await;
+    // The Claude Code and Codex sessions found are on the board too, by title (redacted), and
+    // the kind filter narrows to one harness.
+    let harness_rows = "return [...document.querySelectorAll('#board li:not([data-kind=spex])')].map(e => e.dataset.kind + ' ' + e.textContent)";
+    let rows = until(&client, "the harness sessions", harness_rows, |v| {
+        v.as_array().is_some_and(|rows| rows.len() == 2)
+    })
+    .await;
+    assert!(rows.to_string().contains("claude The checkout total is off by a cent"), "{rows}");
+    assert!(rows.to_string().contains("spex alpha"), "the linked spex session: {rows}");
+    assert!(!rows.to_string().contains("sk-ant-api03"), "redacted: {rows}");
     screenshot(&client, "board.png").await;
+    client
+        .find(Locator::Css("#kind-filter option[value=codex]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let every = "return [...document.querySelectorAll('#board li')].map(e => e.dataset.kind)";
+    until(&client, "only Codex", every, |v| *v == json!(["codex"])).await;
+    client
+        .find(Locator::Css("#kind-filter option[value='']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     // Filtered by status, then archived sessions on demand.
     client
         .find(Locator::Css("#status-filter option[value=review]"))
@@ -267,6 +318,9 @@ async fn the_web_page_works_in_a_real_browser() {
     // The board (kept live behind the conversation) counts what beta is owed.
     let owed_now = "return board.rows.get('beta').owed";
     until(&client, "the board's count of beta", owed_now, |v| *v == json!(3)).await;
+    // Text in any language reaches the page (and the screenshot: .ci/run installs CJK fonts).
+    spex(&store, &["session", "send", "beta", "本番へのデプロイは明日の朝にします"]);
+    until(&client, "the Japanese message", MESSAGES, |v| count(v, "本番へのデプロイ") == 1).await;
     spex(&store, &["session", "drain", "beta"]);
     let owed = "return document.querySelectorAll('#conversation .mark.owed').length";
     until(&client, "both delivered", owed, |v| *v == json!(0)).await;
@@ -278,6 +332,8 @@ async fn the_web_page_works_in_a_real_browser() {
     let messages =
         until(&client, "alpha's answer", MESSAGES, |v| count(v, "answered (codex)") >= 1).await;
     assert!(count(&messages, "The database pool holds 4") >= 1, "{messages}");
+    // Both sides of the linked harness session: what was asked in Codex itself, interleaved.
+    assert!(count(&messages, "asked in codex") >= 1, "{messages}");
     assert_eq!(count(&messages, "hunter2"), 0, "redacted: {messages}");
     // By keyboard: Ctrl+Enter in the composer sends.
     let textarea = client.find(Locator::Id("message")).await.unwrap();
@@ -306,6 +362,17 @@ async fn the_web_page_works_in_a_real_browser() {
     until(&client, "a hit", hits, |v| v.as_array().is_some_and(|a| !a.is_empty())).await;
     let marked = client.find(Locator::Css("#hits li a mark")).await.unwrap();
     assert_eq!(marked.text().await.unwrap(), "needle");
+    // The results stay on screen in a panel of their own, labelled by title.
+    client.execute("window.scrollTo(0, document.body.scrollHeight)", vec![]).await.unwrap();
+    let on_screen = "const r = document.getElementById('results').getBoundingClientRect();
+        return getComputedStyle(document.getElementById('results')).position === 'fixed'
+          && r.top >= 0 && r.bottom <= window.innerHeight && r.height > 0";
+    until(&client, "the results on screen", on_screen, |v| *v == json!(true)).await;
+    let label = "return document.querySelector('#hits li .where').textContent";
+    until(&client, "the hit's title", label, |v| {
+        v.as_str().is_some_and(|t| t.starts_with("spex · look for the flaky needle"))
+    })
+    .await;
     client.find(Locator::Css("#hits li a")).await.unwrap().click().await.unwrap();
     until(&client, "the hit's conversation", MESSAGES, |v| count(v, "flaky needle") == 1).await;
     let title = client.find(Locator::Id("session-title")).await.unwrap().text().await.unwrap();
@@ -330,6 +397,38 @@ async fn the_web_page_works_in_a_real_browser() {
     until(&client, "no composer for a harness session", composer, |v| *v == json!(true)).await;
     let planted = client.execute(MESSAGES, vec![]).await.unwrap();
     assert_eq!(count(&planted, "sk-ant-api03"), 0, "redacted: {planted}");
+    let where_ = "return [...document.querySelectorAll('#hits li .where')].map(e => e.textContent).join('|')";
+    let labels = client.execute(where_, vec![]).await.unwrap();
+    assert!(!labels.to_string().contains("7c1e0a52-"), "titles, not UUIDs: {labels}");
+    // The tools it ran are folded, and open on demand.
+    let tools = "return [...document.querySelectorAll('#conversation details.tool')].map(d => d.open + ' ' + d.textContent)";
+    let folded = until(&client, "the folded tool calls", tools, |v| {
+        v.as_array().is_some_and(|calls| !calls.is_empty())
+    })
+    .await;
+    assert!(
+        folded.to_string().contains("false") && folded.to_string().contains("ran Bash"),
+        "{folded}"
+    );
+    client
+        .find(Locator::Css("#conversation details.tool summary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let opened = "return document.querySelector('#conversation details.tool').open";
+    until(&client, "a tool call opened", opened, |v| *v == json!(true)).await;
+    // Live while the transcript grows: a person types in Claude Code, the page shows it.
+    let transcript = homes(&store)
+        .join("claude/projects/-home-dev-shop/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl");
+    let line = r#"{"parentUuid":"b1","isSidechain":false,"userType":"external","cwd":"/home/dev/shop","sessionId":"7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90","version":"2.0.14","gitBranch":"main","type":"user","message":{"role":"user","content":"and a changelog entry, please"},"uuid":"b2","timestamp":"2026-11-30T09:40:00.000Z"}"#;
+    let mut file = std::fs::OpenOptions::new().append(true).open(&transcript).unwrap();
+    std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();
+    until(&client, "the new prompt, live", MESSAGES, |v| {
+        count(v, "and a changelog entry, please") == 1
+    })
+    .await;
     client.goto(&format!("{}#/s/gamma", url.split('?').next().unwrap())).await.unwrap();
     until(&client, "back to gamma", MESSAGES, |v| count(v, "flaky needle") == 1).await;
 
@@ -397,7 +496,8 @@ async fn an_agent_answers_the_pages_composer() {
     let profile = tempfile::tempdir().unwrap();
     let client = browser(port, profile.path()).await;
     client.goto(&url).await.unwrap();
-    let ids = "return [...document.querySelectorAll('#board li .id')].map(e => e.textContent)";
+    let ids =
+        "return [...document.querySelectorAll('#board li[data-kind=spex]')].map(e => e.dataset.id)";
     until(&client, "the agent's session", ids, |v| *v == json!(["agent"])).await;
     client.find(Locator::Css("#board li[data-id=agent] a")).await.unwrap().click().await.unwrap();
     let textarea = client.find(Locator::Id("message")).await.unwrap();
