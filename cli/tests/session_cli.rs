@@ -713,3 +713,53 @@ fn session_listings_narrow_by_project_harness_time_and_count() {
     assert_eq!(ids(&["--project", "api"]), ["four"]);
     store.run(&["session", "ls", "--harness", "vim"]).fails(2, "unknown harness");
 }
+
+/// `drain --adapter stdout | head -2`: the reader closing the pipe ends the drain quietly (exit
+/// 0, one line on stderr); what was not written stays owed, and nothing is written twice.
+#[test]
+fn a_drain_to_a_closed_pipe_ends_quietly_with_the_rest_owed() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "piped"]).ok();
+    let body = "x".repeat(400);
+    let messages: String = (0..300).map(|n| format!("message {n} {body}\n")).collect();
+    // One message per line, sent through one shell (a few hundred sends).
+    let script = format!(
+        "while IFS= read -r line; do '{}' session send piped \"$line\" >/dev/null || exit 1; done",
+        common::SPEX
+    );
+    let sent = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env("SPEX_ROOT", store.root())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(messages.as_bytes())?;
+            child.wait()
+        })
+        .unwrap();
+    assert!(sent.success());
+    let drain = format!(
+        "'{}' session drain piped --adapter stdout | head -2 > '{}'; echo \"${{PIPESTATUS[0]}}\"",
+        common::SPEX,
+        store.path("head.txt").display()
+    );
+    let run = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&drain)
+        .env("SPEX_ROOT", store.root())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert_eq!(String::from_utf8(run.stdout).unwrap(), "0\n", "exit 0: {stderr}");
+    assert!(stderr.contains("the reader closed the pipe after"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line, no report: {stderr}");
+    let head = std::fs::read_to_string(store.path("head.txt")).unwrap();
+    assert_eq!(head.lines().count(), 2);
+    let owed = store.json(&["session", "show", "piped"])["owed"].as_u64().unwrap();
+    assert!(owed > 0 && owed < 300, "the rest is owed: {owed}");
+    // The rest drains whole: each message delivered once in all.
+    let rest = store.run(&["session", "drain", "piped", "--adapter", "stdout"]).ok();
+    assert_eq!(rest.lines().count() as u64, owed);
+    assert!(!rest.contains("message 0 "), "nothing written twice");
+}

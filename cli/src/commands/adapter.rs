@@ -287,9 +287,25 @@ impl Adapter for Stdout {
             "text": message.text,
         });
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|error| error.to_string())
+        writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                CLOSED_PIPE.to_owned()
+            } else {
+                error.to_string()
+            }
+        })
+    }
+
+    /// A write to stdout that failed does not succeed when tried again (above all a reader that
+    /// closed the pipe): the drain stops at the first refusal, the message still owed.
+    fn attempts_max(&self) -> Option<u32> {
+        Some(1)
     }
 }
+
+/// What the stdout adapter says when its reader closed the pipe (`spex session drain s | head`):
+/// the drain then ends quietly, with what was not written still owed.
+pub(crate) const CLOSED_PIPE: &str = "the reader closed the pipe";
 
 #[cfg(test)]
 mod tests {

@@ -1017,6 +1017,20 @@ fn drain(
     let mut adapter = spec.adapter(store, id)?;
     if !args.watch {
         let report = store.drain(id, adapter.as_mut())?;
+        // `drain --adapter stdout | head -2`: the reader had what it wanted; the rest is owed.
+        if report_to_stderr
+            && let Some(spex_engine::DrainStop::AdapterFailed { error, .. }) = &report.stopped
+            && error == super::adapter::CLOSED_PIPE
+        {
+            if !global.quiet {
+                eprintln!(
+                    "spex: the reader closed the pipe after {} messages; {} left owed to {id}",
+                    report.delivered.len(),
+                    report.remaining
+                );
+            }
+            return Ok(Code::Ok);
+        }
         print_drain(id, &report, global, report_to_stderr)?;
         return Ok(if report.stopped.is_some() { Code::Failed } else { Code::Ok });
     }
