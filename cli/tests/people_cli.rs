@@ -268,8 +268,19 @@ fn the_sweep_ends_with_a_summary_that_says_when_it_stopped_early() {
         "{text}"
     );
     let points = text.lines().find(|line| line.starts_with("crash points: ")).unwrap();
-    assert!(points.ends_with("stopped early: the budget of 1s ran out"), "{text}");
+    assert!(points.contains("CUT SHORT: the budget of 1s ran out"), "{text}");
     assert!(text.contains("violations: none"), "{text}");
+    // A sweep cut short does not pass, and says what it never reached; --partial accepts it.
+    assert_eq!(run.status.code(), Some(1), "{text}");
+    let said = String::from_utf8(run.stderr).unwrap();
+    assert!(said.contains("the sweep was cut short by its budget"), "{said}");
+    let all = common::spex(&["verify", "sweep", "--budget", "1s", "--seed", "4"]);
+    let said = String::from_utf8(all.stderr).unwrap();
+    assert!(said.contains("never reached: ") && said.contains("close"), "{said}");
+    let partial = common::spex(&[
+        "verify", "sweep", "--scenario", "send", "--budget", "1s", "--seed", "4", "--partial",
+    ]);
+    assert_eq!(partial.status.code(), Some(0));
     assert!(text.lines().count() < 12, "one screen, no matrix without --matrix: {text}");
     let run = common::spex(&[
         "verify",

@@ -120,9 +120,14 @@ struct SweepArgs {
     /// recovery and (depth 2) a crash at every op of it, as a kill does.
     #[arg(long, default_value_t = 1, value_name = "N")]
     deep_power_images: usize,
-    /// Stop starting new crash points after this long (e.g. 90s, 5m).
+    /// Stop starting new crash points after this long (e.g. 90s, 5m). A sweep cut short exits 1
+    /// (a check that did not check everything does not pass) unless --partial.
     #[arg(long, value_parser = humantime::parse_duration)]
     budget: Option<Duration>,
+    /// A sweep the budget cut short exits 0 when it found no violation (it still says what it
+    /// did not reach).
+    #[arg(long, requires = "budget")]
+    partial: bool,
     /// Faults injected at every boundary besides the crashes: eio, enospc, short.
     #[arg(long, value_delimiter = ',', default_value = "eio,enospc,short")]
     faults: Vec<faultfs::Fault>,
@@ -272,7 +277,36 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         }
         out!("{}", render_summary(seed, args, &options, &report))?;
     }
-    Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
+    if !report.violations.is_empty() {
+        return Ok(Code::Violation);
+    }
+    if report.truncated && !args.partial {
+        let missing = unreached(&options, &report);
+        eprintln!(
+            "spex: the sweep was cut short by its budget: {} of {} crash points judged{}; raise --budget, or pass --partial to accept a partial sweep",
+            report.crash_points,
+            report.planned_points,
+            if missing.is_empty() {
+                String::new()
+            } else {
+                format!(" (never reached: {})", missing.join(", "))
+            }
+        );
+        return Ok(Code::Failed);
+    }
+    Ok(Code::Ok)
+}
+
+/// The scenarios of `options` a sweep cut short never reached.
+fn unreached(options: &Options, report: &Report) -> Vec<String> {
+    let reached: std::collections::BTreeSet<&str> =
+        report.cells.keys().map(|(scenario, ..)| scenario.as_ref()).collect();
+    options
+        .scenarios
+        .iter()
+        .map(|scenario| scenario.name.to_string())
+        .filter(|name| !reached.contains(name.as_str()))
+        .collect()
 }
 
 /// Boundaries, crash points, images and violations of one summary row.
@@ -326,10 +360,18 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
     };
     let stopped = if report.truncated {
         match args.budget {
-            Some(budget) => format!(
-                "stopped early: the budget of {} ran out",
-                humantime::format_duration(budget)
-            ),
+            Some(budget) => {
+                let missing = unreached(options, report);
+                format!(
+                    "CUT SHORT: the budget of {} ran out{}",
+                    humantime::format_duration(budget),
+                    if missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; never reached: {}", missing.join(", "))
+                    }
+                )
+            }
             None => "stopped early".to_owned(),
         }
     } else {
