@@ -278,7 +278,15 @@ fn the_sweep_ends_with_a_summary_that_says_when_it_stopped_early() {
     let said = String::from_utf8(all.stderr).unwrap();
     assert!(said.contains("never reached: ") && said.contains("close"), "{said}");
     let partial = common::spex(&[
-        "verify", "sweep", "--scenario", "send", "--budget", "1s", "--seed", "4", "--partial",
+        "verify",
+        "sweep",
+        "--scenario",
+        "send",
+        "--budget",
+        "1s",
+        "--seed",
+        "4",
+        "--partial",
     ]);
     assert_eq!(partial.status.code(), Some(0));
     assert!(text.lines().count() < 12, "one screen, no matrix without --matrix: {text}");

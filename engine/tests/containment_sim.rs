@@ -138,7 +138,6 @@ fn files_that_are_links_are_refused_and_their_targets_untouched() {
     let record = store.layout().record(&s);
     let outside = move_outside(&store, &record, "record");
     refused_naming(store.record(&s), &record);
-    refused_naming(store.close(&s), &record);
     store.fs().remove_file(&record, B).unwrap();
     store.fs().rename(&outside, &record, B).unwrap();
 
@@ -156,6 +155,18 @@ fn files_that_are_links_are_refused_and_their_targets_untouched() {
     // Everything restored: the session works again, its history intact.
     store.send(&s, &text("five")).unwrap();
     assert_eq!(store.events(&s).unwrap().len(), 2);
+
+    // Close reads nothing it deletes: a session whose record is a link closes, the link goes
+    // with it, and what it points to stays.
+    let linked = id("linked");
+    store.create_session(&linked, &queued(), None, None).unwrap();
+    let record = store.layout().record(&linked);
+    let outside = move_outside(&store, &record, "linked-record");
+    let kept = tree(store.fs(), Path::new("/outside"));
+    store.close(&linked).unwrap();
+    assert!(matches!(store.record(&linked), Err(spex_engine::Error::NoSuchSession { .. })));
+    assert_eq!(tree(store.fs(), Path::new("/outside")), kept, "the target is untouched");
+    assert!(store.fs().exists(&outside).unwrap());
 }
 
 /// A special file (a FIFO) where a record, a queue, a segment or a lock belongs: the simulated
