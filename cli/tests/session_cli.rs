@@ -709,6 +709,12 @@ fn session_listings_narrow_by_project_harness_time_and_count() {
     assert_eq!(ids(&["--since", "1h"]).len(), 5);
     assert!(ids(&["--since", "2100-01-01"]).is_empty());
     assert!(ids(&["--harness", "codex"]).is_empty(), "no harness runs these");
+    // A session a harness runs (its adapter names it; nothing runs until a drain).
+    store.run(&["session", "new", "--id", "agent", "--adapter", "claude"]).ok();
+    assert_eq!(ids(&["--harness", "claude"]), ["agent"]);
+    assert!(ids(&["--harness", "codex"]).is_empty());
+    let none = store.run(&["session", "ls", "--harness", "codex"]);
+    assert!(none.stderr().contains("no sessions match"), "{}", none.stderr());
     // A relative DIR is from the current directory (the test runs in the store's parent).
     assert_eq!(ids(&["--project", "api"]), ["four"]);
     store.run(&["session", "ls", "--harness", "vim"]).fails(2, "unknown harness");

@@ -1198,8 +1198,12 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     }
     if rows.is_empty() {
         if !global.quiet {
+            let narrowed = args.since.is_some() || args.project.is_some() || args.harness.is_some();
             let which = match &args.status {
                 Some(status) => format!(" in status {status}"),
+                None if narrowed => {
+                    " match (drop --since, --project or --harness to see more)".to_owned()
+                }
                 None if args.all => String::new(),
                 None => " (archived ones are hidden: --all shows them)".to_owned(),
             };
