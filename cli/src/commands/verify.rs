@@ -297,6 +297,12 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
+/// Images judged per second of the sweep's wall time (one thread judges them all).
+fn images_per_second(report: &Report) -> f64 {
+    let seconds = report.elapsed.as_secs_f64();
+    if seconds > 0.0 { report.images as f64 / seconds } else { 0.0 }
+}
+
 /// The scenarios of `options` a sweep cut short never reached.
 fn unreached(options: &Options, report: &Report) -> Vec<String> {
     let reached: std::collections::BTreeSet<&str> =
@@ -399,10 +405,11 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
     );
     let _ = writeln!(
         out,
-        "images judged: {} ({} more skipped: the same image against the same run), in {}",
+        "images judged: {} ({} more skipped: the same image against the same run), in {}: {:.0} images/s on one core",
         report.images,
         report.repeated,
-        humantime::format_duration(Duration::from_secs(report.elapsed.as_secs()))
+        humantime::format_duration(Duration::from_secs(report.elapsed.as_secs())),
+        images_per_second(report)
     );
     if report.violations.is_empty() {
         let _ = writeln!(out, "violations: none");
@@ -434,6 +441,8 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
         "plannedPoints": report.planned_points,
         "images": report.images,
         "elapsedMs": report.elapsed.as_millis() as u64,
+        // The sweep judges on one thread: this is per core.
+        "imagesPerSecond": images_per_second(report),
         "truncated": report.truncated,
         "repeatedImages": report.repeated,
         "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({
