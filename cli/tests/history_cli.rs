@@ -698,3 +698,106 @@ fn history_show_takes_the_last_entries_and_says_how_to_resume() {
     .unwrap();
     assert_eq!(document["events"].as_array().unwrap().len(), 2);
 }
+
+/// The files of an export (`tar` inside `zstd`), by path.
+fn unpack(path: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    use std::io::Read as _;
+    let decoder = zstd::Decoder::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut archive = tar::Archive::new(decoder);
+    let mut files = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).unwrap();
+        files.insert(name, bytes);
+    }
+    files
+}
+
+/// `history export`: one file with a manifest (ids, provenance, each file's length and SHA-256),
+/// the transcript redacted by default (still JSON lines), the linked spex session's record and
+/// timeline; `--raw` keeps the bytes and says so; an existing file is never replaced.
+#[test]
+fn history_export_writes_one_file_with_its_provenance() {
+    use sha2::Digest as _;
+    let store = Store::new();
+    // A spex session linked to the Codex fixture.
+    store.run(&["session", "new", "--id", "linked", "--adapter", "codex"]).ok();
+    let record = store.root().join("sessions/linked/session.json");
+    let text = std::fs::read_to_string(&record).unwrap().replace(
+        "\"harness_session_id\": \"\"",
+        "\"harness_session_id\": \"019a2d7a-41c4-78b1-b7cc-a45d62a89cd5\"",
+    );
+    std::fs::write(&record, text.replace("\"harness\": \"\"", "\"harness\": \"codex\"")).unwrap();
+    store
+        .run(&[
+            "session",
+            "send",
+            "linked",
+            "token sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA here",
+        ])
+        .ok();
+
+    let out = store.path("claude.tar.zst");
+    let printed =
+        history(&store, &["history", "export", "7c1e", "--out", out.to_str().unwrap()]).ok();
+    assert_eq!(printed.trim(), out.to_str().unwrap());
+    let files = unpack(&out);
+    let manifest: serde_json::Value = serde_json::from_slice(&files["manifest.json"]).unwrap();
+    assert_eq!(manifest["schema"], 1);
+    assert_eq!(manifest["harness"], "claude");
+    assert_eq!(manifest["sessionId"], "7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90");
+    assert_eq!(manifest["redacted"], true);
+    assert_eq!(manifest["project"], "/home/dev/shop");
+    assert_eq!(manifest["firstTs"], "2026-11-30T09:00:05.000Z");
+    // Every file is listed with its length and digest, and nothing else is in the archive.
+    let listed = manifest["files"].as_array().unwrap();
+    assert_eq!(listed.len() + 1, files.len());
+    for file in listed {
+        let bytes = &files[file["path"].as_str().unwrap()];
+        assert_eq!(file["bytes"], bytes.len());
+        assert_eq!(file["sha256"], hex::encode(sha2::Sha256::digest(bytes)));
+    }
+    let transcript =
+        String::from_utf8(files["transcript/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl"].clone())
+            .unwrap();
+    assert!(
+        !transcript.contains("sk-ant-api03") && transcript.contains("[redacted:"),
+        "{transcript}"
+    );
+    for line in transcript.lines() {
+        serde_json::from_str::<serde_json::Value>(line).expect("still JSON lines");
+    }
+    // An existing file is refused, unchanged.
+    let before = std::fs::read(&out).unwrap();
+    history(&store, &["history", "export", "7c1e", "--out", out.to_str().unwrap()])
+        .fails(2, "exists");
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+
+    // The Codex session carries its linked spex session, redacted too.
+    let out = store.path("codex.tar.zst");
+    let run =
+        history(&store, &["--json", "history", "export", "019a", "--out", out.to_str().unwrap()]);
+    let document: serde_json::Value = serde_json::from_str(&run.ok()).unwrap();
+    assert_eq!(document["manifest"]["spexSession"], "linked");
+    let files = unpack(&out);
+    assert!(files.contains_key("spex/linked/session.json"), "{:?}", files.keys());
+    let segment = &files["spex/linked/timeline/000000000001.ndjson"];
+    let segment = String::from_utf8(segment.clone()).unwrap();
+    assert!(segment.contains("token [redacted:") && !segment.contains("AAAAAAAA"), "{segment}");
+
+    // --raw: the bytes as written, and a word on stderr.
+    let out = store.path("raw.tar.zst");
+    let run =
+        history(&store, &["history", "export", "7c1e", "--raw", "--out", out.to_str().unwrap()]);
+    run.ok();
+    assert!(run.stderr().contains("unredacted"), "{}", run.stderr());
+    let original = std::fs::read(
+        fixtures()
+            .join("claude/projects/-home-dev-shop/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl"),
+    )
+    .unwrap();
+    assert_eq!(unpack(&out)["transcript/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl"], original);
+    assert!(!store.path("raw.zst.partial").exists(), "no staging file is left");
+}

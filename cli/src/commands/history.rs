@@ -39,6 +39,27 @@ enum Command {
   spex history show 7c1e --tools               with every tool call and result
   spex --json history show 7c1e | jq '.events[] | select(.kind == \"assistant\")'")]
     Show(ShowArgs),
+    /// Write one harness session to a file: its transcript, the linked spex session's record and
+    /// timeline, and a manifest with the ids and where it came from (a tar archive, zstd);
+    /// redacted unless --raw.
+    #[command(after_help = "Examples:
+  spex history export 7c1e                     writes ./claude-7c1e....tar.zst, redacted
+  spex history export 7c1e --out move.tar.zst --raw   for one's own other machine
+  spex --json history export 7c1e | jq .manifest.files")]
+    Export(ExportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// The harness's session id, or a unique prefix of it.
+    id: String,
+    /// The file to write (default: <harness>-<id>.tar.zst here); an existing one is refused.
+    #[arg(long, value_name = "FILE")]
+    out: Option<std::path::PathBuf>,
+    /// Keep the bytes as written: no redaction (said on stderr). For a move between one's own
+    /// machines.
+    #[arg(long)]
+    raw: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -150,6 +171,14 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 return Ok(Code::Ok);
             }
             list(&listed, &every, global, &shown)
+        }
+        Command::Export(export) => {
+            let transcript = resolve(&found, &export.id)?;
+            let links = spex_links(global)?;
+            let spex = links
+                .get(&(transcript.harness.name(), transcript.id.clone()))
+                .map(|(spex, _)| spex.as_str());
+            super::export::export(global, transcript, spex, export.out.as_deref(), export.raw)
         }
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;

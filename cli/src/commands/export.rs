@@ -1,0 +1,217 @@
+//! `spex history export ID`: one file holding a harness session's conversation, with its
+//! provenance, for a move to another machine or for sharing.
+//!
+//! The file is a tar archive compressed with zstd: `manifest.json` (schema version, the stable
+//! ids, where it came from, and the length and SHA-256 of every other file), the transcript's
+//! bytes under `transcript/`, and, when a spex session names the harness session, that
+//! session's record and timeline segments under `spex/<id>/`. Every text is redacted as every
+//! render is (credential-shaped values and local identity) unless `--raw`, which keeps the bytes
+//! for a move between one's own machines and says so on stderr.
+//!
+//! Nothing in the store or the harness's directories is written. The archive is written beside
+//! its final name and renamed into place when whole, so an interrupted export leaves no file
+//! that looks complete; an existing file is never replaced.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde_json::json;
+use sha2::Digest as _;
+use spex_history::{Found, Identity};
+
+use crate::args::Global;
+use crate::exit::{BadInput, Code};
+use crate::render::{self, print_json};
+
+/// The manifest's schema version.
+pub(crate) const EXPORT_SCHEMA: u32 = 1;
+
+/// The zstd level: the default's ratio at the default's speed.
+const ZSTD_LEVEL: i32 = 3;
+
+/// One file of the archive: where it goes and its bytes.
+struct Entry {
+    path: String,
+    bytes: Vec<u8>,
+}
+
+/// Writes the export of `transcript` (linked to spex session `spex`, if any) to `out` (default:
+/// `<harness>-<id>.tar.zst` in the current directory).
+pub(crate) fn export(
+    global: &Global,
+    transcript: &Found,
+    spex: Option<&str>,
+    out: Option<&Path>,
+    raw: bool,
+) -> anyhow::Result<Code> {
+    let identity = Identity::of_this_machine();
+    let shown =
+        |text: &str| if raw { text.to_owned() } else { spex_history::redact(text, &identity) };
+    let (summary, _) = spex_history::summarize(transcript)?;
+    let mut entries = Vec::new();
+    let name = transcript.path.file_name().map_or_else(
+        || format!("{}.jsonl", transcript.id),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    let bytes = std::fs::read(&transcript.path)
+        .with_context(|| format!("cannot read {}", transcript.path.display()))?;
+    entries.push(Entry {
+        path: format!("transcript/{name}"),
+        bytes: text_bytes(&bytes, &transcript.path, raw, &shown)?,
+    });
+    if let Some(spex) = spex
+        && let Some(store) = global.existing_store()?
+    {
+        let dir = store.layout().session_dir(&spex_engine::SessionId::new(spex)?);
+        for path in session_files(&dir)? {
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            let relative = path.strip_prefix(&dir).unwrap_or(&path).to_string_lossy().into_owned();
+            entries.push(Entry {
+                path: format!("spex/{spex}/{relative}"),
+                bytes: text_bytes(&bytes, &path, raw, &shown)?,
+            });
+        }
+    }
+    let device = spex_history::Device::this_machine();
+    let meta = &summary.meta;
+    let manifest = json!({
+        "schema": EXPORT_SCHEMA,
+        "kind": "spex-history-export",
+        "harness": transcript.harness.name(),
+        "format": transcript.harness.format(),
+        "sessionId": transcript.id,
+        "spexSession": spex,
+        "redacted": !raw,
+        "origin": {
+            "device": device.id,
+            "host": device.host.as_deref().map(&shown),
+            "path": shown(&transcript.path.display().to_string()),
+        },
+        "harnessVersion": meta.version,
+        "project": meta.cwd.as_deref().map(&shown),
+        "gitBranch": meta.git_branch,
+        "model": meta.model,
+        "firstTs": summary.digest.first,
+        "lastTs": summary.digest.last,
+        "exportedAt": render::stored_ts(jiff::Timestamp::now()),
+        "files": entries.iter().map(|entry| json!({
+            "path": entry.path,
+            "bytes": entry.bytes.len(),
+            "sha256": hex::encode(sha2::Sha256::digest(&entry.bytes)),
+        })).collect::<Vec<_>>(),
+    });
+    let out = out.map_or_else(
+        || PathBuf::from(format!("{}-{}.tar.zst", transcript.harness.name(), transcript.id)),
+        Path::to_path_buf,
+    );
+    write_archive(&out, &manifest, &entries)?;
+    if raw && !global.quiet {
+        eprintln!(
+            "spex: --raw: {} holds the conversation unredacted (credentials and local paths as written); keep it to your own machines",
+            out.display()
+        );
+    }
+    if global.json {
+        print_json(json!({ "out": out, "manifest": manifest }))?;
+    } else {
+        render::outln!("{}", out.display())?;
+    }
+    Ok(Code::Ok)
+}
+
+/// `bytes` as exported: as they are with `raw`, else the text redacted (a file that is not
+/// UTF-8 cannot be redacted, and is refused rather than exported as it is).
+fn text_bytes(
+    bytes: &[u8],
+    path: &Path,
+    raw: bool,
+    shown: &dyn Fn(&str) -> String,
+) -> anyhow::Result<Vec<u8>> {
+    if raw {
+        return Ok(bytes.to_vec());
+    }
+    let text = std::str::from_utf8(bytes).map_err(|error| {
+        BadInput(format!(
+            "{} at byte {}: not UTF-8, so it cannot be redacted (--raw exports it as it is)",
+            path.display(),
+            error.valid_up_to()
+        ))
+    })?;
+    Ok(shown(text).into_bytes())
+}
+
+/// The record and timeline segments of a spex session's directory (regular files only, sorted).
+fn session_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in [dir.join("session.json")] {
+        if std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file()) {
+            files.push(path);
+        }
+    }
+    let timeline = dir.join("timeline");
+    if let Ok(entries) = std::fs::read_dir(&timeline) {
+        let mut segments: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "ndjson"))
+            .collect();
+        segments.sort();
+        files.extend(segments);
+    }
+    Ok(files)
+}
+
+/// Writes the archive beside `out` and renames it into place once whole and synced; an existing
+/// `out` is refused.
+fn write_archive(
+    out: &Path,
+    manifest: &serde_json::Value,
+    entries: &[Entry],
+) -> anyhow::Result<()> {
+    if std::fs::symlink_metadata(out).is_ok() {
+        return Err(
+            BadInput(format!("{} exists; name another file with --out", out.display())).into()
+        );
+    }
+    let staging = out.with_extension("zst.partial");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&staging)
+        .with_context(|| format!("cannot create {}", staging.display()))?;
+    let written = (|| -> anyhow::Result<()> {
+        let encoder = zstd::Encoder::new(file, ZSTD_LEVEL)?;
+        let mut archive = tar::Builder::new(encoder);
+        let manifest = serde_json::to_vec_pretty(manifest)?;
+        append(&mut archive, "manifest.json", &manifest)?;
+        for entry in entries {
+            append(&mut archive, &entry.path, &entry.bytes)?;
+        }
+        let mut file = archive.into_inner()?.finish()?;
+        file.flush()?;
+        file.sync_all()?;
+        Ok(())
+    })();
+    if let Err(error) = written {
+        let _ignored = std::fs::remove_file(&staging);
+        return Err(error.context(format!("cannot write {}", out.display())));
+    }
+    std::fs::rename(&staging, out).with_context(|| format!("cannot name {}", out.display()))?;
+    Ok(())
+}
+
+fn append<W: std::io::Write>(
+    archive: &mut tar::Builder<W>,
+    path: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o600);
+    header.set_mtime(0);
+    header.set_cksum();
+    archive.append_data(&mut header, path, bytes)
+}
