@@ -801,3 +801,140 @@ fn history_export_writes_one_file_with_its_provenance() {
     assert_eq!(unpack(&out)["transcript/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl"], original);
     assert!(!store.path("raw.zst.partial").exists(), "no staging file is left");
 }
+
+/// Writes an export-shaped archive of `files` (a manifest built from them, with `place`).
+fn forge(path: &std::path::Path, place: &str, files: &[(&str, &[u8])]) {
+    use sha2::Digest as _;
+    let listed: Vec<serde_json::Value> = files
+        .iter()
+        .map(|(name, bytes)| {
+            serde_json::json!({"path": name, "bytes": bytes.len(), "sha256": hex::encode(sha2::Sha256::digest(bytes))})
+        })
+        .collect();
+    let manifest = serde_json::json!({
+        "schema": 1, "kind": "spex-history-export", "harness": "claude",
+        "sessionId": "7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90", "place": place, "files": listed,
+    });
+    let encoder = zstd::Encoder::new(std::fs::File::create(path).unwrap(), 3).unwrap();
+    let mut archive = tar::Builder::new(encoder);
+    let manifest = serde_json::to_vec(&manifest).unwrap();
+    let mut all: Vec<(&str, &[u8])> = vec![("manifest.json", &manifest)];
+    all.extend_from_slice(files);
+    for (name, bytes) in all {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o600);
+        header.set_cksum();
+        archive.append_data(&mut header, name, bytes).unwrap();
+    }
+    archive.into_inner().unwrap().finish().unwrap();
+}
+
+/// `history import`: the transcript placed where its harness finds it (listed there at once),
+/// where it came from recorded; the same file again changes nothing; other bytes under the same
+/// id, a truncated or tampered archive, and a place outside the harness's home are refused with
+/// nothing written.
+#[test]
+fn history_import_places_checks_and_refuses() {
+    let store = Store::new();
+    let out = store.path("raw.tar.zst");
+    history(&store, &["history", "export", "7c1e", "--raw", "--out", out.to_str().unwrap()]).ok();
+    // Another machine: empty harness homes, another store.
+    let other = store.path("other");
+    let import = |file: &std::path::Path| {
+        let output = store
+            .command(&["history", "import", file.to_str().unwrap()])
+            .env("SPEX_ROOT", other.join("store"))
+            .env("CLAUDE_CONFIG_DIR", other.join("claude"))
+            .env("CODEX_HOME", other.join("codex"))
+            .env("HOME", &other)
+            .output()
+            .unwrap();
+        common::Run(output)
+    };
+    let placed =
+        other.join("claude/projects/-home-dev-shop/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl");
+    let said = import(&out).ok();
+    assert!(said.contains("placed at"), "{said}");
+    let original = std::fs::read(
+        fixtures()
+            .join("claude/projects/-home-dev-shop/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl"),
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(&placed).unwrap(), original, "the bytes, the file name: the id kept");
+    let provenance: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            other.join("store/imports/claude-7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(provenance["sessionId"], "7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90");
+    assert!(provenance["from"]["device"].is_string() || provenance["from"]["device"].is_null());
+    assert!(provenance["importedAt"].is_string());
+    // Listed on the new machine, from the placed file.
+    let listed = store
+        .command(&["--json", "history", "ls"])
+        .env("SPEX_ROOT", other.join("store"))
+        .env("CLAUDE_CONFIG_DIR", other.join("claude"))
+        .env("CODEX_HOME", other.join("codex"))
+        .env("HOME", &other)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains("7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90"), "{listed}");
+    // Again: nothing changes.
+    let modified = std::fs::metadata(&placed).unwrap().modified().unwrap();
+    assert!(import(&out).ok().contains("nothing changed"));
+    assert_eq!(std::fs::metadata(&placed).unwrap().modified().unwrap(), modified);
+    // The same id with other bytes: refused, naming both.
+    let redacted = store.path("redacted.tar.zst");
+    history(&store, &["history", "export", "7c1e", "--out", redacted.to_str().unwrap()]).ok();
+    let refused = import(&redacted);
+    refused.fails(2, "with other bytes");
+    assert!(refused.stderr().contains(placed.to_str().unwrap()), "{}", refused.stderr());
+    assert_eq!(std::fs::read(&placed).unwrap(), original);
+    // Truncated, or tampered: refused, nothing written.
+    let fresh = store.path("fresh");
+    let import_fresh = |file: &std::path::Path| {
+        let output = store
+            .command(&["history", "import", file.to_str().unwrap()])
+            .env("SPEX_ROOT", fresh.join("store"))
+            .env("CLAUDE_CONFIG_DIR", fresh.join("claude"))
+            .env("HOME", &fresh)
+            .output()
+            .unwrap();
+        common::Run(output)
+    };
+    let bytes = std::fs::read(&out).unwrap();
+    let truncated = store.path("truncated.tar.zst");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    import_fresh(&truncated).fails(2, "nothing was written");
+    let name = "transcript/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl";
+    let place = "projects/-home-dev-shop/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl";
+    let tampered = store.path("tampered.tar.zst");
+    forge(&tampered, place, &[(name, b"{}\n")]);
+    // (A forged archive with its own right digests is well formed; a tampered one is not.)
+    let mut raw = unpack(&tampered);
+    raw.insert(name.to_owned(), b"[]\n".to_vec());
+    let rewritten = store.path("rewritten.tar.zst");
+    {
+        let encoder = zstd::Encoder::new(std::fs::File::create(&rewritten).unwrap(), 3).unwrap();
+        let mut archive = tar::Builder::new(encoder);
+        for (path, bytes) in &raw {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o600);
+            header.set_cksum();
+            archive.append_data(&mut header, path, bytes.as_slice()).unwrap();
+        }
+        archive.into_inner().unwrap().finish().unwrap();
+    }
+    import_fresh(&rewritten).fails(2, "SHA-256");
+    // A place that climbs out of the harness's home.
+    let climbing = store.path("climbing.tar.zst");
+    forge(&climbing, "projects/../../escaped.jsonl", &[(name, b"{}\n")]);
+    import_fresh(&climbing).fails(2, "is not a transcript path");
+    assert!(!fresh.exists() || walk(&fresh).is_empty(), "nothing written");
+    assert!(!store.path("escaped.jsonl").exists());
+}

@@ -89,6 +89,9 @@ pub(crate) fn export(
             "host": device.host.as_deref().map(&shown),
             "path": shown(&transcript.path.display().to_string()),
         },
+        // Where the harness keeps it, under its home (`projects/...` or `sessions/...`): where
+        // an import places it.
+        "place": place(transcript).map(|place| shown(&place)),
         "harnessVersion": meta.version,
         "project": meta.cwd.as_deref().map(&shown),
         "gitBranch": meta.git_branch,
@@ -119,6 +122,19 @@ pub(crate) fn export(
         render::outln!("{}", out.display())?;
     }
     Ok(Code::Ok)
+}
+
+/// The transcript's path under its harness's home: from the last `projects` (Claude Code) or
+/// `sessions` (Codex) directory on.
+pub(crate) fn place(transcript: &Found) -> Option<String> {
+    let top = match transcript.harness {
+        spex_history::Harness::ClaudeCode => "projects",
+        spex_history::Harness::Codex => "sessions",
+    };
+    let parts: Vec<&str> =
+        transcript.path.iter().map(|part| part.to_str()).collect::<Option<Vec<_>>>()?;
+    let at = parts.iter().rposition(|part| *part == top)?;
+    Some(parts[at..].join("/"))
 }
 
 /// `bytes` as exported: as they are with `raw`, else the text redacted (a file that is not

@@ -47,6 +47,18 @@ enum Command {
   spex history export 7c1e --out move.tar.zst --raw   for one's own other machine
   spex --json history export 7c1e | jq .manifest.files")]
     Export(ExportArgs),
+    /// Place an exported harness session where its harness finds it (ids kept, where it came
+    /// from recorded under the store's imports/); every digest is checked before anything is
+    /// written, and the same file imported twice changes nothing.
+    #[command(after_help = "Examples:
+  spex history import claude-7c1e....tar.zst   then: claude --resume 7c1e... in its project")]
+    Import(ImportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// The file `spex history export` wrote.
+    file: std::path::PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,6 +125,10 @@ struct ShowArgs {
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
+    // An import reads its file, not the harnesses' homes.
+    if let Command::Import(import) = &args.command {
+        return super::import::import(global, &import.file);
+    }
     let found = spex_history::discover(&crate::args::history_roots(global, &args.sources)?)?;
     tracing::info!(transcripts = found.len(), "history roots scanned");
     let identity = if args.no_redact { None } else { Some(Identity::of_this_machine()) };
@@ -172,6 +188,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             }
             list(&listed, &every, global, &shown)
         }
+        Command::Import(import) => super::import::import(global, &import.file),
         Command::Export(export) => {
             let transcript = resolve(&found, &export.id)?;
             let links = spex_links(global)?;

@@ -11,6 +11,7 @@ pub(crate) mod export;
 pub(crate) mod guard;
 pub(crate) mod harness;
 pub(crate) mod history;
+pub(crate) mod import;
 pub(crate) mod index;
 pub(crate) mod internal;
 pub(crate) mod pick;

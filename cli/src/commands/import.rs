@@ -1,0 +1,222 @@
+//! `spex history import FILE`: places an exported harness session where its harness finds it,
+//! with its ids kept and where it came from recorded.
+//!
+//! Everything is checked before anything is written: the archive reads whole, its manifest is
+//! one this version writes, every file it lists is there with its length and SHA-256, nothing
+//! else is there, and the place is a plain relative path under the harness's home. Then the
+//! transcript is written beside its place, synced, and renamed into place (the directory
+//! synced), and the provenance (the manifest's origin, when, onto which device) is written the
+//! same way under the store's `imports/`. Importing the same file again changes nothing; a
+//! transcript of that id with other bytes is refused, naming both. The session index is never
+//! copied: its next scan reads what was placed.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use sha2::Digest as _;
+use spex_history::Harness;
+
+use crate::args::Global;
+use crate::exit::{BadInput, Code};
+use crate::render::{self, print_json};
+
+/// The largest archive read (a transcript of this size is far beyond any seen).
+const ARCHIVE_BYTES_MAX: u64 = 1 << 30;
+
+pub(crate) fn import(global: &Global, file: &Path) -> anyhow::Result<Code> {
+    let refuse = |reason: String| -> anyhow::Error {
+        BadInput(format!("{}: {reason}; nothing was written", file.display())).into()
+    };
+    let files = read_archive(file).map_err(|error| refuse(format!("{error:#}")))?;
+    let manifest: Value = files
+        .get("manifest.json")
+        .ok_or_else(|| refuse("no manifest.json: not a spex history export".to_owned()))
+        .and_then(|bytes| {
+            serde_json::from_slice(bytes).map_err(|error| refuse(format!("manifest.json: {error}")))
+        })?;
+    if manifest["kind"] != "spex-history-export"
+        || manifest["schema"] != super::export::EXPORT_SCHEMA
+    {
+        return Err(refuse(format!(
+            "not an export this version reads (kind {}, schema {})",
+            manifest["kind"], manifest["schema"]
+        )));
+    }
+    // Every listed file there, whole; nothing unlisted.
+    let listed = manifest["files"].as_array().ok_or_else(|| refuse("no file list".to_owned()))?;
+    let mut expected: Vec<&str> = vec!["manifest.json"];
+    for entry in listed {
+        let path =
+            entry["path"].as_str().ok_or_else(|| refuse("a file without a path".to_owned()))?;
+        let bytes =
+            files.get(path).ok_or_else(|| refuse(format!("{path} is listed but missing")))?;
+        if entry["bytes"].as_u64() != Some(bytes.len() as u64) {
+            return Err(refuse(format!(
+                "{path}: {} bytes, the manifest says {}",
+                bytes.len(),
+                entry["bytes"]
+            )));
+        }
+        let digest = hex::encode(sha2::Sha256::digest(bytes));
+        if entry["sha256"].as_str() != Some(digest.as_str()) {
+            return Err(refuse(format!(
+                "{path}: its SHA-256 is {digest}, the manifest says {}",
+                entry["sha256"]
+            )));
+        }
+        expected.push(path);
+    }
+    if let Some(extra) = files.keys().find(|path| !expected.contains(&path.as_str())) {
+        return Err(refuse(format!("{extra} is not in the manifest")));
+    }
+    let harness = manifest["harness"]
+        .as_str()
+        .and_then(Harness::parse)
+        .ok_or_else(|| refuse(format!("unknown harness {}", manifest["harness"])))?;
+    let id = manifest["sessionId"].as_str().unwrap_or("");
+    let place =
+        manifest["place"].as_str().ok_or_else(|| refuse("no place in the manifest".to_owned()))?;
+    let place = safe_place(harness, place).map_err(refuse)?;
+    let name = place.file_name().and_then(|name| name.to_str()).unwrap_or("");
+    let transcript = files
+        .get(&format!("transcript/{name}"))
+        .ok_or_else(|| refuse(format!("no transcript/{name}")))?;
+    if !name.contains(id) || id.is_empty() {
+        return Err(refuse(format!("the transcript {name} does not carry the session id {id:?}")));
+    }
+    // Where its harness finds it on this machine.
+    let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    let home = spex_history::Root::defaults(&env)
+        .into_iter()
+        .find(|root| root.harness == harness)
+        .ok_or_else(|| refuse("no home for the harness (set HOME)".to_owned()))?
+        .dir;
+    let target = home.join(&place);
+    let unchanged = match std::fs::read(&target) {
+        Ok(existing) if existing == *transcript => true,
+        Ok(_) => {
+            return Err(refuse(format!(
+                "{} holds session {id} with other bytes than the archive's transcript/{name}",
+                target.display()
+            )));
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot read {}", target.display()));
+        }
+    };
+    let store = global.root()?.path;
+    let provenance = store.join("imports").join(format!("{}-{id}.json", harness.name()));
+    if !unchanged {
+        place_file(&target, transcript)?;
+        let device = spex_history::Device::this_machine();
+        let record = json!({
+            "schema": super::export::EXPORT_SCHEMA,
+            "harness": harness.name(),
+            "sessionId": id,
+            "placedAt": target,
+            "importedAt": render::stored_ts(jiff::Timestamp::now()),
+            "from": manifest["origin"],
+            "onto": { "device": device.id, "host": device.host },
+            "redacted": manifest["redacted"],
+            "manifest": manifest,
+        });
+        place_file(&provenance, &serde_json::to_vec_pretty(&record)?)?;
+    }
+    let kept: Vec<&str> =
+        expected.iter().copied().filter(|path| path.starts_with("spex/")).collect();
+    if !kept.is_empty() && !global.quiet {
+        eprintln!(
+            "spex: the linked spex session's files ({}) stay in the archive: importing a spex session is not built",
+            kept.len()
+        );
+    }
+    if global.json {
+        print_json(json!({
+            "harness": harness.name(),
+            "sessionId": id,
+            "placed": target,
+            "provenance": provenance,
+            "changed": !unchanged,
+        }))?;
+    } else if unchanged {
+        render::outln!(
+            "{} {id}: already here ({}); nothing changed",
+            harness.name(),
+            target.display()
+        )?;
+    } else {
+        render::outln!("{} {id}: placed at {}", harness.name(), target.display())?;
+    }
+    Ok(Code::Ok)
+}
+
+/// The archive's files by path, read whole (a damaged or truncated archive fails here).
+fn read_archive(file: &Path) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let handle = spex_history::open_regular(file)
+        .with_context(|| format!("cannot open {}", file.display()))?;
+    let decoder = zstd::Decoder::new(handle.take(ARCHIVE_BYTES_MAX))?;
+    let mut archive = tar::Archive::new(decoder);
+    let mut files = BTreeMap::new();
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        if !entry.header().entry_type().is_file() {
+            anyhow::bail!("{} is not a plain file", entry.path()?.display());
+        }
+        let path = entry.path()?.to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes)?;
+        if files.insert(path.clone(), bytes).is_some() {
+            anyhow::bail!("{path} is in it twice");
+        }
+    }
+    Ok(files)
+}
+
+/// `place` as a relative path under the harness's home: plain names only, under `projects/`
+/// (Claude Code) or `sessions/` (Codex), ending in a `.jsonl` file.
+fn safe_place(harness: Harness, place: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(place);
+    let plain = path.components().all(|part| matches!(part, Component::Normal(_)));
+    let top = match harness {
+        Harness::ClaudeCode => "projects",
+        Harness::Codex => "sessions",
+    };
+    if !plain || !path.starts_with(top) || path.extension().is_none_or(|ext| ext != "jsonl") {
+        return Err(format!("the place {place:?} is not a transcript path under {top}/"));
+    }
+    Ok(path)
+}
+
+/// Writes `bytes` at `target` (private), whole or not at all: beside it, synced, renamed into
+/// place, the directory synced.
+fn place_file(target: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let dir = target.parent().context("a place has a directory")?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let staging = target.with_extension("import-partial");
+    let written = (|| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&staging)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&staging, target)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if let Err(error) = written {
+        let _ignored = std::fs::remove_file(&staging);
+        return Err(error).with_context(|| format!("cannot write {}", target.display()));
+    }
+    Ok(())
+}
