@@ -156,7 +156,8 @@ pub fn main() -> std::process::ExitCode {
     // Damage reads tolerated (a torn fragment with a complete line glued onto it) is reported,
     // whatever the command's outcome.
     for damage in spex_engine::damage::take_noted() {
-        eprintln!("spex: warning: {damage} (repair: {})", damage.repair());
+        let layout = global.root().ok().map(|root| spex_engine::layout::Layout::new(&root.path));
+        eprintln!("spex: warning: {damage} (repair: {})", damage.repair(layout.as_ref()));
     }
     match result {
         Ok(code) => code.into(),

@@ -59,9 +59,10 @@ pub enum DamageKind {
 
 impl Damage {
     /// What a repair does about this damage: a command to run where one helps, naming the
-    /// session (each advice is followed in a test and leaves `doctor` clean).
-    pub fn repair(&self) -> String {
-        let id = self.session().unwrap_or("ID");
+    /// session when the store's `layout` is given (each advice is followed in a test and leaves
+    /// `doctor` clean).
+    pub fn repair(&self, layout: Option<&crate::layout::Layout>) -> String {
+        let id = layout.and_then(|layout| self.session(layout)).unwrap_or("ID");
         match self.kind {
             DamageKind::GluedFragment { .. } => {
                 "none needed: the glued line is read; the fragment was lost when it was written"
@@ -84,11 +85,12 @@ impl Damage {
         }
     }
 
-    /// The session the damaged file belongs to (the name under `sessions/`), if any.
-    pub fn session(&self) -> Option<&str> {
-        let mut components = self.path.components().map(|part| part.as_os_str());
-        components.find(|part| *part == "sessions")?;
-        let name = components.next()?.to_str()?;
+    /// The session the damaged file belongs to in the store laid out as `layout` (the first
+    /// name under its sessions directory, when that is an id), if any.
+    pub fn session(&self, layout: &crate::layout::Layout) -> Option<&str> {
+        let sessions = layout.sessions_dir();
+        let inside = self.path.strip_prefix(&sessions).ok()?;
+        let name = inside.components().next()?.as_os_str().to_str()?;
         crate::layout::SessionId::new(name).is_ok().then_some(name)
     }
 
@@ -136,4 +138,33 @@ pub(crate) fn note(damage: Damage) {
 pub fn take_noted() -> Vec<Damage> {
     let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     std::mem::take(&mut *noted).into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Layout, SessionId};
+
+    /// The advice names the session the file is in, read under the store's own sessions
+    /// directory: a root that lies under a directory named `sessions`, or a session named
+    /// `sessions`, does not fool it.
+    #[test]
+    fn the_advice_names_the_session_the_file_is_in() {
+        let layout = Layout::new("/home/me/sessions/store");
+        let id = SessionId::new("sessions").unwrap_or_else(|error| panic!("{error}"));
+        let damage = Damage {
+            path: layout.record(&id),
+            offset: 0,
+            kind: DamageKind::Corrupt { reason: "not JSON".to_owned() },
+        };
+        assert_eq!(damage.session(&layout), Some("sessions"));
+        assert!(damage.repair(Some(&layout)).contains("`spex session close sessions`"));
+        let segment = layout.segment(&id, crate::layout::SegmentNo(1));
+        let torn = Damage { path: segment, offset: 9, kind: DamageKind::TornTail { bytes: 3 } };
+        assert_eq!(torn.session(&layout), Some("sessions"));
+        // Outside the sessions directory (a lock), or without the layout: no name to give.
+        let lock = Damage { path: layout.session_lock(&id), ..damage.clone() };
+        assert_eq!(lock.session(&layout), None);
+        assert!(damage.repair(None).contains("`spex session close ID`"));
+    }
 }

@@ -56,7 +56,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                     "offset": damage.offset,
                     "severity": if damage.is_warning() { "warning" } else { "damage" },
                     "what": damage.to_string(),
-                    "repair": damage.repair(),
+                    "repair": damage.repair(Some(store.layout())),
                 })
             })
             .chain(index.iter().map(|(path, what, repair)| {
@@ -70,7 +70,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         for damage in &found {
             let severity = if damage.is_warning() { "warning" } else { "damage" };
             outln!("{severity}: {damage}")?;
-            outln!("  repair: {}", damage.repair())?;
+            outln!("  repair: {}", damage.repair(Some(store.layout())))?;
         }
         if let Some((_, what, repair)) = &index {
             outln!("warning: {what}")?;
