@@ -815,19 +815,37 @@ fn forge(path: &std::path::Path, place: &str, files: &[(&str, &[u8])]) {
         "schema": 1, "kind": "spex-history-export", "harness": "claude",
         "sessionId": "7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90", "place": place, "files": listed,
     });
-    let encoder = zstd::Encoder::new(std::fs::File::create(path).unwrap(), 3).unwrap();
-    let mut archive = tar::Builder::new(encoder);
     let manifest = serde_json::to_vec(&manifest).unwrap();
     let mut all: Vec<(&str, &[u8])> = vec![("manifest.json", &manifest)];
     all.extend_from_slice(files);
-    for (name, bytes) in all {
+    pack(path, &all);
+}
+
+/// Writes `files` as a tar archive inside zstd, as an export is written.
+fn pack(path: &std::path::Path, files: &[(&str, &[u8])]) {
+    let encoder = zstd::Encoder::new(std::fs::File::create(path).unwrap(), 3).unwrap();
+    let mut archive = tar::Builder::new(encoder);
+    for (name, bytes) in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(bytes.len() as u64);
         header.set_mode(0o600);
         header.set_cksum();
-        archive.append_data(&mut header, name, bytes).unwrap();
+        archive.append_data(&mut header, name, *bytes).unwrap();
     }
     archive.into_inner().unwrap().finish().unwrap();
+}
+
+/// `spex args` on another machine: its store, harness homes and HOME all under `machine`.
+fn on_machine(store: &Store, machine: &std::path::Path, args: &[&str]) -> common::Run {
+    let output = store
+        .command(args)
+        .env("SPEX_ROOT", machine.join("store"))
+        .env("CLAUDE_CONFIG_DIR", machine.join("claude"))
+        .env("CODEX_HOME", machine.join("codex"))
+        .env("HOME", machine)
+        .output()
+        .unwrap();
+    common::Run(output)
 }
 
 /// `history import`: the transcript placed where its harness finds it (listed there at once),
@@ -842,15 +860,7 @@ fn history_import_places_checks_and_refuses() {
     // Another machine: empty harness homes, another store.
     let other = store.path("other");
     let import = |file: &std::path::Path| {
-        let output = store
-            .command(&["history", "import", file.to_str().unwrap()])
-            .env("SPEX_ROOT", other.join("store"))
-            .env("CLAUDE_CONFIG_DIR", other.join("claude"))
-            .env("CODEX_HOME", other.join("codex"))
-            .env("HOME", &other)
-            .output()
-            .unwrap();
-        common::Run(output)
+        on_machine(&store, &other, &["history", "import", file.to_str().unwrap()])
     };
     let placed =
         other.join("claude/projects/-home-dev-shop/7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.jsonl");
@@ -873,15 +883,7 @@ fn history_import_places_checks_and_refuses() {
     assert!(provenance["from"]["device"].is_string() || provenance["from"]["device"].is_null());
     assert!(provenance["importedAt"].is_string());
     // Listed on the new machine, from the placed file.
-    let listed = store
-        .command(&["--json", "history", "ls"])
-        .env("SPEX_ROOT", other.join("store"))
-        .env("CLAUDE_CONFIG_DIR", other.join("claude"))
-        .env("CODEX_HOME", other.join("codex"))
-        .env("HOME", &other)
-        .output()
-        .unwrap();
-    let listed = String::from_utf8(listed.stdout).unwrap();
+    let listed = on_machine(&store, &other, &["--json", "history", "ls"]).ok();
     assert!(listed.contains("7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90"), "{listed}");
     // Again: nothing changes.
     let modified = std::fs::metadata(&placed).unwrap().modified().unwrap();
@@ -897,14 +899,7 @@ fn history_import_places_checks_and_refuses() {
     // Truncated, or tampered: refused, nothing written.
     let fresh = store.path("fresh");
     let import_fresh = |file: &std::path::Path| {
-        let output = store
-            .command(&["history", "import", file.to_str().unwrap()])
-            .env("SPEX_ROOT", fresh.join("store"))
-            .env("CLAUDE_CONFIG_DIR", fresh.join("claude"))
-            .env("HOME", &fresh)
-            .output()
-            .unwrap();
-        common::Run(output)
+        on_machine(&store, &fresh, &["history", "import", file.to_str().unwrap()])
     };
     let bytes = std::fs::read(&out).unwrap();
     let truncated = store.path("truncated.tar.zst");
@@ -918,18 +913,9 @@ fn history_import_places_checks_and_refuses() {
     let mut raw = unpack(&tampered);
     raw.insert(name.to_owned(), b"[]\n".to_vec());
     let rewritten = store.path("rewritten.tar.zst");
-    {
-        let encoder = zstd::Encoder::new(std::fs::File::create(&rewritten).unwrap(), 3).unwrap();
-        let mut archive = tar::Builder::new(encoder);
-        for (path, bytes) in &raw {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(bytes.len() as u64);
-            header.set_mode(0o600);
-            header.set_cksum();
-            archive.append_data(&mut header, path, bytes.as_slice()).unwrap();
-        }
-        archive.into_inner().unwrap().finish().unwrap();
-    }
+    let files: Vec<(&str, &[u8])> =
+        raw.iter().map(|(path, bytes)| (path.as_str(), bytes.as_slice())).collect();
+    pack(&rewritten, &files);
     import_fresh(&rewritten).fails(2, "SHA-256");
     // A place that climbs out of the harness's home.
     let climbing = store.path("climbing.tar.zst");

@@ -38,22 +38,9 @@ fn spex(store: &Store, args: &[&str]) -> common::Run {
 fn homes(store: &Store) -> PathBuf {
     let homes = store.path("homes");
     if !homes.exists() {
-        copy_tree(&fixtures(), &homes);
+        common::corpus::copy_tree(&fixtures(), &homes);
     }
     homes
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 fn with_homes(store: &Store, mut command: Command) -> Command {
