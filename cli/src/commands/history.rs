@@ -743,7 +743,10 @@ pub(crate) fn preview(
 
 /// The command that continues a harness session in its harness: `claude --resume ID`, `codex
 /// resume ID` (the harness's command as `SPEX_CLAUDE_CMD` / `SPEX_CODEX_CMD` name it).
+/// The id is quoted for `sh`: a Claude Code id is a transcript's file name, which anyone who can
+/// write there chooses.
 pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
+    let id = super::harness::sh_quote(id);
     match harness {
         Harness::ClaudeCode => {
             format!("{} --resume {id}", super::harness::Harness::Claude.default_command())
@@ -751,5 +754,20 @@ pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
         Harness::Codex => {
             format!("{} resume {id}", super::harness::Harness::Codex.default_command())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transcript's file name chooses a Claude Code id: the resume command quotes it, so a name
+    /// holding shell syntax stays one argument.
+    #[test]
+    fn a_resume_command_quotes_the_id() {
+        let command = resume_command(Harness::ClaudeCode, "x; touch pwned $(id)");
+        assert!(command.ends_with(" --resume 'x; touch pwned $(id)'"), "{command}");
+        let plain = resume_command(Harness::Codex, "019a2d7a-41c4-78b1-b7cc-a45d62a89cd5");
+        assert!(plain.ends_with(" resume 019a2d7a-41c4-78b1-b7cc-a45d62a89cd5"), "{plain}");
     }
 }
