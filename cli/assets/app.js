@@ -215,7 +215,14 @@ function entry(event, id, owed) {
     bubble.append(document.createTextNode(event.text));
     item.append(bubble);
   } else if (event.kind === "tool") {
+    // A tool call the reader opened stays open when the conversation is drawn again.
     const details = el("details", "tool");
+    const key = `${event.harness}:${event.line}`;
+    const mine = open;
+    details.open = Boolean(mine && mine.openTools.has(key));
+    details.addEventListener("toggle", () => {
+      if (details.open) mine.openTools.add(key); else mine.openTools.delete(key);
+    });
     details.append(el("summary", null, `${timeOf(event.ts)} · ran ${event.tool}`));
     details.append(el("pre", null, event.input || ""));
     item.append(details);
@@ -248,7 +255,7 @@ function closeConversation() {
 
 async function openConversation(id) {
   closeConversation();
-  const mine = { id, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null };
+  const mine = { id, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null, openTools: new Set() };
   open = mine;
   const response = await fetch(`/api/sessions/${encodeURIComponent(id)}/timeline?limit=${PAGE}`);
   const page = await response.json();
@@ -290,7 +297,7 @@ async function readTranscript(mine, before) {
 
 async function openTranscript(harness, id) {
   closeConversation();
-  const mine = { id, harness, transcript: true, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null };
+  const mine = { id, harness, transcript: true, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null, openTools: new Set() };
   open = mine;
   const { ok, body } = await readTranscript(mine);
   if (open !== mine) return;

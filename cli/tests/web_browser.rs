@@ -106,12 +106,21 @@ async fn browser(port: u16, profile: &Path) -> Client {
         .unwrap_or_else(|error| panic!("cannot start Chromium through chromedriver: {error}"))
 }
 
-/// Evaluates `script` in the page until it returns what `done` accepts (30 s at most).
+/// Evaluates `script` in the page until it returns what `done` accepts (30 s at most). A script
+/// that throws (the element it reads is not there yet, or is being redrawn) is tried again.
 async fn until(client: &Client, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
     // Generous: the suite runs beside the crash sweep on two cores.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let value = client.execute(script, vec![]).await.unwrap();
+        let value = match client.execute(script, vec![]).await {
+            Ok(value) => value,
+            Err(fantoccini::error::CmdError::Standard(error))
+                if error.error == fantoccini::error::ErrorStatus::JavascriptError =>
+            {
+                json!({ "script threw": error.message })
+            }
+            Err(error) => panic!("{what}: {error}"),
+        };
         if done(&value) {
             return value;
         }
@@ -416,6 +425,8 @@ async fn the_web_page_works_in_a_real_browser() {
         count(v, "and a changelog entry, please") == 1
     })
     .await;
+    // Drawn again with the new line, the tool call the reader opened is still open.
+    until(&client, "the opened tool call, still open", opened, |v| *v == json!(true)).await;
     client.goto(&format!("{}#/s/gamma", url.split('?').next().unwrap())).await.unwrap();
     until(&client, "back to gamma", MESSAGES, |v| count(v, "flaky needle") == 1).await;
 
