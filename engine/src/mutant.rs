@@ -163,6 +163,12 @@ pub fn select(mutant: Option<Mutant>) {
     SELECTED.with(|selected| selected.set(mutant));
 }
 
+/// The mutant selected on the calling thread (so a sweep can select it on its workers too).
+#[cfg(feature = "mutants")]
+pub fn selected() -> Option<Mutant> {
+    SELECTED.with(std::cell::Cell::get)
+}
+
 /// Whether `mutant` is selected on the calling thread.
 #[cfg(feature = "mutants")]
 pub(crate) fn active(mutant: Mutant) -> bool {
@@ -172,6 +178,12 @@ pub(crate) fn active(mutant: Mutant) -> bool {
 /// Without the `mutants` feature there is nothing to select: the engine has no broken variant.
 #[cfg(not(feature = "mutants"))]
 pub fn select(_mutant: Option<Mutant>) {}
+
+/// Nothing is selected without the `mutants` feature.
+#[cfg(not(feature = "mutants"))]
+pub fn selected() -> Option<Mutant> {
+    None
+}
 
 /// Whether `mutant` is selected: never, without the `mutants` feature.
 #[cfg(not(feature = "mutants"))]

@@ -137,6 +137,10 @@ struct SweepArgs {
     /// Sweep only shard I of N (0-based): crash point k is swept when k % N == I.
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     shard: Option<(u64, u64)>,
+    /// Threads judging crash points at once (default: the machine's cores). The report is the
+    /// same for any number.
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    jobs: Option<u64>,
     /// Seed of every plan and sampled image (default: SPEX_SEED, else random; always printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -254,6 +258,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             MediaArg::ZeroTails => faultfs::Media::ZeroTails,
             MediaArg::StaleTails => faultfs::Media::StaleTails,
         },
+        jobs: args.jobs.map_or_else(sweep::cores, |jobs| jobs as usize),
     };
     let bar = crate::render::progress_bar("crash points");
     let report = sweep::sweep(&options, &mut |progress| {
@@ -281,7 +286,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         return Ok(Code::Violation);
     }
     if report.truncated && !args.partial {
-        let missing = unreached(&options, &report);
+        let missing = unreached(&report);
         eprintln!(
             "spex: the sweep was cut short by its budget: {} of {} crash points judged{}; raise --budget, or pass --partial to accept a partial sweep",
             report.crash_points,
@@ -289,7 +294,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             if missing.is_empty() {
                 String::new()
             } else {
-                format!(" (never reached: {})", missing.join(", "))
+                format!(" (not finished: {})", missing.join(", "))
             }
         );
         return Ok(Code::Failed);
@@ -297,21 +302,21 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
-/// Images judged per second of the sweep's wall time (one thread judges them all).
-fn images_per_second(report: &Report) -> f64 {
+/// Images judged per second of the sweep's wall time, and per second per job (each job is a
+/// thread on a core of its own when there are as many cores).
+fn images_per_second(report: &Report) -> (f64, f64) {
     let seconds = report.elapsed.as_secs_f64();
-    if seconds > 0.0 { report.images as f64 / seconds } else { 0.0 }
+    let rate = if seconds > 0.0 { report.images as f64 / seconds } else { 0.0 };
+    (rate, rate / report.jobs.max(1) as f64)
 }
 
-/// The scenarios of `options` a sweep cut short never reached.
-fn unreached(options: &Options, report: &Report) -> Vec<String> {
-    let reached: std::collections::BTreeSet<&str> =
-        report.cells.keys().map(|(scenario, ..)| scenario.as_ref()).collect();
-    options
-        .scenarios
+/// The scenarios a sweep cut short did not finish, with how far it got in each.
+fn unreached(report: &Report) -> Vec<String> {
+    report
+        .reach
         .iter()
-        .map(|scenario| scenario.name.to_string())
-        .filter(|name| !reached.contains(name.as_str()))
+        .filter(|(_, reach)| reach.done < reach.planned)
+        .map(|(scenario, reach)| format!("{scenario} ({} of {} points)", reach.done, reach.planned))
         .collect()
 }
 
@@ -367,14 +372,14 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
     let stopped = if report.truncated {
         match args.budget {
             Some(budget) => {
-                let missing = unreached(options, report);
+                let missing = unreached(report);
                 format!(
                     "CUT SHORT: the budget of {} ran out{}",
                     humantime::format_duration(budget),
                     if missing.is_empty() {
                         String::new()
                     } else {
-                        format!("; never reached: {}", missing.join(", "))
+                        format!("; not finished: {}", missing.join(", "))
                     }
                 )
             }
@@ -403,13 +408,19 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive), {sampled} sampled{}",
         if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
     );
+    let (rate, per_core) = images_per_second(report);
     let _ = writeln!(
         out,
-        "images judged: {} ({} more skipped: the same image against the same run), in {}: {:.0} images/s on one core",
-        report.images,
-        report.repeated,
+        "images judged: {} ({} more skipped: the same image against the same run at the same crash point)",
+        report.images, report.repeated,
+    );
+    let _ = writeln!(
+        out,
+        "speed: {:.0} images/s on {} job{}, {per_core:.0} images/s per core, in {}",
+        rate,
+        report.jobs,
+        if report.jobs == 1 { "" } else { "s" },
         humantime::format_duration(Duration::from_secs(report.elapsed.as_secs())),
-        images_per_second(report)
     );
     if report.violations.is_empty() {
         let _ = writeln!(out, "violations: none");
@@ -441,8 +452,9 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
         "plannedPoints": report.planned_points,
         "images": report.images,
         "elapsedMs": report.elapsed.as_millis() as u64,
-        // The sweep judges on one thread: this is per core.
-        "imagesPerSecond": images_per_second(report),
+        "jobs": report.jobs,
+        "imagesPerSecond": images_per_second(report).0,
+        "imagesPerSecondPerCore": images_per_second(report).1,
         "truncated": report.truncated,
         "repeatedImages": report.repeated,
         "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({

@@ -28,6 +28,7 @@ pub(crate) mod check;
 pub(crate) mod decode;
 mod faults;
 pub mod generate;
+mod parallel;
 pub(crate) mod phase;
 mod replay;
 mod report;
@@ -43,7 +44,7 @@ use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
 
 pub use replay::{Replay, replay};
-pub use report::{Cell, CellKey, Enumeration, Progress, Report, Violation};
+pub use report::{Cell, CellKey, Enumeration, Progress, Reach, Report, Violation};
 pub use scenario::{Scenario, Step};
 pub use token::Token;
 
@@ -78,6 +79,13 @@ pub struct Options {
     /// What the medium shows where a file grew without its data (the default keeps zeros; the
     /// named harsher mode shows stale bytes).
     pub media: faultfs::Media,
+    /// Threads judging crash points at once (the report does not depend on it).
+    pub jobs: usize,
+}
+
+/// The machine's cores: the default number of jobs.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 impl Options {
@@ -94,65 +102,100 @@ impl Options {
             faults: vec![faultfs::Fault::Eio, faultfs::Fault::Enospc, faultfs::Fault::ShortWrite],
             deep_power_images: 1,
             media: faultfs::Media::ZeroTails,
+            jobs: cores(),
         }
     }
 }
 
+/// One crash point of a sweep: a boundary `k` of one scenario's fault-free run.
+#[derive(Clone, Copy, Debug)]
+struct Point {
+    /// The scenario's position in [`Options::scenarios`].
+    scenario: usize,
+    /// Crash before op `k` (`k == ops`: after the last).
+    k: u64,
+}
+
 /// Runs a sweep.
+///
+/// Every crash point is judged on its own (its images deduplicated among themselves, never
+/// against another point's), so a point's verdict is a function of the point alone: the
+/// points are shared out over `options.jobs` threads and merged back in point order, and any
+/// number of jobs, any shard split and any order of work give the same report.
 pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
     let started = Instant::now();
     let mut report = Report::default();
     let seed = options.seed;
-    let passes: Vec<(Scenario, Vec<String>, u64)> = options
+    let (shard, shards) = (options.shard.0, options.shard.1.max(1));
+    let passes: Vec<(Vec<String>, u64)> = options
         .scenarios
         .iter()
         .map(|scenario| {
             let fs = SimFs::new(FaultPlan::none(seed));
             let run = execute(&fs, scenario, seed);
-            if !run.violations.is_empty() {
+            // Every shard runs the fault-free pass; the first one reports it.
+            if !run.violations.is_empty() && shard == 0 {
                 report.violations.push(Violation {
                     token: token_base(options, scenario, CrashMode::ProcessKill, fs.op_count(), 0),
                     transition: "none".to_owned(),
                     boundary: "no crash".to_owned(),
                     messages: run.violations.clone(),
+                    cell: None,
                 });
             }
             let boundaries =
                 fs.trace().entries().iter().map(|entry| entry.boundary.to_string()).collect();
-            (scenario.clone(), boundaries, fs.op_count())
+            (boundaries, fs.op_count())
         })
         .collect();
-    let (shard, shards) = (options.shard.0, options.shard.1.max(1));
-    let total: u64 = passes
+    let points: Vec<Point> = passes
         .iter()
-        .map(|(_, _, ops)| (0..=*ops).filter(|k| k % shards == shard).count() as u64)
-        .sum();
-    report.planned_points = total;
-    let mut done = 0;
-    'scenarios: for (scenario, boundaries, ops) in &passes {
-        for k in (0..=*ops).filter(|k| k % shards == shard) {
-            if options.budget.is_some_and(|budget| started.elapsed() >= budget)
-                || (options.stop_at_first && !report.violations.is_empty())
-            {
-                report.truncated = true;
-                break 'scenarios;
+        .enumerate()
+        .flat_map(|(scenario, (_, ops))| {
+            (0..=*ops).filter(|k| k % shards == shard).map(move |k| Point { scenario, k })
+        })
+        .collect();
+    report.planned_points = points.len() as u64;
+    for point in &points {
+        let name = options.scenarios[point.scenario].name.to_string();
+        report.reach.entry(name).or_default().planned += 1;
+    }
+    let judge = |point: &Point| {
+        let scenario = &options.scenarios[point.scenario];
+        let (boundaries, ops) = &passes[point.scenario];
+        let mut part = Report::default();
+        sweep_point(options, scenario, boundaries, point.k, &mut part);
+        for &fault in &options.faults {
+            if point.k < *ops {
+                fault_point(options, scenario, boundaries, point.k, fault, &mut part);
             }
-            sweep_point(options, scenario, boundaries, k, &mut report);
-            for &fault in &options.faults {
-                if k < *ops {
-                    fault_point(options, scenario, boundaries, k, fault, &mut report);
-                }
-            }
-            done += 1;
-            progress(Progress {
-                done,
-                total,
-                images: report.images,
-                violations: report.violations.len() as u64,
-            });
+        }
+        part
+    };
+    let parts = parallel::run(&points, options, started, judge, &mut |done, part| {
+        progress(Progress {
+            done,
+            total: points.len() as u64,
+            images: part.images,
+            violations: part.violations.len() as u64,
+        });
+    });
+    for (point, part) in points.iter().zip(parts) {
+        let Some(part) = part else {
+            report.truncated = true;
+            continue;
+        };
+        let stop = options.stop_at_first && !part.violations.is_empty();
+        let name = options.scenarios[point.scenario].name.to_string();
+        report.reach.entry(name).or_default().done += 1;
+        report.absorb(part);
+        if stop {
+            report.truncated = report.crash_points < report.planned_points;
+            break;
         }
     }
     report.elapsed = started.elapsed();
+    report.jobs = options.jobs.max(1);
     report
 }
 

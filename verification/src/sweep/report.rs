@@ -20,6 +20,8 @@ pub struct Violation {
     pub boundary: String,
     /// What was wrong.
     pub messages: Vec<String>,
+    /// The matrix cell it was counted in (`None`: the fault-free run, before any crash).
+    pub cell: Option<CellKey>,
 }
 
 impl Violation {
@@ -80,10 +82,23 @@ pub struct Report {
     /// same run (same content hash, same boot, same acknowledgements): the verdict would be
     /// the same.
     pub repeated: u64,
-    /// (image, boot, run) digests already judged.
+    /// (image, boot, run) digests already judged at this crash point.
     judged: std::collections::HashSet<[u8; 32]>,
+    /// Per scenario, the crash points set out to visit and those visited.
+    pub reach: BTreeMap<String, Reach>,
     /// Wall time.
     pub elapsed: Duration,
+    /// Threads that judged the points.
+    pub jobs: usize,
+}
+
+/// How far a sweep got through one scenario's crash points.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Crash points of the scenario in this sweep (its shard).
+    pub planned: u64,
+    /// Crash points visited.
+    pub done: u64,
 }
 
 /// How one scenario's power-loss crashes were enumerated.
@@ -106,6 +121,39 @@ impl Report {
             entry.sampled += 1;
         }
         entry.pieces_max = entry.pieces_max.max(crash.pending_pieces);
+    }
+}
+
+impl Report {
+    /// Adds `part` (the report of later crash points) to this one: counts add up, violations
+    /// follow in order, at most [`VIOLATIONS_KEPT_PER_CELL`] kept per cell across both.
+    pub fn absorb(&mut self, part: Report) {
+        for (key, cell) in part.cells {
+            let into = self.cells.entry(key).or_default();
+            into.points += cell.points;
+            into.images += cell.images;
+            into.violations += cell.violations;
+            into.repeated += cell.repeated;
+        }
+        for violation in part.violations {
+            let kept = self
+                .violations
+                .iter()
+                .filter(|kept| kept.cell.is_some() && kept.cell == violation.cell)
+                .count() as u64;
+            if violation.cell.is_none() || kept < VIOLATIONS_KEPT_PER_CELL {
+                self.violations.push(violation);
+            }
+        }
+        self.crash_points += part.crash_points;
+        self.images += part.images;
+        self.repeated += part.repeated;
+        for (scenario, counts) in part.enumeration {
+            let into = self.enumeration.entry(scenario).or_default();
+            into.exhaustive += counts.exhaustive;
+            into.sampled += counts.sampled;
+            into.pieces_max = into.pieces_max.max(counts.pieces_max);
+        }
     }
 }
 
@@ -154,6 +202,7 @@ pub(crate) fn record(
             transition: key.1.clone(),
             boundary: place.boundary.clone(),
             messages,
+            cell: Some(key.clone()),
         });
     }
 }
