@@ -12,7 +12,7 @@
 //!
 //! # Format
 //!
-//! Block 0 is the header: magic `SPEXRCP3`, the record and block counts, the cursor the run was
+//! Block 0 is the header: magic `SPEXRCP4`, the record and block counts, the cursor the run was
 //! folded to, the hash pinning that cursor to the log (as for the session index), and a
 //! SHA-256 of all that. Blocks 1.. hold up to 72 records of 56 bytes (key digest, segment,
 //! offset, settled), sorted by key across blocks, each block with its record count and a
@@ -137,9 +137,12 @@ pub(crate) fn tail_pin<F: Fs>(
 }
 
 /// Magic at the start of the header block.
-const MAGIC: &[u8; 8] = b"SPEXRCP3";
+const MAGIC: &[u8; 8] = b"SPEXRCP4";
 /// The size of every block (the header is block 0).
-const BLOCK_BYTES: usize = 4096;
+pub const BLOCK_BYTES: usize = 4096;
+/// Where the header's checksum sits, and its length.
+const HEADER_CHECKSUM_AT: usize = 120;
+const HEADER_CHECKSUM_BYTES: usize = 32;
 /// One record: key digest (32), segment (8), offset (8), settled (1), padding (7).
 const RECORD_BYTES: usize = 56;
 /// Records per data block.
@@ -209,8 +212,9 @@ impl Header {
         let pin = self.pin.as_bytes();
         bytes[48] = u8::try_from(pin.len()).expect("a pin is a 64-character hash or empty");
         bytes[49..49 + pin.len()].copy_from_slice(pin);
-        let checksum = Sha256::digest(&bytes[..120]);
-        bytes[120..152].copy_from_slice(&checksum);
+        let checksum = block_digest(&bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES);
+        bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + HEADER_CHECKSUM_BYTES]
+            .copy_from_slice(&checksum[..HEADER_CHECKSUM_BYTES]);
         bytes
     }
 
@@ -218,7 +222,9 @@ impl Header {
         if bytes.len() < BLOCK_BYTES || &bytes[..8] != MAGIC {
             return None;
         }
-        if bytes[120..152] != Sha256::digest(&bytes[..120])[..]
+        if bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + HEADER_CHECKSUM_BYTES]
+            != block_digest(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES)
+                [..HEADER_CHECKSUM_BYTES]
             && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
         {
             return None;
@@ -242,7 +248,7 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Record>> {
         return None;
     }
     if bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES]
-        != Sha256::digest(&bytes[..CHECKSUM_AT])[..CHECKSUM_BYTES]
+        != block_digest(bytes, CHECKSUM_AT, CHECKSUM_BYTES)[..CHECKSUM_BYTES]
         && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
     {
         return None;
@@ -270,9 +276,20 @@ fn encode_block(records: &[Record]) -> Vec<u8> {
         record
             .encode(&mut bytes[RECORDS_AT + i * RECORD_BYTES..RECORDS_AT + (i + 1) * RECORD_BYTES]);
     }
-    let checksum = Sha256::digest(&bytes[..CHECKSUM_AT]);
+    let checksum = block_digest(&bytes, CHECKSUM_AT, CHECKSUM_BYTES);
     bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES].copy_from_slice(&checksum[..CHECKSUM_BYTES]);
     bytes
+}
+
+/// SHA-256 of every byte of a block but its checksum field (`len` bytes at `at`): a block is
+/// intact only if each of its 4096 bytes is as written, so no two damaged versions of a block
+/// read differently (every one is refused) — the crash sweep relies on it to judge one damaged
+/// version per block (`SimFs::set_checked_blocks`).
+fn block_digest(bytes: &[u8], at: usize, len: usize) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(&bytes[..at]);
+    hasher.update(&bytes[at + len..BLOCK_BYTES]);
+    hasher.finalize().into()
 }
 
 /// Makes every checksum of a persisted run valid (the header's, and each whole data block's),
@@ -280,11 +297,12 @@ fn encode_block(records: &[Record]) -> Vec<u8> {
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn fix_checksums(bytes: &mut [u8]) {
     if bytes.len() >= BLOCK_BYTES {
-        let checksum = Sha256::digest(&bytes[..120]);
-        bytes[120..152].copy_from_slice(&checksum);
+        let checksum = block_digest(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES);
+        bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + HEADER_CHECKSUM_BYTES]
+            .copy_from_slice(&checksum[..HEADER_CHECKSUM_BYTES]);
     }
     for block in bytes.chunks_mut(BLOCK_BYTES).skip(1).filter(|block| block.len() == BLOCK_BYTES) {
-        let checksum = Sha256::digest(&block[..CHECKSUM_AT]);
+        let checksum = block_digest(block, CHECKSUM_AT, CHECKSUM_BYTES);
         block[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES]
             .copy_from_slice(&checksum[..CHECKSUM_BYTES]);
     }

@@ -102,7 +102,7 @@ fn a_stale_or_torn_index_is_rebuilt_from_the_log() {
     assert!(!fresh.replayed, "the receipt is gone from the log, so this is a new send");
     assert_ne!(fresh.mid, lost.mid);
     // A torn index file is ignored too.
-    std::fs::write(dir.path().join("sessions/s/receipts.index"), b"SPEXRCP3 torn").unwrap();
+    std::fs::write(dir.path().join("sessions/s/receipts.index"), b"SPEXRCP4 torn").unwrap();
     let store = reopen(dir.path(), config());
     let replay = store.send(&s, &keyed("lost in a power loss", "k")).unwrap();
     assert_eq!((replay.mid, replay.replayed), (fresh.mid, true));
@@ -185,7 +185,7 @@ fn a_damaged_block_is_rebuilt() {
     drop(store);
     let index = dir.path().join("sessions/s/receipts.index");
     let mut bytes = std::fs::read(&index).unwrap();
-    assert_eq!(&bytes[..8], b"SPEXRCP3");
+    assert_eq!(&bytes[..8], b"SPEXRCP4");
     bytes[4096 + 8] ^= 0x55; // the first record's key
     std::fs::write(&index, &bytes).unwrap();
     let store = reopen(dir.path(), config());

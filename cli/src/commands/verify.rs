@@ -393,10 +393,10 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         "crash points: {} of {}{shard}, {stopped}",
         report.crash_points, report.planned_points
     );
-    let (exhaustive, sampled) = report
-        .enumeration
-        .values()
-        .fold((0, 0), |(e, s), counts| (e + counts.exhaustive, s + counts.sampled));
+    let (exhaustive, reduced, sampled) =
+        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
+            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
+        });
     let sampled_in: Vec<String> = report
         .enumeration
         .iter()
@@ -405,7 +405,7 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         .collect();
     let _ = writeln!(
         out,
-        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive), {sampled} sampled{}",
+        "power-loss crashes: {exhaustive} exhaustive (every image of the pending writes), {reduced} reduced (every image, or one of its class), {sampled} sampled{}",
         if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
     );
     let (rate, per_core) = images_per_second(report);
@@ -460,6 +460,7 @@ fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
         "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({
             "scenario": scenario,
             "exhaustive": e.exhaustive,
+            "reduced": e.reduced,
             "sampled": e.sampled,
             "pendingPiecesMax": e.pieces_max,
         })).collect::<Vec<_>>(),

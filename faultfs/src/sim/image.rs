@@ -35,8 +35,12 @@ use super::{DataChange, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk
 use crate::plan::mix;
 
 /// Up to this many pending pieces, a power loss yields every subset (2^12 = 4096 images before
-/// deduplication).
+/// deduplication) whatever their grouping.
 pub const EXHAUSTIVE_PIECES_MAX: usize = 12;
+
+/// Up to this many combinations of the pieces' groups' outcomes, a power loss yields the image
+/// of every subset of its pending pieces, however many pieces there are.
+pub const EXHAUSTIVE_IMAGES_MAX: usize = 1 << 14;
 
 /// Cap on the cut positions tried per write in one torn family, so one huge write cannot
 /// dominate a sweep.
@@ -162,8 +166,11 @@ pub struct CrashImages {
     pub images: Vec<Image>,
     /// Images generated before deduplication.
     pub generated: usize,
-    /// Whether every subset of the pending pieces was produced.
+    /// Whether every subset of the pending pieces was produced (or, when `reduced`, stood for
+    /// by an image of its class).
     pub exhaustive: bool,
+    /// Whether some block-checked file's subsets were reduced to one image per class.
+    pub reduced: bool,
     /// Pending pieces at the crash point.
     pub pending_pieces: usize,
 }
@@ -181,7 +188,7 @@ enum Choice {
 enum PieceKind {
     Chunk { ino: Ino, start: u64, snapshot: Vec<u8>, written: (u64, u64) },
     Size { ino: Ino, len: u64 },
-    Names { pending: usize },
+    Names { pending: usize, changes: Vec<Ino> },
 }
 
 #[derive(Clone, Debug)]
@@ -209,8 +216,9 @@ impl Pieces {
                 Pending::Names { changes }
                     if changes.iter().all(|change| ephemeral_dirs.contains(&change.dir)) => {}
                 Pending::Data { ino, .. } if ephemeral_files.contains(ino) => {}
-                Pending::Names { .. } => {
-                    list.push(Piece { op, kind: PieceKind::Names { pending: op } })
+                Pending::Names { changes } => {
+                    let dirs = changes.iter().map(|change| change.dir).collect();
+                    list.push(Piece { op, kind: PieceKind::Names { pending: op, changes: dirs } })
                 }
                 Pending::Data { ino, change } => {
                     let buf = replay.entry(*ino).or_insert_with(|| match &state.inodes[ino].node {
@@ -290,6 +298,8 @@ struct Builder<'a> {
     seen: HashSet<[u8; 32]>,
     images: Vec<Image>,
     generated: usize,
+    /// Whether a block-checked file's subsets were reduced to their classes.
+    reduced: bool,
 }
 
 pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
@@ -303,6 +313,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 images: builder.images,
                 generated: 1,
                 exhaustive: true,
+                reduced: false,
                 pending_pieces: 0,
             }
         }
@@ -313,6 +324,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 images: vec![image],
                 generated: 1,
                 exhaustive: true,
+                reduced: false,
                 pending_pieces: 0,
             }
         }
@@ -320,24 +332,21 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
             let pieces = Pieces::collect(state);
             let mut builder = Builder::new(state, &pieces);
             let count = pieces.len();
-            let exhaustive = count <= EXHAUSTIVE_PIECES_MAX;
-            if !state.rules.pending_unordered {
+            let exhaustive = if !state.rules.pending_unordered {
                 builder.prefixes();
-            } else if exhaustive {
-                for mask in 0u32..(1u32 << count) {
-                    let choices: Vec<Choice> = (0..count)
-                        .map(|i| if mask & (1 << i) != 0 { Choice::Apply } else { Choice::Skip })
-                        .collect();
-                    builder.add(&choices);
-                }
+                true
+            } else if builder.every_subset() {
+                true
             } else {
                 builder.families();
-            }
+                false
+            };
             CrashImages {
                 mode,
                 images: builder.images,
                 generated: builder.generated,
                 exhaustive,
+                reduced: builder.reduced,
                 pending_pieces: count,
             }
         }
@@ -353,6 +362,7 @@ impl<'a> Builder<'a> {
             seen: HashSet::new(),
             images: Vec::new(),
             generated: 0,
+            reduced: false,
         }
     }
 
@@ -428,17 +438,372 @@ impl<'a> Builder<'a> {
 
     /// Applies the chosen pieces, in issue order, to the durable state.
     fn materialize(&mut self, choices: &[Choice]) -> Image {
+        let changed = Changed::gather(self.state, self.pieces, choices);
+        let files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> = changed
+            .files(self.state)
+            .map(|(ino, bytes)| {
+                let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                (ino, (Arc::new(bytes), hash))
+            })
+            .collect();
+        self.assemble(&changed.entries, &files)
+    }
+
+    /// Every image of every subset of the pieces, when there are few enough of them
+    /// ([`EXHAUSTIVE_IMAGES_MAX`]); `false` (nothing added) otherwise.
+    ///
+    /// The pieces fall into independent groups: those of one file (its chunks and length
+    /// changes), and the name changes of directories linked by a rename. What an image holds
+    /// of a group's files and directories depends only on which of that group's pieces
+    /// survive, so the images of all `2^n` subsets are exactly the combinations of each
+    /// group's distinct outcomes: enumerating the outcomes per group, then their product,
+    /// yields the same set of images without materializing `2^n` of them.
+    fn every_subset(&mut self) -> bool {
+        let groups = groups(self.state, &self.pieces.list);
+        let mut outcomes: Vec<Vec<Outcome>> = Vec::with_capacity(groups.len());
+        for group in &groups {
+            let subsets = match self.checked_block(group) {
+                Some(block) => {
+                    let subsets = self.block_classes(group, block);
+                    self.reduced |= subsets.len() < 1 << group.len();
+                    subsets
+                }
+                None if group.len() > self.state.group_pieces_max => return false,
+                None => (0u32..(1u32 << group.len()))
+                    .map(|mask| {
+                        let bits = group.iter().enumerate();
+                        bits.filter(|(bit, _)| mask & (1 << bit) != 0).map(|(_, &p)| p).collect()
+                    })
+                    .collect(),
+            };
+            let mut seen: HashSet<Outcome> = HashSet::new();
+            let mut distinct = Vec::new();
+            for subset in subsets {
+                let changed = Changed::gather(self.state, self.pieces, &self.apply(&subset));
+                let outcome = Outcome {
+                    entries: changed.entries.clone(),
+                    files: changed
+                        .files(self.state)
+                        .map(|(ino, bytes)| {
+                            let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                            (ino, (Arc::new(bytes), hash))
+                        })
+                        .collect(),
+                };
+                if seen.insert(outcome.clone()) {
+                    distinct.push(outcome);
+                }
+            }
+            outcomes.push(distinct);
+        }
+        let product = outcomes.iter().try_fold(1usize, |product, distinct| {
+            product.checked_mul(distinct.len()).filter(|&n| n <= EXHAUSTIVE_IMAGES_MAX)
+        });
+        let Some(product) = product else { return false };
+        // Mixed radix over the groups, the first group fastest: combination 0 is the durable
+        // state (every group's first outcome is its empty subset).
+        for combination in 0..product {
+            let mut rest = combination;
+            let mut entries = BTreeMap::new();
+            let mut files = BTreeMap::new();
+            for distinct in &outcomes {
+                let outcome = &distinct[rest % distinct.len()];
+                rest /= distinct.len();
+                entries.extend(outcome.entries.iter().map(|(ino, dir)| (*ino, dir.clone())));
+                files.extend(outcome.files.iter().map(|(ino, file)| (*ino, file.clone())));
+            }
+            self.generated += 1;
+            let image = self.assemble(&entries, &files);
+            if self.seen.insert(image.hash) {
+                self.images.push(image);
+            }
+        }
+        true
+    }
+
+    /// Choices applying exactly the pieces `subset`.
+    fn apply(&self, subset: &[usize]) -> Vec<Choice> {
+        let mut choices = vec![Choice::Skip; self.pieces.len()];
+        for &piece in subset {
+            choices[piece] = Choice::Apply;
+        }
+        choices
+    }
+
+    /// The block size when `group` is the pieces of one file whose name was declared
+    /// block-checked (see `SimFs::set_checked_blocks`).
+    fn checked_block(&self, group: &[usize]) -> Option<u64> {
+        let &first = group.first()?;
+        let (PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. }) =
+            &self.pieces.list[first].kind
+        else {
+            return None;
+        };
+        let names = names_of(self.state, *ino);
+        self.state
+            .checked_blocks
+            .iter()
+            .find(|(name, _)| names.contains(name.as_str()))
+            .map(|(_, block)| *block)
+    }
+
+    /// The subsets of a block-checked file's pieces that stand for all of them: every subset
+    /// of its length changes, times, per block, none of the block's chunks, all of them, and
+    /// one subset that leaves the block different from both (a damaged block) if one exists.
+    /// A reader that checks every block against its checksum cannot tell two damaged versions
+    /// of a block apart.
+    fn block_classes(&self, group: &[usize], block: u64) -> Vec<Vec<usize>> {
+        let list = &self.pieces.list;
+        let sizes: Vec<usize> = group
+            .iter()
+            .copied()
+            .filter(|&p| matches!(list[p].kind, PieceKind::Size { .. }))
+            .collect();
+        let mut blocks: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for &piece in group {
+            if let PieceKind::Chunk { start, .. } = list[piece].kind {
+                blocks.entry(start / block).or_default().push(piece);
+            }
+        }
+        let everything: Vec<usize> = group.to_vec();
+        let bytes_of = |subset: &[usize], index: u64| -> Vec<u8> {
+            let changed = Changed::gather(self.state, self.pieces, &self.apply(subset));
+            let (lo, hi) = (to_usize(index * block), to_usize((index + 1) * block));
+            let file = match changed.files(self.state).next() {
+                Some((_, bytes)) => bytes,
+                None => group_ino(list, group)
+                    .map(|ino| durable_content(self.state, ino).0)
+                    .unwrap_or_default(),
+            };
+            file.get(lo..hi.min(file.len())).unwrap_or_default().to_vec()
+        };
+        // Per block: the pieces to apply in each class.
+        let mut options: Vec<Vec<Vec<usize>>> = Vec::new();
+        for (&index, chunks) in &blocks {
+            let without =
+                |drop: &[usize]| everything.iter().copied().filter(|p| !drop.contains(p)).collect();
+            let none: Vec<usize> = without(chunks);
+            let (old, new) = (bytes_of(&none, index), bytes_of(&everything, index));
+            let mut classes = vec![Vec::new(), chunks.clone()];
+            // A block past the durable end held no written version before: without its
+            // chunks it is already a damaged one, and stands for all of them.
+            let durable_len =
+                group_ino(list, group).map_or(0, |ino| durable_content(self.state, ino).1);
+            if index * block >= durable_len {
+                options.push(classes);
+                continue;
+            }
+            let candidates = chunks
+                .iter()
+                .map(|&chunk| chunks.iter().copied().filter(|&c| c != chunk).collect::<Vec<_>>())
+                .chain(chunks.iter().map(|&chunk| vec![chunk]));
+            for candidate in candidates {
+                let applied: Vec<usize> = none.iter().chain(&candidate).copied().collect();
+                let bytes = bytes_of(&applied, index);
+                if bytes != old && bytes != new {
+                    classes.push(candidate);
+                    break;
+                }
+            }
+            options.push(classes);
+        }
+        let mut subsets = Vec::new();
+        for mask in 0u32..(1u32 << sizes.len()) {
+            let base: Vec<usize> = sizes
+                .iter()
+                .enumerate()
+                .filter(|(bit, _)| mask & (1 << bit) != 0)
+                .map(|(_, &p)| p)
+                .collect();
+            let mut partial = vec![base];
+            for classes in &options {
+                partial = partial
+                    .iter()
+                    .flat_map(|prefix| {
+                        classes.iter().map(move |class| {
+                            prefix.iter().chain(class).copied().collect::<Vec<usize>>()
+                        })
+                    })
+                    .collect();
+            }
+            subsets.extend(partial);
+        }
+        for subset in &mut subsets {
+            subset.sort_unstable();
+        }
+        subsets
+    }
+
+    /// The image whose directories hold `entries` (the durable ones elsewhere) and whose files
+    /// hold `files` (bytes and their hash; the durable bytes elsewhere).
+    fn assemble(
+        &mut self,
+        entries: &BTreeMap<Ino, BTreeMap<String, Ino>>,
+        files: &BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
+    ) -> Image {
         let state = self.state;
+        let mut nodes = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        // Depth-first over the surviving entries; the map sorts the paths afterwards.
+        while let Some((dir, prefix)) = stack.pop() {
+            let dir_entries = entries.get(&dir).unwrap_or(&state.dir(dir).durable);
+            for (name, &ino) in dir_entries {
+                let path = format!("{prefix}/{name}");
+                match &state.inodes[&ino].node {
+                    Node::Dir(_) => {
+                        nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
+                        stack.push((ino, path));
+                    }
+                    Node::File(file) => {
+                        let (bytes, hash) = match files.get(&ino) {
+                            Some((bytes, hash)) => (Arc::clone(bytes), *hash),
+                            None => {
+                                let hash = *self.durable_hashes.entry(ino).or_insert_with(|| {
+                                    Sha256::digest(file.durable.as_slice()).into()
+                                });
+                                (Arc::clone(&file.durable), hash)
+                            }
+                        };
+                        nodes.insert(path, (ImageNode::File(bytes), hash));
+                    }
+                    Node::Symlink(target) => {
+                        let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
+                        nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
+                    }
+                    Node::Special => {
+                        nodes.insert(path, (ImageNode::Special, [0; 32]));
+                    }
+                }
+            }
+        }
+        finish(nodes)
+    }
+}
+
+/// The file whose pieces `group` holds.
+fn group_ino(list: &[Piece], group: &[usize]) -> Option<Ino> {
+    group.iter().find_map(|&p| match list[p].kind {
+        PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. } => Some(ino),
+        PieceKind::Names { .. } => None,
+    })
+}
+
+/// Every name `ino` has in any directory, durably, now, or in a pending change.
+fn names_of(state: &State, ino: Ino) -> BTreeSet<&str> {
+    let mut names = BTreeSet::new();
+    for inode in state.inodes.values() {
+        if let Node::Dir(dir) = &inode.node {
+            for (name, &target) in dir.durable.iter().chain(&dir.volatile) {
+                if target == ino {
+                    names.insert(name.as_str());
+                }
+            }
+        }
+    }
+    for pending in &state.pending {
+        if let Pending::Names { changes } = pending {
+            for change in changes.iter().filter(|change| change.target == Some(ino)) {
+                names.insert(change.name.as_str());
+            }
+        }
+    }
+    names
+}
+
+/// What one group of pieces leaves in an image: its directories' entries and its files' bytes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Outcome {
+    entries: BTreeMap<Ino, BTreeMap<String, Ino>>,
+    files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
+}
+
+/// The independent groups of `pieces` (indices into it, in order; groups ordered by their
+/// first piece): the pieces of one file, and the name changes of directories a rename links.
+///
+/// The pieces of a file no image can name (neither a durable entry nor a pending name change
+/// links it: a lock or staging file created and removed since the last barrier) are in no
+/// group: whether they survive changes no image.
+fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
+    let mut nameable: BTreeSet<Ino> = state
+        .inodes
+        .values()
+        .filter_map(|inode| match &inode.node {
+            Node::Dir(dir) => Some(dir.durable.values().copied()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for piece in pieces {
+        if let PieceKind::Names { pending, .. } = &piece.kind
+            && let Pending::Names { changes } = &state.pending[*pending]
+        {
+            nameable.extend(changes.iter().filter_map(|change| change.target));
+        }
+    }
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Object {
+        File(Ino),
+        Dir(Ino),
+    }
+    // Union-find over pieces: each object remembers the first piece that touched it.
+    let mut parent: Vec<usize> = (0..pieces.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut owner: BTreeMap<Object, usize> = BTreeMap::new();
+    for (index, piece) in pieces.iter().enumerate() {
+        let objects: Vec<Object> = match &piece.kind {
+            PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. } => vec![Object::File(*ino)],
+            PieceKind::Names { changes, .. } => {
+                changes.iter().map(|dir| Object::Dir(*dir)).collect()
+            }
+        };
+        for object in objects {
+            let first = *owner.entry(object).or_insert(index);
+            let (a, b) = (root(&mut parent, first), root(&mut parent, index));
+            if a != b {
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (index, piece) in pieces.iter().enumerate() {
+        if let PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. } = &piece.kind
+            && !nameable.contains(ino)
+        {
+            continue;
+        }
+        let group = root(&mut parent, index);
+        groups.entry(group).or_default().push(index);
+    }
+    groups.into_values().collect()
+}
+
+/// What a set of surviving pieces changed: directories' entries and files' bytes, the rest is
+/// as durable.
+struct Changed {
+    entries: BTreeMap<Ino, BTreeMap<String, Ino>>,
+    contents: BTreeMap<Ino, (Vec<u8>, u64)>,
+    /// Byte ranges past the durable end that a surviving write covered (for stale tails).
+    covered: BTreeMap<Ino, Vec<(usize, usize)>>,
+}
+
+impl Changed {
+    /// Applies the chosen pieces, in issue order, to the durable state.
+    fn gather(state: &State, pieces: &Pieces, choices: &[Choice]) -> Changed {
         let mut entries: BTreeMap<Ino, BTreeMap<String, Ino>> = BTreeMap::new();
         let mut contents: BTreeMap<Ino, (Vec<u8>, u64)> = BTreeMap::new();
-        // Byte ranges past the durable end that a surviving write covered (for stale tails).
         let mut covered: BTreeMap<Ino, Vec<(usize, usize)>> = BTreeMap::new();
-        for (piece, choice) in self.pieces.list.iter().zip(choices) {
+        for (piece, choice) in pieces.list.iter().zip(choices) {
             if *choice == Choice::Skip {
                 continue;
             }
             match &piece.kind {
-                PieceKind::Names { pending } => {
+                PieceKind::Names { pending, .. } => {
                     let Pending::Names { changes } = &state.pending[*pending] else {
                         unreachable!("name pieces point at name changes");
                     };
@@ -493,49 +858,22 @@ impl<'a> Builder<'a> {
                 }
             }
         }
-        let mut nodes = BTreeMap::new();
-        let mut stack = vec![(ROOT_INO, String::new())];
-        // Depth-first over the surviving entries; the map sorts the paths afterwards.
-        while let Some((dir, prefix)) = stack.pop() {
-            let dir_entries = entries.get(&dir).unwrap_or(&state.dir(dir).durable);
-            for (name, &ino) in dir_entries {
-                let path = format!("{prefix}/{name}");
-                match &state.inodes[&ino].node {
-                    Node::Dir(_) => {
-                        nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
-                        stack.push((ino, path));
-                    }
-                    Node::File(file) => {
-                        let (bytes, hash) = match contents.remove(&ino) {
-                            Some((mut buf, len)) => {
-                                buf.resize(to_usize(len), 0);
-                                if state.media == Media::StaleTails {
-                                    let durable = file.durable.len();
-                                    stale_fill(&mut buf, durable, covered.get(&ino));
-                                }
-                                let hash: [u8; 32] = Sha256::digest(&buf).into();
-                                (Arc::new(buf), hash)
-                            }
-                            None => {
-                                let hash = *self.durable_hashes.entry(ino).or_insert_with(|| {
-                                    Sha256::digest(file.durable.as_slice()).into()
-                                });
-                                (Arc::clone(&file.durable), hash)
-                            }
-                        };
-                        nodes.insert(path, (ImageNode::File(bytes), hash));
-                    }
-                    Node::Symlink(target) => {
-                        let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
-                        nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
-                    }
-                    Node::Special => {
-                        nodes.insert(path, (ImageNode::Special, [0; 32]));
-                    }
-                }
+        Changed { entries, contents, covered }
+    }
+
+    /// The final bytes of every changed file: cut or extended to its length, and (on the
+    /// stale medium) stale bytes where it grew without a surviving write.
+    fn files<'a>(&'a self, state: &'a State) -> impl Iterator<Item = (Ino, Vec<u8>)> + 'a {
+        self.contents.iter().map(move |(&ino, (buf, len))| {
+            let mut buf = buf.clone();
+            buf.resize(to_usize(*len), 0);
+            if state.media == Media::StaleTails
+                && let Node::File(file) = &state.inodes[&ino].node
+            {
+                stale_fill(&mut buf, file.durable.len(), self.covered.get(&ino));
             }
-        }
-        finish(nodes)
+            (ino, buf)
+        })
     }
 }
 

@@ -49,7 +49,9 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 pub use file::SimFile;
-pub use image::{CrashImages, CrashMode, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media};
+pub use image::{
+    CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media,
+};
 use path::{normalize, split_image_path};
 use process::next_machine;
 
@@ -68,6 +70,10 @@ pub const fn chunk_bytes() -> u64 {
 /// How many sampled images a power-loss crash adds when the pending set is too large to
 /// enumerate every subset.
 const SAMPLED_IMAGES_DEFAULT: usize = 64;
+
+/// Above this many pieces in one group (one file's chunks and length changes; the name changes
+/// of directories linked by renames), a power loss does not enumerate the group's subsets.
+const GROUP_PIECES_MAX_DEFAULT: usize = 16;
 
 /// The logical time at which a filesystem rebuilt from a crash image starts.
 pub const REBOOT_CLOCK_MS: u64 = 10_000;
@@ -214,6 +220,11 @@ pub(crate) struct State {
     ephemeral: Vec<Vec<String>>,
     /// What the medium shows where a file grew without its data (see [`Media`]).
     media: Media,
+    /// File names read only through per-block checksums, and the block size (see
+    /// [`SimFs::set_checked_blocks`]).
+    checked_blocks: Vec<(String, u64)>,
+    /// The most pieces of one group whose every subset a power loss enumerates.
+    group_pieces_max: usize,
 }
 
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
@@ -254,6 +265,8 @@ impl SimFs {
             boot: 0,
             ephemeral: Vec::new(),
             media: Media::ZeroTails,
+            checked_blocks: Vec::new(),
+            group_pieces_max: GROUP_PIECES_MAX_DEFAULT,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -337,6 +350,27 @@ impl SimFs {
     /// Advances the logical clock by `ms` milliseconds.
     pub fn advance_clock(&self, ms: u64) {
         self.lock().clock_ms += ms;
+    }
+
+    /// Declares that files named `name` are only ever read through per-block checksums of
+    /// `block_bytes` blocks (as the engine reads its receipt index): within one block, every
+    /// partial survival of a write reads as "damaged", so a power loss yields, per block, the
+    /// old bytes, the new bytes, and one representative of the damaged ones (the image count
+    /// reports such a crash as *reduced*, not exhaustive). The claim is the caller's, and a
+    /// test must check it (the sweep's does: every subset against the reduction).
+    pub fn set_checked_blocks(&self, name: &str, block_bytes: u64) {
+        let mut state = self.lock();
+        state.checked_blocks.retain(|(known, _)| known != name);
+        state.checked_blocks.push((name.to_owned(), block_bytes));
+    }
+
+    /// Forgets every [`SimFs::set_checked_blocks`] declaration, and enumerates every subset of
+    /// groups of up to `group_pieces_max` pieces: the slow, unreduced enumeration a test
+    /// compares a reduction against.
+    pub fn enumerate_unreduced(&self, group_pieces_max: usize) {
+        let mut state = self.lock();
+        state.checked_blocks.clear();
+        state.group_pieces_max = group_pieces_max;
     }
 
     /// Declares the directories at `paths` ephemeral: no change to them or to a file named in
