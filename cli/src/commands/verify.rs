@@ -20,6 +20,8 @@ use crate::args::{Global, ModeArg};
 use crate::exit::Code;
 use crate::render::{SCHEMA_VERSION, out, outln};
 
+use super::verify_report::{images_per_second, sweep_json};
+
 /// Arguments of `spex verify`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -49,6 +51,12 @@ enum Command {
   cargo run -p spex --features mutants -- verify mutants --seed 3
   cargo run -p spex --features mutants -- verify mutants --mutant no-log-sync")]
     Mutants(MutantsArgs),
+    /// Merge the --json reports of every shard of one sweep (or of one mutant catalogue) into
+    /// one verdict; fails when a shard is missing, repeated, cut short or swept something else.
+    #[command(after_help = "Examples:
+  for i in 0 1 2 3; do spex verify sweep --shard $i/4 --json > sweep-$i.json; done
+  spex verify merge sweep-*.json")]
+    Merge(MergeArgs),
     /// Kill the real binary at every boundary of each scenario (and at random moments with
     /// SIGKILL), then recover the real directory and check every oracle rule.
     #[command(after_help = "Examples:
@@ -79,6 +87,14 @@ struct RealSweepArgs {
     /// Scratch directory for the runs (default: a temporary directory, removed afterwards).
     #[arg(long)]
     scratch: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct MergeArgs {
+    /// The reports (`spex verify sweep --shard I/N --json`, or `verify mutants --shard I/N
+    /// --json`), one per shard.
+    #[arg(required = true, value_name = "REPORT")]
+    reports: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -147,6 +163,10 @@ struct SweepArgs {
     /// Also print the matrix: every scenario x transition x mode row (`--json` has every cell).
     #[arg(long)]
     matrix: bool,
+    /// Sweep this deliberately broken engine instead of the real one (a build with the
+    /// `mutants` feature only).
+    #[arg(long, value_parser = parse_mutant)]
+    mutant: Option<Mutant>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -185,6 +205,10 @@ struct MutantsArgs {
     /// Only these mutants (repeatable; kebab-case names, as listed by a full run).
     #[arg(long = "mutant", value_parser = parse_mutant)]
     only: Vec<Mutant>,
+    /// Only shard I of N (0-based) of the catalogue: mutant m is swept when m % N == I (merge
+    /// the shards' --json reports with `spex verify merge`).
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    shard: Option<(u64, u64)>,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -204,6 +228,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Command::Replay(args) => run_replay(args, json),
         Command::Shrink(args) => run_shrink(args),
         Command::Mutants(args) => run_mutants(args, json),
+        Command::Merge(args) => run_merge(args, json),
         Command::RealSweep(args) => run_real_sweep(args),
         Command::RunScenario(args) => {
             let scenario = realproc::scenario_named(&args.scenario).map_err(anyhow::Error::msg)?;
@@ -260,6 +285,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         },
         jobs: args.jobs.map_or_else(sweep::cores, |jobs| jobs as usize),
     };
+    select_mutant(args.mutant)?;
     let bar = crate::render::progress_bar("crash points");
     let report = sweep::sweep(&options, &mut |progress| {
         if let Some(bar) = &bar {
@@ -271,11 +297,15 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             ));
         }
     });
+    select_mutant(None)?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     if json {
-        outln!("{}", serde_json::to_string_pretty(&sweep_json(seed, &report))?)?;
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&sweep_json(&options, args.depth, args.mutant, &report))?
+        )?;
     } else {
         if args.matrix {
             out!("{}\n", render_matrix(&report))?;
@@ -300,14 +330,6 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         return Ok(Code::Failed);
     }
     Ok(Code::Ok)
-}
-
-/// Images judged per second of the sweep's wall time, and per second per job (each job is a
-/// thread on a core of its own when there are as many cores).
-fn images_per_second(report: &Report) -> (f64, f64) {
-    let seconds = report.elapsed.as_secs_f64();
-    let rate = if seconds > 0.0 { report.images as f64 / seconds } else { 0.0 };
-    (rate, rate / report.jobs.max(1) as f64)
 }
 
 /// The scenarios a sweep cut short did not finish, with how far it got in each.
@@ -444,43 +466,31 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
     out
 }
 
-fn sweep_json(seed: u64, report: &Report) -> serde_json::Value {
-    json!({
-        "schema": SCHEMA_VERSION,
-        "seed": crate::render::json_u64(seed),
-        "crashPoints": report.crash_points,
-        "plannedPoints": report.planned_points,
-        "images": report.images,
-        "elapsedMs": report.elapsed.as_millis() as u64,
-        "jobs": report.jobs,
-        "imagesPerSecond": images_per_second(report).0,
-        "imagesPerSecondPerCore": images_per_second(report).1,
-        "truncated": report.truncated,
-        "repeatedImages": report.repeated,
-        "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({
-            "scenario": scenario,
-            "exhaustive": e.exhaustive,
-            "reduced": e.reduced,
-            "sampled": e.sampled,
-            "pendingPiecesMax": e.pieces_max,
-        })).collect::<Vec<_>>(),
-        "cells": report.cells.iter().map(|((scenario, transition, boundary, mode), cell)| json!({
-            "scenario": scenario,
-            "transition": transition,
-            "boundary": boundary,
-            "mode": mode.name(),
-            "points": cell.points,
-            "images": cell.images,
-            "violations": cell.violations,
-        })).collect::<Vec<_>>(),
-        "violations": report.violations.iter().map(|violation| json!({
-            "token": violation.token.to_string(),
-            "transition": violation.transition,
-            "boundary": violation.boundary,
-            "messages": violation.messages,
-            "replay": violation.replay_command(),
-        })).collect::<Vec<_>>(),
-    })
+fn run_merge(args: &MergeArgs, json: bool) -> anyhow::Result<Code> {
+    let mut documents = Vec::new();
+    for path in &args.reports {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| crate::exit::BadInput(format!("reading {file}: {error}")))?;
+        let document: serde_json::Value = serde_json::from_str(&text).map_err(|error| {
+            crate::exit::BadInput(format!(
+                "{file} is not a report (line {}: {error})",
+                error.line()
+            ))
+        })?;
+        documents.push((file, document));
+    }
+    let merged = super::verify_report::merge(&documents).map_err(|error| {
+        eprintln!("spex: {error:#}");
+        error
+    });
+    let Ok(merged) = merged else { return Ok(Code::Failed) };
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&merged.document)?)?;
+    } else {
+        out!("{}", merged.text)?;
+    }
+    Ok(if merged.failed { Code::Violation } else { Code::Ok })
 }
 
 fn run_replay(args: &ReplayArgs, json: bool) -> anyhow::Result<Code> {
@@ -556,11 +566,18 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     let options = Options::full(seed);
     // Mutants are selected per thread and each sweep runs on machines of its own, so the
     // catalogue is shared out over the cores.
-    let catalogue: Vec<Mutant> = if args.only.is_empty() {
+    let listed: Vec<Mutant> = if args.only.is_empty() {
         Mutant::ALL.to_vec()
     } else {
         Mutant::ALL.into_iter().filter(|mutant| args.only.contains(mutant)).collect()
     };
+    let (shard, shards) = args.shard.unwrap_or((0, 1));
+    let catalogue: Vec<Mutant> = listed
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| *index as u64 % shards == shard)
+        .map(|(_, mutant)| *mutant)
+        .collect();
     let workers = std::thread::available_parallelism().map_or(1, usize::from).min(catalogue.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
@@ -633,18 +650,25 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
         .map(|caught| caught.mutant.name())
         .collect();
     if json {
-        let document = json!({
-            "schema": SCHEMA_VERSION,
-            "seed": crate::render::json_u64(seed),
-            "mutants": results.iter().map(|caught| json!({
-                "name": caught.mutant.name(),
-                "caught": caught.first.is_some(),
-                "elapsedMs": caught.elapsed.as_millis() as u64,
-                "images": caught.images,
-                "token": caught.first.as_ref().map(|v| v.token.to_string()),
-                "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
-            })).collect::<Vec<_>>(),
-        });
+        let names: Vec<String> = listed.iter().map(|mutant| mutant.name()).collect();
+        let document = super::verify_report::mutants_json(
+            seed,
+            (shard, shards),
+            &names,
+            results
+                .iter()
+                .map(|caught| {
+                    json!({
+                        "name": caught.mutant.name(),
+                        "caught": caught.first.is_some(),
+                        "elapsedMs": caught.elapsed.as_millis() as u64,
+                        "images": caught.images,
+                        "token": caught.first.as_ref().map(|v| v.token.to_string()),
+                        "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
         outln!("{}", serde_json::to_string_pretty(&document)?)?;
     }
     if !missed.is_empty() {

@@ -44,7 +44,7 @@ use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
 
 pub use replay::{Replay, replay};
-pub use report::{Cell, CellKey, Enumeration, Progress, Reach, Report, Violation};
+pub use report::{Cell, CellKey, Enumeration, Progress, Reach, Report, Violation, merge};
 pub use scenario::{Scenario, Step};
 pub use token::Token;
 
@@ -148,6 +148,11 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
             (boundaries, fs.op_count())
         })
         .collect();
+    if options.stop_at_first && !report.violations.is_empty() {
+        report.truncated = true;
+        report.elapsed = started.elapsed();
+        return report;
+    }
     let points: Vec<Point> = passes
         .iter()
         .enumerate()
@@ -422,6 +427,24 @@ fn token_base(
     }
 }
 
+/// The scenario whose crash points show `mutant`'s window soonest (where the catalogue has
+/// found it); `None`: the first scenario does.
+fn home_scenario(mutant: spex_engine::mutant::Mutant) -> Option<&'static str> {
+    use spex_engine::mutant::Mutant;
+    match mutant {
+        Mutant::CloseDeletesBeforeRevoking
+        | Mutant::CloseRecoveryFromUnsynced
+        | Mutant::CloseLedgerUnsynced
+        | Mutant::LedgerAppendAfterTornTail
+        | Mutant::RevokeWithoutDirSync => Some("close"),
+        Mutant::RecordBeforeEvent | Mutant::NoRollForward => Some("lifecycle"),
+        Mutant::DrainCommitsRefused => Some("drain"),
+        Mutant::RolloverTouchesSealed | Mutant::EmptyPinAtSegmentStart => Some("rollover"),
+        Mutant::BatchSharesOneSync => Some("together"),
+        _ => None,
+    }
+}
+
 /// The result of sweeping one mutant.
 #[derive(Clone, Debug)]
 pub struct Caught {
@@ -438,7 +461,15 @@ pub struct Caught {
 /// Sweeps with `mutant` selected until the first violation (in a build without the engine's
 /// `mutants` feature nothing is selected, and nothing is caught).
 pub fn catch(mutant: spex_engine::mutant::Mutant, options: &Options) -> Caught {
-    let options = Options { stop_at_first: true, ..options.clone() };
+    let mut options = Options { stop_at_first: true, ..options.clone() };
+    // Sweep the scenario the catalogue found the mutant in first, then every other one: the
+    // same points, so the verdict is the default sweep's; only the time to it changes.
+    if let Some(home) = home_scenario(mutant)
+        && let Some(at) = options.scenarios.iter().position(|scenario| scenario.name == home)
+    {
+        let first = options.scenarios.remove(at);
+        options.scenarios.insert(0, first);
+    }
     spex_engine::mutant::select(Some(mutant));
     let report = sweep(&options, &mut |_| {});
     spex_engine::mutant::select(None);

@@ -212,3 +212,33 @@ pub(crate) fn record(
         });
     }
 }
+
+/// Merges the reports of a sweep's shards (each a set of crash points `k % N == i` of the same
+/// scenarios, seed and options) into the report one run over every point gives: counts add up,
+/// and the violations follow in point order (the fault-free runs' first, then by scenario in
+/// `scenarios` order and crash point), at most [`VIOLATIONS_KEPT_PER_CELL`] per cell. This is
+/// exact because each shard keeps the first violations of each cell among its own points, and
+/// the first ones over all points are among those.
+pub fn merge(parts: Vec<Report>, scenarios: &[String]) -> Report {
+    let mut merged = Report::default();
+    let mut violations = Vec::new();
+    for mut part in parts {
+        violations.append(&mut part.violations);
+        for (scenario, reach) in &part.reach {
+            let into = merged.reach.entry(scenario.clone()).or_default();
+            into.planned += reach.planned;
+            into.done += reach.done;
+        }
+        merged.planned_points += part.planned_points;
+        merged.truncated |= part.truncated;
+        merged.elapsed = merged.elapsed.max(part.elapsed);
+        merged.jobs += part.jobs;
+        merged.absorb(part);
+    }
+    let position = |name: &str| scenarios.iter().position(|known| known == name);
+    violations.sort_by_key(|violation| {
+        (violation.cell.is_some(), position(&violation.token.scenario), violation.token.k)
+    });
+    merged.absorb(Report { violations, ..Report::default() });
+    merged
+}
