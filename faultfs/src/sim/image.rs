@@ -11,8 +11,14 @@
 //! - the name changes of one op (create, unlink, or both sides of a rename) are one piece.
 //!
 //! Pieces survive independently (rule R4). Applying a chosen subset in issue order to the durable
-//! state gives an image. With at most [`EXHAUSTIVE_PIECES_MAX`] pieces every subset is produced.
-//! Beyond that the images are structured families plus seeded samples:
+//! state gives an image. The image of every subset is produced by groups: the pieces of one file,
+//! and the name changes of directories a rename links, change disjoint parts of an image, so
+//! each group's subsets are enumerated on their own (up to 16 pieces), deduplicated, and the
+//! images are the product of the groups' outcomes (up to [`EXHAUSTIVE_IMAGES_MAX`]). A file no
+//! image can name contributes nothing; a file declared block-checked (`set_checked_blocks`) is
+//! reduced per block to its old bytes, its new bytes and one damaged version, and the crash is
+//! counted as *reduced*. Beyond those bounds the images are structured families plus seeded
+//! samples:
 //!
 //! - prefix: the first `i` pending changes, for every `i`;
 //! - single omission: everything except one piece, for every piece;
