@@ -40,7 +40,7 @@ pub use error::{CorruptReason, Error, Result};
 pub use faultfs;
 pub use layout::{SegmentNo, SessionId};
 pub use lifecycle::{Applied, Lifecycle};
-pub use receipts::{BLOCK_BYTES as RECEIPT_INDEX_BLOCK_BYTES, Known};
+pub use receipts::Known;
 pub use record::Record;
 pub use send::{Accepted, Key, SendRequest};
 pub use store::{Config, Page, SessionSummary, Signature, Store};

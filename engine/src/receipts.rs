@@ -139,7 +139,7 @@ pub(crate) fn tail_pin<F: Fs>(
 /// Magic at the start of the header block.
 const MAGIC: &[u8; 8] = b"SPEXRCP4";
 /// The size of every block (the header is block 0).
-pub const BLOCK_BYTES: usize = 4096;
+const BLOCK_BYTES: usize = 4096;
 /// Where the header's checksum sits, and its length.
 const HEADER_CHECKSUM_AT: usize = 120;
 const HEADER_CHECKSUM_BYTES: usize = 32;
@@ -282,9 +282,8 @@ fn encode_block(records: &[Record]) -> Vec<u8> {
 }
 
 /// SHA-256 of every byte of a block but its checksum field (`len` bytes at `at`): a block is
-/// intact only if each of its 4096 bytes is as written, so no two damaged versions of a block
-/// read differently (every one is refused) — the crash sweep relies on it to judge one damaged
-/// version per block (`SimFs::set_checked_blocks`).
+/// intact only if each of its 4096 bytes is as written (unused bytes included), so every
+/// damaged version of a block is refused alike.
 fn block_digest(bytes: &[u8], at: usize, len: usize) -> [u8; 32] {
     let mut hasher = Sha256::new();
     hasher.update(&bytes[..at]);

@@ -15,10 +15,8 @@
 //! and the name changes of directories a rename links, change disjoint parts of an image, so
 //! each group's subsets are enumerated on their own (up to 16 pieces), deduplicated, and the
 //! images are the product of the groups' outcomes (up to [`EXHAUSTIVE_IMAGES_MAX`]). A file no
-//! image can name contributes nothing; a file declared block-checked (`set_checked_blocks`) is
-//! reduced per block to its old bytes, its new bytes and one damaged version, and the crash is
-//! counted as *reduced*. Beyond those bounds the images are structured families plus seeded
-//! samples:
+//! image can name contributes nothing. Beyond those bounds the images are structured families
+//! plus seeded samples:
 //!
 //! - prefix: the first `i` pending changes, for every `i`;
 //! - single omission: everything except one piece, for every piece;
@@ -172,11 +170,8 @@ pub struct CrashImages {
     pub images: Vec<Image>,
     /// Images generated before deduplication.
     pub generated: usize,
-    /// Whether every subset of the pending pieces was produced (or, when `reduced`, stood for
-    /// by an image of its class).
+    /// Whether every subset of the pending pieces was produced.
     pub exhaustive: bool,
-    /// Whether some block-checked file's subsets were reduced to one image per class.
-    pub reduced: bool,
     /// Pending pieces at the crash point.
     pub pending_pieces: usize,
 }
@@ -304,8 +299,6 @@ struct Builder<'a> {
     seen: HashSet<[u8; 32]>,
     images: Vec<Image>,
     generated: usize,
-    /// Whether a block-checked file's subsets were reduced to their classes.
-    reduced: bool,
 }
 
 pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
@@ -319,7 +312,6 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 images: builder.images,
                 generated: 1,
                 exhaustive: true,
-                reduced: false,
                 pending_pieces: 0,
             }
         }
@@ -330,7 +322,6 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 images: vec![image],
                 generated: 1,
                 exhaustive: true,
-                reduced: false,
                 pending_pieces: 0,
             }
         }
@@ -352,7 +343,6 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 images: builder.images,
                 generated: builder.generated,
                 exhaustive,
-                reduced: builder.reduced,
                 pending_pieces: count,
             }
         }
@@ -368,7 +358,6 @@ impl<'a> Builder<'a> {
             seen: HashSet::new(),
             images: Vec::new(),
             generated: 0,
-            reduced: false,
         }
     }
 
@@ -468,20 +457,13 @@ impl<'a> Builder<'a> {
         let groups = groups(self.state, &self.pieces.list);
         let mut outcomes: Vec<Vec<Outcome>> = Vec::with_capacity(groups.len());
         for group in &groups {
-            let subsets = match self.checked_block(group) {
-                Some(block) => {
-                    let subsets = self.block_classes(group, block);
-                    self.reduced |= subsets.len() < 1 << group.len();
-                    subsets
-                }
-                None if group.len() > self.state.group_pieces_max => return false,
-                None => (0u32..(1u32 << group.len()))
-                    .map(|mask| {
-                        let bits = group.iter().enumerate();
-                        bits.filter(|(bit, _)| mask & (1 << bit) != 0).map(|(_, &p)| p).collect()
-                    })
-                    .collect(),
-            };
+            if group.len() > self.state.group_pieces_max {
+                return false;
+            }
+            let subsets = (0u32..(1u32 << group.len())).map(|mask| {
+                let bits = group.iter().enumerate();
+                bits.filter(|(bit, _)| mask & (1 << bit) != 0).map(|(_, &p)| p).collect::<Vec<_>>()
+            });
             let mut seen: HashSet<Outcome> = HashSet::new();
             let mut distinct = Vec::new();
             for subset in subsets {
@@ -536,110 +518,6 @@ impl<'a> Builder<'a> {
         choices
     }
 
-    /// The block size when `group` is the pieces of one file whose name was declared
-    /// block-checked (see `SimFs::set_checked_blocks`).
-    fn checked_block(&self, group: &[usize]) -> Option<u64> {
-        let &first = group.first()?;
-        let (PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. }) =
-            &self.pieces.list[first].kind
-        else {
-            return None;
-        };
-        let names = names_of(self.state, *ino);
-        self.state
-            .checked_blocks
-            .iter()
-            .find(|(name, _)| names.contains(name.as_str()))
-            .map(|(_, block)| *block)
-    }
-
-    /// The subsets of a block-checked file's pieces that stand for all of them: every subset
-    /// of its length changes, times, per block, none of the block's chunks, all of them, and
-    /// one subset that leaves the block different from both (a damaged block) if one exists.
-    /// A reader that checks every block against its checksum cannot tell two damaged versions
-    /// of a block apart.
-    fn block_classes(&self, group: &[usize], block: u64) -> Vec<Vec<usize>> {
-        let list = &self.pieces.list;
-        let sizes: Vec<usize> = group
-            .iter()
-            .copied()
-            .filter(|&p| matches!(list[p].kind, PieceKind::Size { .. }))
-            .collect();
-        let mut blocks: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-        for &piece in group {
-            if let PieceKind::Chunk { start, .. } = list[piece].kind {
-                blocks.entry(start / block).or_default().push(piece);
-            }
-        }
-        let everything: Vec<usize> = group.to_vec();
-        let bytes_of = |subset: &[usize], index: u64| -> Vec<u8> {
-            let changed = Changed::gather(self.state, self.pieces, &self.apply(subset));
-            let (lo, hi) = (to_usize(index * block), to_usize((index + 1) * block));
-            let file = match changed.files(self.state).next() {
-                Some((_, bytes)) => bytes,
-                None => group_ino(list, group)
-                    .map(|ino| durable_content(self.state, ino).0)
-                    .unwrap_or_default(),
-            };
-            file.get(lo..hi.min(file.len())).unwrap_or_default().to_vec()
-        };
-        // Per block: the pieces to apply in each class.
-        let mut options: Vec<Vec<Vec<usize>>> = Vec::new();
-        for (&index, chunks) in &blocks {
-            let without =
-                |drop: &[usize]| everything.iter().copied().filter(|p| !drop.contains(p)).collect();
-            let none: Vec<usize> = without(chunks);
-            let (old, new) = (bytes_of(&none, index), bytes_of(&everything, index));
-            let mut classes = vec![Vec::new(), chunks.clone()];
-            // A block past the durable end held no written version before: without its
-            // chunks it is already a damaged one, and stands for all of them.
-            let durable_len =
-                group_ino(list, group).map_or(0, |ino| durable_content(self.state, ino).1);
-            if index * block >= durable_len {
-                options.push(classes);
-                continue;
-            }
-            let candidates = chunks
-                .iter()
-                .map(|&chunk| chunks.iter().copied().filter(|&c| c != chunk).collect::<Vec<_>>())
-                .chain(chunks.iter().map(|&chunk| vec![chunk]));
-            for candidate in candidates {
-                let applied: Vec<usize> = none.iter().chain(&candidate).copied().collect();
-                let bytes = bytes_of(&applied, index);
-                if bytes != old && bytes != new {
-                    classes.push(candidate);
-                    break;
-                }
-            }
-            options.push(classes);
-        }
-        let mut subsets = Vec::new();
-        for mask in 0u32..(1u32 << sizes.len()) {
-            let base: Vec<usize> = sizes
-                .iter()
-                .enumerate()
-                .filter(|(bit, _)| mask & (1 << bit) != 0)
-                .map(|(_, &p)| p)
-                .collect();
-            let mut partial = vec![base];
-            for classes in &options {
-                partial = partial
-                    .iter()
-                    .flat_map(|prefix| {
-                        classes.iter().map(move |class| {
-                            prefix.iter().chain(class).copied().collect::<Vec<usize>>()
-                        })
-                    })
-                    .collect();
-            }
-            subsets.extend(partial);
-        }
-        for subset in &mut subsets {
-            subset.sort_unstable();
-        }
-        subsets
-    }
-
     /// The image whose directories hold `entries` (the durable ones elsewhere) and whose files
     /// hold `files` (bytes and their hash; the durable bytes elsewhere).
     fn assemble(
@@ -684,36 +562,6 @@ impl<'a> Builder<'a> {
         }
         finish(nodes)
     }
-}
-
-/// The file whose pieces `group` holds.
-fn group_ino(list: &[Piece], group: &[usize]) -> Option<Ino> {
-    group.iter().find_map(|&p| match list[p].kind {
-        PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. } => Some(ino),
-        PieceKind::Names { .. } => None,
-    })
-}
-
-/// Every name `ino` has in any directory, durably, now, or in a pending change.
-fn names_of(state: &State, ino: Ino) -> BTreeSet<&str> {
-    let mut names = BTreeSet::new();
-    for inode in state.inodes.values() {
-        if let Node::Dir(dir) = &inode.node {
-            for (name, &target) in dir.durable.iter().chain(&dir.volatile) {
-                if target == ino {
-                    names.insert(name.as_str());
-                }
-            }
-        }
-    }
-    for pending in &state.pending {
-        if let Pending::Names { changes } = pending {
-            for change in changes.iter().filter(|change| change.target == Some(ino)) {
-                names.insert(change.name.as_str());
-            }
-        }
-    }
-    names
 }
 
 /// What one group of pieces leaves in an image: its directories' entries and its files' bytes.

@@ -220,9 +220,6 @@ pub(crate) struct State {
     ephemeral: Vec<Vec<String>>,
     /// What the medium shows where a file grew without its data (see [`Media`]).
     media: Media,
-    /// File names read only through per-block checksums, and the block size (see
-    /// [`SimFs::set_checked_blocks`]).
-    checked_blocks: Vec<(String, u64)>,
     /// The most pieces of one group whose every subset a power loss enumerates.
     group_pieces_max: usize,
 }
@@ -265,7 +262,6 @@ impl SimFs {
             boot: 0,
             ephemeral: Vec::new(),
             media: Media::ZeroTails,
-            checked_blocks: Vec::new(),
             group_pieces_max: GROUP_PIECES_MAX_DEFAULT,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
@@ -350,27 +346,6 @@ impl SimFs {
     /// Advances the logical clock by `ms` milliseconds.
     pub fn advance_clock(&self, ms: u64) {
         self.lock().clock_ms += ms;
-    }
-
-    /// Declares that files named `name` are only ever read through per-block checksums of
-    /// `block_bytes` blocks (as the engine reads its receipt index): within one block, every
-    /// partial survival of a write reads as "damaged", so a power loss yields, per block, the
-    /// old bytes, the new bytes, and one representative of the damaged ones (the image count
-    /// reports such a crash as *reduced*, not exhaustive). The claim is the caller's, and a
-    /// test must check it (the sweep's does: every subset against the reduction).
-    pub fn set_checked_blocks(&self, name: &str, block_bytes: u64) {
-        let mut state = self.lock();
-        state.checked_blocks.retain(|(known, _)| known != name);
-        state.checked_blocks.push((name.to_owned(), block_bytes));
-    }
-
-    /// Forgets every [`SimFs::set_checked_blocks`] declaration, and enumerates every subset of
-    /// groups of up to `group_pieces_max` pieces: the slow, unreduced enumeration a test
-    /// compares a reduction against.
-    pub fn enumerate_unreduced(&self, group_pieces_max: usize) {
-        let mut state = self.lock();
-        state.checked_blocks.clear();
-        state.group_pieces_max = group_pieces_max;
     }
 
     /// Declares the directories at `paths` ephemeral: no change to them or to a file named in

@@ -106,9 +106,6 @@ pub struct Reach {
 pub struct Enumeration {
     /// Crashes whose every pending subset was an image.
     pub exhaustive: u64,
-    /// Crashes whose every pending subset was judged or stood for by a judged image of its
-    /// class (a block-checked file's damaged blocks: see `SimFs::set_checked_blocks`).
-    pub reduced: u64,
     /// Crashes with too many pending pieces: structured families and seeded samples.
     pub sampled: u64,
     /// The most pending pieces seen at one crash.
@@ -118,9 +115,7 @@ pub struct Enumeration {
 impl Report {
     pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
         let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
-        if crash.exhaustive && crash.reduced {
-            entry.reduced += 1;
-        } else if crash.exhaustive {
+        if crash.exhaustive {
             entry.exhaustive += 1;
         } else {
             entry.sampled += 1;
@@ -156,7 +151,6 @@ impl Report {
         for (scenario, counts) in part.enumeration {
             let into = self.enumeration.entry(scenario).or_default();
             into.exhaustive += counts.exhaustive;
-            into.reduced += counts.reduced;
             into.sampled += counts.sampled;
             into.pieces_max = into.pieces_max.max(counts.pieces_max);
         }

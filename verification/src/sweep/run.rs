@@ -45,12 +45,6 @@ pub fn open(fs: SimFs, scenario: &Scenario, seed: u64) -> Result<Store<SimFs>, E
     // of the power-loss images, which keeps the images to what the oracle can judge.
     let root = std::path::Path::new(ROOT);
     fs.set_ephemeral(&[&root.join(".session-locks"), &root.join(".delivery-locks")]);
-    // The receipt index (and its staging file, never read) is read only through a checksum of
-    // each whole 4 KiB block: a power loss's images keep one damaged version per block (the
-    // sweep's `block_classes_judge_as_every_subset` test checks the claim).
-    let block = spex_engine::RECEIPT_INDEX_BLOCK_BYTES as u64;
-    fs.set_checked_blocks("receipts.index", block);
-    fs.set_checked_blocks("receipts.index.tmp", block);
     Store::open(
         fs,
         ROOT,
