@@ -35,7 +35,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 
-use super::{DataChange, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk_bytes, to_usize};
+use super::{
+    DataChange, FileNode, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk_bytes, to_usize,
+};
 use crate::plan::mix;
 
 /// Up to this many pending pieces, a power loss yields every subset (2^12 = 4096 images before
@@ -455,31 +457,32 @@ impl<'a> Builder<'a> {
     /// yields the same set of images without materializing `2^n` of them.
     fn every_subset(&mut self) -> bool {
         let groups = groups(self.state, &self.pieces.list);
+        if groups.iter().any(|group| group.len() > self.state.group_pieces_max) {
+            return false;
+        }
         let mut outcomes: Vec<Vec<Outcome>> = Vec::with_capacity(groups.len());
         for group in &groups {
-            if group.len() > self.state.group_pieces_max {
-                return false;
-            }
-            let subsets = (0u32..(1u32 << group.len())).map(|mask| {
-                let bits = group.iter().enumerate();
-                bits.filter(|(bit, _)| mask & (1 << bit) != 0).map(|(_, &p)| p).collect::<Vec<_>>()
-            });
-            let mut seen: HashSet<Outcome> = HashSet::new();
+            // Outcomes told apart by their entries and their files' hashes.
+            let mut seen: HashSet<(DirEntries, FileHashes)> = HashSet::new();
             let mut distinct = Vec::new();
-            for subset in subsets {
-                let changed = Changed::gather(self.state, self.pieces, &self.apply(&subset));
-                let outcome = Outcome {
-                    entries: changed.entries.clone(),
-                    files: changed
-                        .files(self.state)
-                        .map(|(ino, bytes)| {
-                            let hash: [u8; 32] = Sha256::digest(&bytes).into();
-                            (ino, (Arc::new(bytes), hash))
-                        })
-                        .collect(),
-                };
-                if seen.insert(outcome.clone()) {
-                    distinct.push(outcome);
+            for mask in 0u32..(1u32 << group.len()) {
+                let mut choices = vec![Choice::Skip; self.pieces.len()];
+                for (bit, &piece) in group.iter().enumerate() {
+                    if mask & (1 << bit) != 0 {
+                        choices[piece] = Choice::Apply;
+                    }
+                }
+                let changed = Changed::gather(self.state, self.pieces, &choices);
+                let files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> = changed
+                    .files(self.state)
+                    .map(|(ino, bytes)| {
+                        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                        (ino, (Arc::new(bytes), hash))
+                    })
+                    .collect();
+                let hashes = files.iter().map(|(ino, (_, hash))| (*ino, *hash)).collect();
+                if seen.insert((changed.entries.clone(), hashes)) {
+                    distinct.push(Outcome { entries: changed.entries, files });
                 }
             }
             outcomes.push(distinct);
@@ -509,15 +512,6 @@ impl<'a> Builder<'a> {
         true
     }
 
-    /// Choices applying exactly the pieces `subset`.
-    fn apply(&self, subset: &[usize]) -> Vec<Choice> {
-        let mut choices = vec![Choice::Skip; self.pieces.len()];
-        for &piece in subset {
-            choices[piece] = Choice::Apply;
-        }
-        choices
-    }
-
     /// The image whose directories hold `entries` (the durable ones elsewhere) and whose files
     /// hold `files` (bytes and their hash; the durable bytes elsewhere).
     fn assemble(
@@ -526,48 +520,68 @@ impl<'a> Builder<'a> {
         files: &BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
     ) -> Image {
         let state = self.state;
-        let mut nodes = BTreeMap::new();
-        let mut stack = vec![(ROOT_INO, String::new())];
-        // Depth-first over the surviving entries; the map sorts the paths afterwards.
-        while let Some((dir, prefix)) = stack.pop() {
-            let dir_entries = entries.get(&dir).unwrap_or(&state.dir(dir).durable);
-            for (name, &ino) in dir_entries {
-                let path = format!("{prefix}/{name}");
-                match &state.inodes[&ino].node {
-                    Node::Dir(_) => {
-                        nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
-                        stack.push((ino, path));
-                    }
-                    Node::File(file) => {
-                        let (bytes, hash) = match files.get(&ino) {
-                            Some((bytes, hash)) => (Arc::clone(bytes), *hash),
-                            None => {
-                                let hash = *self.durable_hashes.entry(ino).or_insert_with(|| {
-                                    Sha256::digest(file.durable.as_slice()).into()
-                                });
-                                (Arc::clone(&file.durable), hash)
-                            }
-                        };
-                        nodes.insert(path, (ImageNode::File(bytes), hash));
-                    }
-                    Node::Symlink(target) => {
-                        let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
-                        nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
-                    }
-                    Node::Special => {
-                        nodes.insert(path, (ImageNode::Special, [0; 32]));
-                    }
+        let durable_hashes = &mut self.durable_hashes;
+        walk(
+            state,
+            |dir| entries.get(&dir).unwrap_or(&state.dir(dir).durable),
+            |ino, file| match files.get(&ino) {
+                Some((bytes, hash)) => (Arc::clone(bytes), *hash),
+                None => {
+                    let hash = *durable_hashes
+                        .entry(ino)
+                        .or_insert_with(|| Sha256::digest(file.durable.as_slice()).into());
+                    (Arc::clone(&file.durable), hash)
                 }
-            }
-        }
-        finish(nodes)
+            },
+        )
     }
 }
 
-/// What one group of pieces leaves in an image: its directories' entries and its files' bytes.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// The image reached from the root through `entries_of` each directory, each file holding what
+/// `content` gives (its bytes and their hash).
+fn walk<'a>(
+    state: &'a State,
+    entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
+    mut content: impl FnMut(Ino, &'a FileNode) -> (Arc<Vec<u8>>, [u8; 32]),
+) -> Image {
+    let mut nodes = BTreeMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    // Depth-first over the entries; the map sorts the paths afterwards.
+    while let Some((dir, prefix)) = stack.pop() {
+        for (name, &ino) in entries_of(dir) {
+            let path = format!("{prefix}/{name}");
+            match &state.inodes[&ino].node {
+                Node::Dir(_) => {
+                    nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
+                    stack.push((ino, path));
+                }
+                Node::File(file) => {
+                    let (bytes, hash) = content(ino, file);
+                    nodes.insert(path, (ImageNode::File(bytes), hash));
+                }
+                Node::Symlink(target) => {
+                    let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
+                    nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
+                }
+                Node::Special => {
+                    nodes.insert(path, (ImageNode::Special, [0; 32]));
+                }
+            }
+        }
+    }
+    finish(nodes)
+}
+
+/// Directories' entries, by directory.
+type DirEntries = BTreeMap<Ino, BTreeMap<String, Ino>>;
+
+/// Files' content hashes, by file.
+type FileHashes = Vec<(Ino, [u8; 32])>;
+
+/// What one group of pieces leaves in an image: its directories' entries and its files' bytes
+/// (with their hash).
 struct Outcome {
-    entries: BTreeMap<Ino, BTreeMap<String, Ino>>,
+    entries: DirEntries,
     files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
 }
 
@@ -814,29 +828,9 @@ fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
 
 /// The image of everything the kernel accepted: the volatile view.
 fn volatile_image(state: &State) -> Image {
-    let mut nodes = BTreeMap::new();
-    let mut stack = vec![(ROOT_INO, String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        for (name, &ino) in &state.dir(dir).volatile {
-            let path = format!("{prefix}/{name}");
-            match &state.inodes[&ino].node {
-                Node::Dir(_) => {
-                    nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
-                    stack.push((ino, path));
-                }
-                Node::File(file) => {
-                    let hash: [u8; 32] = Sha256::digest(&file.volatile).into();
-                    nodes.insert(path, (ImageNode::File(Arc::new(file.volatile.clone())), hash));
-                }
-                Node::Symlink(target) => {
-                    let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
-                    nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
-                }
-                Node::Special => {
-                    nodes.insert(path, (ImageNode::Special, [0; 32]));
-                }
-            }
-        }
-    }
-    finish(nodes)
+    walk(
+        state,
+        |dir| &state.dir(dir).volatile,
+        |_, file| (Arc::new(file.volatile.clone()), Sha256::digest(&file.volatile).into()),
+    )
 }

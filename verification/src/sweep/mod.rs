@@ -177,14 +177,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
         }
         part
     };
-    let parts = parallel::run(&points, options, started, judge, &mut |done, part| {
-        progress(Progress {
-            done,
-            total: points.len() as u64,
-            images: part.images,
-            violations: part.violations.len() as u64,
-        });
-    });
+    let parts = parallel::run(&points, options, started, judge, progress);
     for (point, part) in points.iter().zip(parts) {
         let Some(part) = part else {
             report.truncated = true;

@@ -10,18 +10,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use super::{Options, Report};
+use super::{Options, Progress, Report};
 
 /// Judges every point with `judge` on `options.jobs` threads; the part of point `i` is at `i`,
 /// `None` where the budget ran out (or, with `stop_at_first`, past the first point that found
-/// a violation) before the point was started. `progress` hears of each part as it arrives,
-/// with the number of parts so far.
+/// a violation) before the point was started. `progress` hears, as each part arrives, how many
+/// parts, images and violations have come back so far.
 pub(super) fn run<P: Sync>(
     points: &[P],
     options: &Options,
     started: Instant,
     judge: impl Fn(&P) -> Report + Sync,
-    progress: &mut dyn FnMut(u64, &Report),
+    progress: &mut dyn FnMut(Progress),
 ) -> Vec<Option<Report>> {
     let mut parts: Vec<Option<Report>> = (0..points.len()).map(|_| None).collect();
     let next = AtomicUsize::new(0);
@@ -56,13 +56,12 @@ pub(super) fn run<P: Sync>(
             });
         }
         drop(sender);
-        let mut done = 0;
-        let mut totals = Report::default();
+        let mut so_far = Progress { done: 0, total: points.len() as u64, images: 0, violations: 0 };
         for (index, part) in receiver {
-            done += 1;
-            totals.images += part.images;
-            totals.violations.extend(part.violations.iter().cloned());
-            progress(done, &totals);
+            so_far.done += 1;
+            so_far.images += part.images;
+            so_far.violations += part.violations.len() as u64;
+            progress(so_far);
             parts[index] = Some(part);
         }
     });
