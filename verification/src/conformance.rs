@@ -1,6 +1,6 @@
 //! Conformance: a sequence of steps run against the engine and the model side by side, with the
 //! engine's public state compared to the model's after every step. Property tests feed it
-//! random sequences (see `tests/conformance.rs`); a failing sequence shrinks to a minimal one.
+//! random sequences (see `tests/it/conformance.rs`); a failing sequence shrinks to a minimal one.
 
 use faultfs::Fs;
 use spex_engine::Store;

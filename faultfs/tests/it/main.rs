@@ -1,0 +1,6 @@
+//! The integration tests of this crate, one module per subject, linked into one test binary.
+
+mod kill_fs;
+mod real_fs;
+mod sim_litmus;
+mod sim_restart;

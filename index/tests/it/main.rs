@@ -1,0 +1,4 @@
+//! The integration tests of this crate, one module per subject, linked into one test binary.
+
+mod index_refresh;
+mod index_transcripts;
