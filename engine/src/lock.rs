@@ -19,9 +19,13 @@
 //! write. A holder that exits while it is checked is dead.
 //!
 //! Takeover is race-free: a taker first takes an `flock` on `<lock>.takeover`, then re-reads the
-//! lock file and removes it only if it is still the exact stale file it judged (same contents,
-//! same modification time). Two takers can never both remove a lock and both win: the second
-//! one, holding the flock after the first, finds the first taker's fresh lock and waits.
+//! lock file and, only if it is still the exact stale file it judged (same contents, same
+//! modification time), renames its own pid file over it: the lock passes from the dead holder to
+//! the taker in one step. Two takers can never both win: the second one, holding the flock after
+//! the first, finds the first taker's fresh lock and waits. And no process can take the lock
+//! between the dead holder and the taker (as it could if the stale lock were removed and then
+//! created again): that process would act on what the dead holder left visible without knowing
+//! it must be made durable first (the model of `verification::lock_protocol` found this).
 //!
 //! A lock file naming this very process that no thread of this process holds was leaked by a
 //! failed release (the removal itself failed): it is stale too. A process-wide registry of the
@@ -31,7 +35,7 @@
 //! Lock files need no durability: after a crash their holder is dead, which is exactly the
 //! stale case above. Waits are bounded; the error names the holder.
 //!
-//! A taker that removed a stale lock says so ([`LockGuard::took_over`]): its holder died inside
+//! A taker that replaced a stale lock says so ([`LockGuard::took_over`]): its holder died inside
 //! a transition, so what it wrote may be visible without being durable, and the new holder must
 //! make it durable before it acts on it (see `Store::transition`).
 
@@ -92,8 +96,19 @@ pub(crate) struct LockGuard<'a, F: Fs> {
     took_over: bool,
 }
 
-impl<F: Fs> LockGuard<'_, F> {
-    /// Whether taking this lock removed a stale one: its holder died holding it, so whatever it
+impl<'a, F: Fs> LockGuard<'a, F> {
+    /// The guard of a lock this process got by replacing a stale one (and registered).
+    fn taken_over(fs: &'a F, path: &Path, steps: &LockBoundaries) -> LockGuard<'a, F> {
+        LockGuard {
+            fs,
+            path: path.to_path_buf(),
+            remove: steps.remove,
+            held: true,
+            took_over: true,
+        }
+    }
+
+    /// Whether taking this lock replaced a stale one: its holder died holding it, so whatever it
     /// wrote may be visible without being durable (a kill is not a sync).
     pub(crate) fn took_over(&self) -> bool {
         self.took_over
@@ -152,7 +167,6 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut delay_ms = 1;
     let mut empty_since: Option<(Seen, u64)> = None;
     let mut last_holder = None;
-    let mut took_over = false;
     let mut vanished = 0u32;
     let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
     loop {
@@ -166,7 +180,7 @@ pub(crate) fn acquire<'a, F: Fs>(
                         path: path.to_path_buf(),
                         remove: steps.remove,
                         held: true,
-                        took_over,
+                        took_over: false,
                     });
                 }
                 Ok(false) => {}
@@ -188,7 +202,9 @@ pub(crate) fn acquire<'a, F: Fs>(
         match inspected {
             Holder::Gone => {}
             Holder::Stale(seen) => {
-                took_over |= take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
+                if take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)? {
+                    return Ok(LockGuard::taken_over(fs, path, steps));
+                }
                 continue;
             }
             Holder::Alive(pid) => {
@@ -201,7 +217,9 @@ pub(crate) fn acquire<'a, F: Fs>(
                     Some((first, since))
                         if *first == seen && now.saturating_sub(*since) >= EMPTY_GRACE_MS =>
                     {
-                        took_over |= take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)?;
+                        if take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)? {
+                            return Ok(LockGuard::taken_over(fs, path, steps));
+                        }
                         empty_since = None;
                         continue;
                     }
@@ -228,18 +246,13 @@ fn create_holding_pid<F: Fs>(
     pid: u32,
     steps: &LockBoundaries,
 ) -> Result<bool> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{pid}.tmp"));
-    let tmp = PathBuf::from(tmp);
-    let file = fs.open(&tmp, OpenOptions::create_truncate(), steps.create)?;
-    let written = file.append(pid.to_string().as_bytes(), steps.write);
-    drop(file);
-    let linked =
-        written.map_err(Error::from).and_then(|()| match fs.hard_link(&tmp, path, steps.link) {
-            Ok(()) => Ok(true),
-            Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => Ok(false),
-            Err(error) => Err(error.into()),
-        });
+    let tmp = private_path(path, pid);
+    let written = write_private(fs, &tmp, pid, steps);
+    let linked = written.and_then(|()| match fs.hard_link(&tmp, path, steps.link) {
+        Ok(()) => Ok(true),
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => Ok(false),
+        Err(error) => Err(error.into()),
+    });
     // The private name is not needed either way (one a crash left behind is harmless, and
     // reused by this pid's next lock). A failure to remove it fails the acquisition, as every
     // failed op does: the lock just linked is let go again (if that fails too, it names this
@@ -251,6 +264,20 @@ fn create_holding_pid<F: Fs>(
         return Err(error.into());
     }
     linked
+}
+
+/// The private file this process's pid is written to before it becomes the lock.
+fn private_path(path: &Path, pid: u32) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{pid}.tmp"));
+    PathBuf::from(tmp)
+}
+
+/// Writes `pid` to the private file `tmp`.
+fn write_private<F: Fs>(fs: &F, tmp: &Path, pid: u32, steps: &LockBoundaries) -> Result<()> {
+    let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
+    file.append(pid.to_string().as_bytes(), steps.write)?;
+    Ok(())
 }
 
 /// Reads the lock file and judges its holder.
@@ -301,8 +328,9 @@ fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Seen>> {
     Ok(Some(Seen { contents, modified_ms }))
 }
 
-/// Removes the stale lock `seen`, under the takeover flock, if it is still exactly that file.
-/// Returns whether it did.
+/// Replaces the stale lock `seen` with this process's, under the takeover flock, if it is still
+/// exactly that file: one rename, so the lock is never absent between the dead holder and the
+/// taker. Returns whether this process now holds the lock (registered as held).
 fn take_over<F: Fs>(
     fs: &F,
     clock: &dyn Clock,
@@ -323,17 +351,29 @@ fn take_over<F: Fs>(
         }
         clock.sleep_ms(1);
     }
+    let replaced = replace_stale(fs, path, seen, steps);
+    guard.unlock()?;
+    replaced
+}
+
+/// The takeover itself, under the flock: re-read, then rename the private file over the lock.
+/// The process-wide registry is held throughout, as in [`create_holding_pid`].
+fn replace_stale<F: Fs>(fs: &F, path: &Path, seen: &Seen, steps: &LockBoundaries) -> Result<bool> {
+    let mut holding = holding();
     let still_stale = crate::mutant::active(crate::mutant::Mutant::TakeoverWithoutRecheck)
         || read_seen(fs, path)?.as_ref() == Some(seen);
-    let removed = if still_stale {
-        match fs.remove_file(path, steps.takeover) {
-            Ok(()) => Ok(true),
-            Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(false),
-            Err(error) => Err(error.into()),
-        }
-    } else {
-        Ok(false)
-    };
-    guard.unlock()?;
-    removed
+    if !still_stale {
+        return Ok(false);
+    }
+    let pid = fs.process_id();
+    let tmp = private_path(path, pid);
+    let renamed = write_private(fs, &tmp, pid, steps)
+        .and_then(|()| fs.rename(&tmp, path, steps.takeover).map_err(Error::from));
+    if let Err(error) = renamed {
+        // The private file may be left behind: harmless, and reused by this pid's next lock.
+        let _ = fs.remove_file(&tmp, steps.unlink_tmp);
+        return Err(error);
+    }
+    holding.insert((fs.machine_id(), pid, path.to_path_buf()));
+    Ok(true)
 }

@@ -84,9 +84,9 @@ pub enum Mutant {
     /// A send reads the queue before taking the record lock (a lost update under concurrency;
     /// caught by the loom model, not by the single-threaded crash sweeps).
     QueueReadOutsideLock,
-    /// A taker removes a lock it judged stale without reading it again under the takeover
-    /// flock (so it can remove the fresh lock another taker just made: two holders at once;
-    /// caught by the loom model).
+    /// A taker replaces a lock it judged stale without reading it again under the takeover
+    /// flock (so it can replace the fresh lock another taker just made: two holders at once;
+    /// caught by the loom model, and modelled in `verification::lock_protocol`).
     TakeoverWithoutRecheck,
     /// The leader of a batch of sends answers its members without waking them (a lost wakeup:
     /// a member waiting for its answer sleeps forever).

@@ -7,6 +7,7 @@
 
 pub mod conformance;
 pub mod demo;
+pub mod lock_protocol;
 pub mod realproc;
 pub mod seed;
 pub mod sweep;

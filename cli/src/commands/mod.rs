@@ -20,6 +20,7 @@ pub(crate) mod search;
 pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod verify;
+pub(crate) mod verify_locks;
 pub(crate) mod verify_report;
 pub(crate) mod watch;
 pub(crate) mod where_;

@@ -5,6 +5,7 @@
 //!   violation is found, so a pipeline can gate on it; `--shard I/N` splits the crash points.
 //! - `replay TOKEN`: re-run the one image a violation names, bit for bit.
 //! - `mutants`: run the sweep against each deliberately broken engine; every one must be caught.
+//! - `locks`: model check the lock protocol across processes (`verify_locks.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -57,6 +58,13 @@ enum Command {
   for i in 0 1 2 3; do spex verify sweep --shard $i/4 --json > sweep-$i.json; done
   spex verify merge sweep-*.json")]
     Merge(MergeArgs),
+    /// Model check the lock protocol across processes: every reachable state of up to 3
+    /// processes at once, kills, pid reuse and a power loss; mutual exclusion and no
+    /// acknowledged send lost.
+    #[command(after_help = "Examples:
+  spex verify locks                                  the engine's protocol, 5 processes in all
+  spex verify locks --variant remove-then-create     a broken takeover, and the run that breaks it")]
+    Locks(super::verify_locks::LocksArgs),
     /// Kill the real binary at every boundary of each scenario (and at random moments with
     /// SIGKILL), then recover the real directory and check every oracle rule.
     #[command(after_help = "Examples:
@@ -229,6 +237,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Command::Shrink(args) => run_shrink(args),
         Command::Mutants(args) => run_mutants(args, json),
         Command::Merge(args) => run_merge(args, json),
+        Command::Locks(args) => super::verify_locks::run(args, json),
         Command::RealSweep(args) => run_real_sweep(args),
         Command::RunScenario(args) => {
             let scenario = realproc::scenario_named(&args.scenario).map_err(anyhow::Error::msg)?;

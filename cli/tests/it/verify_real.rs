@@ -108,3 +108,27 @@ fn four_shard_processes_merge_to_one_run() {
     assert_eq!(mixed.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&mixed.stderr).contains("swept something else"));
 }
+
+#[test]
+fn the_lock_protocol_is_model_checked_and_a_broken_takeover_is_shown_failing() {
+    let output = spex(&["verify", "locks", "--starts", "3", "--json"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let document: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(document["kind"], "locks");
+    assert!(document["states"].as_u64().unwrap_or(0) > 10_000, "{stdout}");
+    let safety = document["safety"].as_array().expect("the safety properties");
+    assert_eq!(safety.len(), 3);
+    assert!(safety.iter().all(|property| property["holds"] == true), "{stdout}");
+
+    let output =
+        spex(&["verify", "locks", "--starts", "3", "--variant", "takeover-without-recheck"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(5), "{stdout}");
+    assert!(stdout.contains("FAILS     mutual exclusion: a run that breaks it"), "{stdout}");
+    assert!(stdout.contains("does not re-read the lock"), "{stdout}");
+
+    let output = spex(&["verify", "locks", "--variant", "no-such"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("takeover-without-recheck"));
+}

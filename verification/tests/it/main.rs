@@ -5,3 +5,4 @@ mod demo_sweep;
 mod engine_sweep;
 mod generated_sweep;
 mod kill_then_power_loss;
+mod lock_protocol;
