@@ -57,6 +57,13 @@ pub enum Mutant {
     /// it durable first (a keyed replay, a roll-forward, an append, a drain resting on unsynced
     /// bytes).
     NoVouchAfterTakeover,
+    /// A drain that takes the record lock over from a dead holder acts on what it left without
+    /// making it durable first (the other transitions vouch): reachable only when a drain is the
+    /// first command after a crash.
+    DrainTakeoverWithoutVouch,
+    /// Vouching syncs the oldest numbered segment instead of the newest (after a rollover, the
+    /// dead holder's last lines stay unsynced).
+    VouchSyncsOldestSegment,
     /// Vouching syncs the newest segment but none of the directories (a renamed record or
     /// queue, a new segment's name stay pending).
     VouchSkipsDirectories,
@@ -99,7 +106,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 31] = [
+    pub const ALL: [Mutant; 33] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -122,6 +129,8 @@ impl Mutant {
         Mutant::RestoreWithoutDirSync,
         Mutant::CloseRecoveryFromUnsynced,
         Mutant::NoVouchAfterTakeover,
+        Mutant::DrainTakeoverWithoutVouch,
+        Mutant::VouchSyncsOldestSegment,
         Mutant::VouchSkipsDirectories,
         Mutant::RepairKeepsDamagedLines,
         Mutant::CloseLedgerUnsynced,

@@ -201,7 +201,12 @@ impl<F: Fs> Store<F> {
     ) -> Result<T> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
-        let vouched = if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) {
+        // The drain's own broken variant: only its transitions skip the vouch, so only a drain
+        // that is the next process's first command can show it.
+        let drain_skips = active(Mutant::DrainTakeoverWithoutVouch)
+            && steps.lock.link.name().starts_with("drain.");
+        let vouched = if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !drain_skips
+        {
             timeline::vouch(&self.fs, &self.layout, id, &steps.log)
         } else {
             Ok(())

@@ -161,7 +161,12 @@ pub(crate) fn vouch<F: Fs>(
         return Ok(());
     }
     let segments = list_segments(fs, layout, id)?;
-    if let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) {
+    let newest = if active(Mutant::VouchSyncsOldestSegment) {
+        segments.iter().find(|segment| segment.no.is_some())
+    } else {
+        segments.iter().rev().find(|segment| segment.no.is_some())
+    };
+    if let Some(newest) = newest {
         let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
         file.sync_data(steps.vouch)?;
     }

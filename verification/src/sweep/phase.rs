@@ -8,6 +8,10 @@
 //! sync, the phase after a kill runs on the killed process's pending writes; a power loss after
 //! the phase may still drop them, and whatever the phase acknowledged must survive it.
 //!
+//! After a kill the next process may also run a transition first, as the CLI does, with no
+//! recovery before it ([`first_command`]): that transition takes the dead holder's lock over
+//! itself and must vouch for what it left; the driver judges a power loss right after it.
+//!
 //! This module drives; `check` judges.
 
 use faultfs::{Fs, SimFs};
@@ -95,6 +99,86 @@ pub(crate) fn check_store<F: Fs>(
     (violations, next)
 }
 
+/// What the next process may run first after a kill, as the CLI runs it (no recovery of its
+/// own first: the transition takes the dead holder's lock over itself and must vouch for what it
+/// left): the retry of each keyed send in flight, a drain of the session in flight, and a plain
+/// send to it. Empty when no lock can be left behind (nothing was in flight).
+pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> {
+    let Some(in_flight) = run.in_flight.and_then(|i| scenario.steps.get(i)) else {
+        return Vec::new();
+    };
+    let session = match in_flight {
+        Step::Set { id, .. }
+        | Step::Drain { id }
+        | Step::DrainRefusing { id }
+        | Step::Archive { id }
+        | Step::Close { id } => Some(*id),
+        Step::Send { to, .. } | Step::SendTogether { to, .. } => Some(*to),
+        Step::Create { .. } | Step::Retire { .. } => None,
+    };
+    let mut commands: Vec<Step> = retries(scenario, run).into_iter().cloned().collect();
+    if let Some(id) = session.filter(|id| run.created.contains_key(*id)) {
+        commands.push(Step::Drain { id });
+        commands.push(Step::Send { to: id, text: AFTER_RECOVERY, from: None, key: None });
+    }
+    commands
+}
+
+/// The next process's first command `step` on `fs` after a kill, with no recovery before it:
+/// its violations (an error, an answer no allowed state expects, a call the adapter refused),
+/// and the run with its answer, which a power loss right after it is judged against.
+pub(crate) fn first_command(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &Execution,
+    step: &Step,
+    seed: u64,
+) -> (Vec<String>, Execution) {
+    let mut next = run.continued(scenario);
+    let store = match open(fs, scenario, seed) {
+        Ok(store) => store,
+        Err(error) => {
+            return (vec![format!("the store does not open after the kill: {error}")], next);
+        }
+    };
+    next.continuing = Some(step.clone());
+    let mut delivered = Vec::new();
+    let mut violations = Vec::new();
+    let answer = perform(&store, step, &mut delivered, &mut violations, None);
+    next.delivered.extend(delivered);
+    match answer {
+        Err(error) => violations.push(format!(
+            "{} as the first command after the kill failed: {error}",
+            step.transition()
+        )),
+        Ok(Answer::Drained(Some(stop))) => {
+            violations.push(format!("a drain as the first command after the kill stopped: {stop}"));
+        }
+        Ok(answer) => violations.extend(next.advance_continued(step, &answer)),
+    }
+    next.continuing = None;
+    snapshot_store(&store, &mut next);
+    (violations, next)
+}
+
+/// The retry of every keyed send in flight in `run` (the first send of each key of sends
+/// committed together).
+fn retries<'s>(scenario: &'s Scenario, run: &Execution) -> Vec<&'s Step> {
+    match run.in_flight.and_then(|i| scenario.steps.get(i)) {
+        Some(step @ Step::Send { key: Some(_), .. }) => vec![step],
+        Some(Step::SendTogether { sends, .. }) => {
+            let mut keys = std::collections::BTreeSet::new();
+            sends
+                .iter()
+                .filter(
+                    |send| matches!(send, Step::Send { key: Some(key), .. } if keys.insert(*key)),
+                )
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The continued work: a plain send to every session, the retry of the crashed keyed send, then
 /// a drain of every session; each answer advances `next`. Stops quietly at a crash (the driver
 /// takes over).
@@ -127,23 +211,8 @@ fn continue_workload<F: Fs>(
         next.continuing = None;
         snapshot_store(store, next);
     }
-    // The retry of every keyed send in flight (the first send of each key of sends committed
-    // together).
-    let in_flight = run.in_flight.map(|i| &scenario.steps[i]);
-    let retries: Vec<&Step> = match in_flight {
-        Some(step @ Step::Send { key: Some(_), .. }) => vec![step],
-        Some(Step::SendTogether { sends, .. }) => {
-            let mut keys = std::collections::BTreeSet::new();
-            sends
-                .iter()
-                .filter(
-                    |send| matches!(send, Step::Send { key: Some(key), .. } if keys.insert(*key)),
-                )
-                .collect()
-        }
-        _ => Vec::new(),
-    };
-    for step in retries {
+    // The retry of every keyed send in flight.
+    for step in retries(scenario, run) {
         next.continuing = Some(step.clone());
         let answer = perform(store, step, &mut Vec::new(), &mut Vec::new(), None);
         if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {

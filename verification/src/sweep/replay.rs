@@ -86,6 +86,31 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
         };
         judged = *halted.run;
     }
+    if let Some((n, index)) = token.first {
+        let commands = phase::first_commands(&scenario, &judged);
+        let step = commands
+            .get(n)
+            .ok_or_else(|| format!("the kill has only {} first commands", commands.len()))?;
+        let (violations, next) =
+            phase::first_command(machine.clone(), &scenario, &judged, step, seed);
+        hasher.update(machine.trace().hash_hex());
+        if index == usize::MAX {
+            messages.extend(violations);
+            return Ok(Replay {
+                messages,
+                trace_hash: hex::encode(hasher.finalize()),
+                boundary,
+                trace: trace.to_string(),
+            });
+        }
+        let images = machine.crash(CrashMode::PowerLoss).images;
+        let image = images.get(index).ok_or_else(|| {
+            format!("the power loss after the first command has only {} images", images.len())
+        })?;
+        hasher.update(image.hash_hex());
+        machine = SimFs::from_image(image, FaultPlan::none(seed));
+        judged = next;
+    }
     if let Some(index) = token.then_power {
         let checked = phase::check_image(machine.clone(), &scenario, &judged, seed)
             .map_err(|_| "the phase crashed without a planned fault".to_owned())?;

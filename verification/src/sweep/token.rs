@@ -22,6 +22,9 @@ pub struct Token {
     pub second: Option<(CrashMode, u64, usize)>,
     /// A power loss after the (last) phase ran to its end: which of its images.
     pub then_power: Option<usize>,
+    /// After a kill, the next process's first command (its index among `first_commands`) and
+    /// the power-loss image right after it (`usize::MAX`: the command's own answer is judged).
+    pub first: Option<(usize, usize)>,
     /// An injected I/O fault at op `k` instead of a crash (`image` then names the power-loss
     /// image taken after the failure, or is `usize::MAX` for the reopened process).
     pub fault: Option<faultfs::Fault>,
@@ -65,6 +68,9 @@ impl fmt::Display for Token {
         if let Some(image) = self.then_power {
             write!(f, ":then:{image}")?;
         }
+        if let Some((n, image)) = self.first {
+            write!(f, ":first:{n}:{}", image_text(image))?;
+        }
         if self.media == faultfs::Media::StaleTails {
             write!(f, ":stale-tails")?;
         }
@@ -83,7 +89,7 @@ impl FromStr for Token {
         let bad = |what: &str| format!("replay token {s:?}: {what}");
         if parts.first() != Some(&"v2") || parts.len() < 6 {
             return Err(bad(
-                "expected v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:<fault>]",
+                "expected v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:first:<n>:<image>][:<fault>]",
             ));
         }
         let number =
@@ -99,6 +105,7 @@ impl FromStr for Token {
             image: image(parts[5])?,
             second: None,
             then_power: None,
+            first: None,
             fault: None,
             media: faultfs::Media::ZeroTails,
         };
@@ -111,6 +118,10 @@ impl FromStr for Token {
                 }
                 ("then", [index, more @ ..]) => {
                     token.then_power = Some(image(index)?);
+                    rest = more;
+                }
+                ("first", [n, index, more @ ..]) => {
+                    token.first = Some((number(n)? as usize, image(index)?));
                     rest = more;
                 }
                 ("stale-tails", more) => {
