@@ -32,6 +32,11 @@
 //! locks this process holds tells the two apart; creating, inspecting and releasing a lock are
 //! serialized on it within the process so that the check cannot race a thread taking the lock.
 //!
+//! A transition whose write or sync failed abandons its lock ([`LockGuard::abandon`]) instead
+//! of releasing it: the file stays, naming a process none of whose threads holds it, so the
+//! next taker (this process's next handle at once, another process once this one exits) takes
+//! it over and vouches for the failed step's unsynced bytes.
+//!
 //! Lock files need no durability: after a crash their holder is dead, which is exactly the
 //! stale case above. Waits are bounded; the error names the holder.
 //!
@@ -112,6 +117,16 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// wrote may be visible without being durable (a kill is not a sync).
     pub(crate) fn took_over(&self) -> bool {
         self.took_over
+    }
+
+    /// Lets the lock go without removing its file, after a failed write or sync: what the
+    /// transition left may be visible without being durable, so the next taker must find the
+    /// lock stale and vouch before it acts (another process once this one exits; a handle of
+    /// this process at once, the file naming this process while none of its threads holds it).
+    pub(crate) fn abandon(mut self) {
+        self.held = false;
+        let mut holding = holding();
+        holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
     }
 
     /// Releases the lock. If the removal fails, the file is left behind but no longer held:

@@ -61,6 +61,10 @@ pub enum Mutant {
     /// making it durable first (the other transitions vouch): reachable only when a drain is the
     /// first command after a crash.
     DrainTakeoverWithoutVouch,
+    /// A transition whose write or sync failed removes its lock as on success: the next
+    /// process takes the lock without a takeover and acts on the failed step's unsynced bytes
+    /// without vouching for them.
+    ReleaseAfterFailedWrite,
     /// Vouching syncs the oldest numbered segment instead of the newest (after a rollover, the
     /// dead holder's last lines stay unsynced).
     VouchSyncsOldestSegment,
@@ -106,7 +110,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 33] = [
+    pub const ALL: [Mutant; 34] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -130,6 +134,7 @@ impl Mutant {
         Mutant::CloseRecoveryFromUnsynced,
         Mutant::NoVouchAfterTakeover,
         Mutant::DrainTakeoverWithoutVouch,
+        Mutant::ReleaseAfterFailedWrite,
         Mutant::VouchSyncsOldestSegment,
         Mutant::VouchSkipsDirectories,
         Mutant::RepairKeepsDamagedLines,

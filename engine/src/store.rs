@@ -218,10 +218,17 @@ impl<F: Fs> Store<F> {
                 Ok(value)
             }
             Err(error) => {
-                if matches!(error, Error::Io(_)) {
+                if matches!(error, Error::Io(_)) && !active(Mutant::ReleaseAfterFailedWrite) {
+                    // Bytes the failed step wrote may be visible and not durable: the lock
+                    // stays, so that its next taker vouches for them.
                     self.poison(id);
+                    guard.abandon();
+                } else {
+                    if matches!(error, Error::Io(_)) {
+                        self.poison(id);
+                    }
+                    drop(guard);
                 }
-                drop(guard);
                 Err(error)
             }
         }

@@ -330,8 +330,7 @@ fn judge_sequence(
         let messages = judge_last(machine, scenario, &checked.run, seed);
         record(report, &key, token, place, messages);
     }
-    // Not after an injected I/O error (see `judge_first_commands`).
-    if first == CrashMode::ProcessKill && place.token.fault.is_none() {
+    if first == CrashMode::ProcessKill {
         judge_first_commands(options, run, &source, place, report);
     }
     if !options.depth2 {
@@ -375,10 +374,10 @@ fn judge_sequence(
 /// dead holder's lock over itself), then a power loss right after its answer: everything it
 /// acknowledged, on whatever it found, must survive.
 ///
-/// Not after an injected I/O error: the failed transition releases its lock with unsynced bytes
-/// visible, so the next command finds no lock to take over and does not vouch; a keyed retry
-/// can then acknowledge what a power loss loses. That is a known gap of the engine (the
-/// recover-first phase hides it: its first send rewrites the queue), listed in the README.
+/// After an injected I/O error too: the failed transition leaves its lock behind, so that the
+/// next command takes it over and vouches for the failed step's unsynced bytes (the
+/// `release-after-failed-write` mutant removes it, and a keyed retry then acknowledges what a
+/// power loss loses).
 fn judge_first_commands(
     options: &Options,
     run: &run::Execution,
@@ -479,7 +478,9 @@ fn home_scenario(mutant: spex_engine::mutant::Mutant) -> Option<&'static str> {
         | Mutant::LedgerAppendAfterTornTail
         | Mutant::RevokeWithoutDirSync => Some("close"),
         Mutant::RecordBeforeEvent | Mutant::NoRollForward => Some("lifecycle"),
-        Mutant::DrainCommitsRefused | Mutant::DrainTakeoverWithoutVouch => Some("drain"),
+        Mutant::DrainCommitsRefused
+        | Mutant::DrainTakeoverWithoutVouch
+        | Mutant::ReleaseAfterFailedWrite => Some("drain"),
         Mutant::RolloverTouchesSealed
         | Mutant::EmptyPinAtSegmentStart
         | Mutant::VouchSyncsOldestSegment => Some("rollover"),
