@@ -49,6 +49,11 @@ fn the_real_engine_survives_a_third_of_the_crash_points() {
             "send-keyed/kill+work+power",
             "send-keyed/kill+kill",
             "append/kill+work+power",
+            // The next process's first command after a kill, with no recovery before it.
+            "send-keyed/kill+first-send-keyed+power",
+            "send/kill+first-drain+power",
+            "send/kill+first-send+power",
+            "drain/kill+first-drain+power",
         ] {
             // A sequence's cell is under the mode of its last crash.
             let final_mode = match transition.rsplit_once('/') {
