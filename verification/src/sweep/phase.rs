@@ -101,8 +101,9 @@ pub(crate) fn check_store<F: Fs>(
 
 /// What the next process may run first after a kill, as the CLI runs it (no recovery of its
 /// own first: the transition takes the dead holder's lock over itself and must vouch for what it
-/// left): the retry of each keyed send in flight, a drain of the session in flight, and a plain
-/// send to it. Empty when no lock can be left behind (nothing was in flight).
+/// left): the retry of each keyed send in flight, a drain of the session in flight, a plain
+/// send to it, and after a lifecycle write another one. Empty when no lock can be left behind
+/// (nothing was in flight).
 pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> {
     let Some(in_flight) = run.in_flight.and_then(|i| scenario.steps.get(i)) else {
         return Vec::new();
@@ -120,6 +121,16 @@ pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> 
     if let Some(id) = session.filter(|id| run.created.contains_key(*id)) {
         commands.push(Step::Drain { id });
         commands.push(Step::Send { to: id, text: AFTER_RECOVERY, from: None, key: None });
+        // After a killed lifecycle write, another one (its roll-forward happens in its own
+        // transition).
+        if matches!(in_flight, Step::Set { .. }) {
+            commands.push(Step::Set {
+                id,
+                status: spex_engine::Status::Active,
+                proposal: None,
+                note: Some("the first command after a kill"),
+            });
+        }
     }
     commands
 }

@@ -54,6 +54,7 @@ fn the_real_engine_survives_a_third_of_the_crash_points() {
             "send/kill+first-drain+power",
             "send/kill+first-send+power",
             "drain/kill+first-drain+power",
+            "append/kill+first-append+power",
         ] {
             // A sequence's cell is under the mode of its last crash.
             let final_mode = match transition.rsplit_once('/') {
