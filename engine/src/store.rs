@@ -218,15 +218,15 @@ impl<F: Fs> Store<F> {
                 Ok(value)
             }
             Err(error) => {
-                if matches!(error, Error::Io(_)) && !active(Mutant::ReleaseAfterFailedWrite) {
+                let failed_io = matches!(error, Error::Io(_));
+                if failed_io {
+                    self.poison(id);
+                }
+                if failed_io && !active(Mutant::ReleaseAfterFailedWrite) {
                     // Bytes the failed step wrote may be visible and not durable: the lock
                     // stays, so that its next taker vouches for them.
-                    self.poison(id);
                     guard.abandon();
                 } else {
-                    if matches!(error, Error::Io(_)) {
-                        self.poison(id);
-                    }
                     drop(guard);
                 }
                 Err(error)

@@ -608,8 +608,7 @@ fn describe(model: &LockModel, action: &Action, before: &State, names: &[String]
                     }
                 },
                 Step::Flock(_) => "takes the takeover flock".to_string(),
-                Step::Recheck(seen) if model.variant == Variant::TakeoverWithoutRecheck => {
-                    let _ = seen;
+                Step::Recheck(_) if model.variant == Variant::TakeoverWithoutRecheck => {
                     "does not re-read the lock".to_string()
                 }
                 Step::Recheck(seen) => match before.lock == Some(seen) {

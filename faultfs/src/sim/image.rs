@@ -436,13 +436,7 @@ impl<'a> Builder<'a> {
     /// Applies the chosen pieces, in issue order, to the durable state.
     fn materialize(&mut self, choices: &[Choice]) -> Image {
         let changed = Changed::gather(self.state, self.pieces, choices);
-        let files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> = changed
-            .files(self.state)
-            .map(|(ino, bytes)| {
-                let hash: [u8; 32] = Sha256::digest(&bytes).into();
-                (ino, (Arc::new(bytes), hash))
-            })
-            .collect();
+        let files = changed.hashed_files(self.state);
         self.assemble(&changed.entries, &files)
     }
 
@@ -473,13 +467,7 @@ impl<'a> Builder<'a> {
                     }
                 }
                 let changed = Changed::gather(self.state, self.pieces, &choices);
-                let files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> = changed
-                    .files(self.state)
-                    .map(|(ino, bytes)| {
-                        let hash: [u8; 32] = Sha256::digest(&bytes).into();
-                        (ino, (Arc::new(bytes), hash))
-                    })
-                    .collect();
+                let files = changed.hashed_files(self.state);
                 let hashes = files.iter().map(|(ino, (_, hash))| (*ino, *hash)).collect();
                 if seen.insert((changed.entries.clone(), hashes)) {
                     distinct.push(Outcome { entries: changed.entries, files });
@@ -727,6 +715,16 @@ impl Changed {
             }
         }
         Changed { entries, contents, covered }
+    }
+
+    /// [`Changed::files`], each shared and with its SHA-256 (what images are told apart by).
+    fn hashed_files(&self, state: &State) -> BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> {
+        self.files(state)
+            .map(|(ino, bytes)| {
+                let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                (ino, (Arc::new(bytes), hash))
+            })
+            .collect()
     }
 
     /// The final bytes of every changed file: cut or extended to its length, and (on the
