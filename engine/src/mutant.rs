@@ -61,6 +61,9 @@ pub enum Mutant {
     /// making it durable first (the other transitions vouch): reachable only when a drain is the
     /// first command after a crash.
     DrainTakeoverWithoutVouch,
+    /// An archive that takes the record lock over from a dead holder acts on what it left
+    /// without making it durable first: reachable only when an archive is the first command.
+    ArchiveTakeoverWithoutVouch,
     /// A transition whose write or sync failed removes its lock as on success: the next
     /// process takes the lock without a takeover and acts on the failed step's unsynced bytes
     /// without vouching for them.
@@ -110,7 +113,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 34] = [
+    pub const ALL: [Mutant; 35] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -134,6 +137,7 @@ impl Mutant {
         Mutant::CloseRecoveryFromUnsynced,
         Mutant::NoVouchAfterTakeover,
         Mutant::DrainTakeoverWithoutVouch,
+        Mutant::ArchiveTakeoverWithoutVouch,
         Mutant::ReleaseAfterFailedWrite,
         Mutant::VouchSyncsOldestSegment,
         Mutant::VouchSkipsDirectories,

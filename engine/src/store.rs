@@ -201,16 +201,21 @@ impl<F: Fs> Store<F> {
     ) -> Result<T> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
-        // The drain's own broken variant: only its transitions skip the vouch, so only a drain
-        // that is the next process's first command can show it.
-        let drain_skips = active(Mutant::DrainTakeoverWithoutVouch)
-            && steps.lock.link.name().starts_with("drain.");
-        let vouched = if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !drain_skips
-        {
-            timeline::vouch(&self.fs, &self.layout, id, &steps.log)
-        } else {
-            Ok(())
+        // One transition's broken variant: only it skips the vouch, so only that transition as
+        // the next process's first command can show it. (A close that skips it is not a
+        // mutant: it commits by renaming the session away, so what the dead holder left
+        // unsynced is discarded either way, and no image can tell.)
+        let skips = |mutant: Mutant, prefix: &str| {
+            active(mutant) && steps.lock.link.name().starts_with(prefix)
         };
+        let transition_skips = skips(Mutant::DrainTakeoverWithoutVouch, "drain.")
+            || skips(Mutant::ArchiveTakeoverWithoutVouch, "archive.");
+        let vouched =
+            if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips {
+                timeline::vouch(&self.fs, &self.layout, id, &steps.log)
+            } else {
+                Ok(())
+            };
         let result = vouched.and_then(|()| self.recover(id, steps, checks)).and_then(work);
         match result {
             Ok(value) => {

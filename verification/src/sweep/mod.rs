@@ -483,7 +483,8 @@ fn home_scenario(mutant: spex_engine::mutant::Mutant) -> Option<&'static str> {
         | Mutant::ReleaseAfterFailedWrite => Some("drain"),
         Mutant::RolloverTouchesSealed
         | Mutant::EmptyPinAtSegmentStart
-        | Mutant::VouchSyncsOldestSegment => Some("rollover"),
+        | Mutant::VouchSyncsOldestSegment
+        | Mutant::ArchiveTakeoverWithoutVouch => Some("rollover"),
         Mutant::BatchSharesOneSync => Some("together"),
         _ => None,
     }

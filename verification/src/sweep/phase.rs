@@ -102,8 +102,8 @@ pub(crate) fn check_store<F: Fs>(
 /// What the next process may run first after a kill, as the CLI runs it (no recovery of its
 /// own first: the transition takes the dead holder's lock over itself and must vouch for what it
 /// left): the retry of each keyed send in flight, a drain of the session in flight, a plain
-/// send to it, and after a lifecycle write another one. Empty when no lock can be left behind
-/// (nothing was in flight).
+/// send to it, after a lifecycle write another one, an archive and a close of it. Empty when no
+/// lock can be left behind (nothing was in flight).
 pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> {
     let Some(in_flight) = run.in_flight.and_then(|i| scenario.steps.get(i)) else {
         return Vec::new();
@@ -131,6 +131,9 @@ pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> 
                 note: Some("the first command after a kill"),
             });
         }
+        // Archive and close take the lock over too, and close ends what the dead holder owed.
+        commands.push(Step::Archive { id });
+        commands.push(Step::Close { id });
     }
     commands
 }
