@@ -1,5 +1,9 @@
 //! The integration tests of this crate, one module per subject, linked into one test binary.
 
+/// The sweeps allocate on every simulated op; mimalloc, as the `spex` binary has.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod conformance;
 mod demo_sweep;
 mod engine_sweep;
