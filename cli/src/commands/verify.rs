@@ -341,6 +341,9 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
+/// Boundaries never crashed at that the summary names (`--json` has every one).
+const NEVER_CRASHED_SHOWN: usize = 12;
+
 /// The scenarios a sweep cut short did not finish, with how far it got in each.
 fn unreached(report: &Report) -> Vec<String> {
     report
@@ -438,6 +441,22 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         out,
         "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive), {sampled} sampled{}",
         if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
+    );
+    let never = report.never_crashed();
+    let _ = writeln!(
+        out,
+        "boundaries: {} passed, {} crashed or faulted at; never crashed at: {}",
+        report.reached.len(),
+        report.crashed.len(),
+        match never.len() {
+            0 => "none".to_owned(),
+            n if n <= NEVER_CRASHED_SHOWN => never.join(", "),
+            n => format!(
+                "{} and {} more (`--json` lists them all)",
+                never[..NEVER_CRASHED_SHOWN].join(", "),
+                n - NEVER_CRASHED_SHOWN
+            ),
+        }
     );
     let (rate, per_core) = images_per_second(report);
     let _ = writeln!(
@@ -658,6 +677,31 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
         .filter(|caught| caught.first.is_none())
         .map(|caught| caught.mutant.name())
         .collect();
+    let rules_of = |caught: &sweep::Caught| {
+        caught.first.as_ref().map(|v| sweep::rules_named(&v.messages)).unwrap_or_default()
+    };
+    if !json {
+        // Which rule caught which mutant (the first violation's rules): a rule no mutant of
+        // this run trips is named too.
+        outln!("\noracle rules, by the mutants whose first violation names them:")?;
+        for rule in sweep::RULES {
+            let by: Vec<String> = results
+                .iter()
+                .filter(|caught| rules_of(caught).contains(&rule))
+                .map(|caught| caught.mutant.name())
+                .collect();
+            let by = if by.is_empty() { "no mutant of this run".to_owned() } else { by.join(", ") };
+            outln!("  {rule:<32} {by}")?;
+        }
+        let other: Vec<String> = results
+            .iter()
+            .filter(|caught| caught.first.is_some() && rules_of(caught).is_empty())
+            .map(|caught| caught.mutant.name())
+            .collect();
+        if !other.is_empty() {
+            outln!("  {:<32} {}", "the harness's other checks", other.join(", "))?;
+        }
+    }
     if json {
         let names: Vec<String> = listed.iter().map(|mutant| mutant.name()).collect();
         let document = super::verify_report::mutants_json(
@@ -674,6 +718,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
                         "images": caught.images,
                         "token": caught.first.as_ref().map(|v| v.token.to_string()),
                         "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
+                        "rules": rules_of(caught),
                     })
                 })
                 .collect::<Vec<_>>(),

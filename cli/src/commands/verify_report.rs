@@ -100,6 +100,11 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
             "sampled": e.sampled,
             "pendingPiecesMax": e.pieces_max,
         })).collect::<Vec<_>>(),
+        "boundaries": {
+            "reached": report.reached,
+            "crashed": report.crashed,
+            "neverCrashed": report.never_crashed(),
+        },
         "cells": report.cells.iter().map(|(key, cell)| {
             let mut value = cell_json(key);
             value["points"] = json!(cell.points);
@@ -157,6 +162,12 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
             pieces_max: usize::try_from(u64_of(counts, "pendingPiecesMax")?)?,
         };
         report.enumeration.insert(scenario.to_owned(), counts);
+    }
+    let boundaries = &document["boundaries"];
+    for (field, into) in [("reached", &mut report.reached), ("crashed", &mut report.crashed)] {
+        for name in array(boundaries, field)? {
+            into.insert(name.as_str().context("a boundary that is not a string")?.to_owned());
+        }
     }
     for cell in array(document, "cells")? {
         let counts = Cell {

@@ -28,6 +28,27 @@ use super::decode;
 use super::run::{Answer, Execution, candidates, hash, sid};
 use super::scenario::{OPERATION, Scenario, Step};
 
+/// The oracle's rules, as every violation of one begins.
+pub const RULES: [&str; 8] = [
+    "rule 1 (acceptance)",
+    "rule 2 (same-key replay)",
+    "rule 3 (fail-closed drain)",
+    "rule 4 (append-only)",
+    "rule 5 (lifecycle completeness)",
+    "rule 6 (close atomicity)",
+    "rule 7 (model refinement)",
+    "rule 8 (activity index)",
+];
+
+/// The rules that `messages` (one violation's) name, in rule order; none for a violation of
+/// the harness's other checks (an error where none is allowed, an answer no state expects).
+pub fn rules_named(messages: &[String]) -> Vec<&'static str> {
+    RULES
+        .into_iter()
+        .filter(|rule| messages.iter().any(|message| message.starts_with(rule)))
+        .collect()
+}
+
 /// Projects the recovered store onto the model's public state, read with the oracle's own
 /// decoder (`decode`), not the engine's.
 pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model, String> {

@@ -23,6 +23,9 @@ pub(crate) fn fault_point(
     fs.set_media(options.media);
     let (run, store) = run::execute_with(&fs, scenario, seed);
     let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
+    if let Some(name) = boundaries.get(k as usize) {
+        report.note_crashed(name);
+    }
     let faulted_step = run.step_ops.iter().position(|(start, end)| (*start..*end).contains(&k));
     let transition = match run.in_flight.or(faulted_step) {
         Some(index) => format!("{}+{fault}", scenario.steps[index].transition()),

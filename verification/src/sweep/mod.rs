@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
 
+pub use check::{RULES, rules_named};
 pub use replay::{Replay, replay};
 pub use report::{Cell, CellKey, Enumeration, Progress, Reach, Report, Violation, merge};
 pub use scenario::{Scenario, Step};
@@ -153,6 +154,9 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
         report.elapsed = started.elapsed();
         return report;
     }
+    for (boundaries, _) in &passes {
+        report.reached.extend(boundaries.iter().cloned());
+    }
     let points: Vec<Point> = passes
         .iter()
         .enumerate()
@@ -246,6 +250,9 @@ fn sweep_point(
     let run = execute(&fs, scenario, seed);
     report.crash_points += 1;
     let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
+    if let Some(name) = boundaries.get(k as usize) {
+        report.note_crashed(name);
+    }
     let transition = match run.in_flight {
         Some(index) => scenario.steps[index].transition().to_owned(),
         None if k as usize >= boundaries.len() => "end".to_owned(),
@@ -314,6 +321,7 @@ fn judge_sequence(
     if !deep || !clean {
         return;
     }
+    report.note_reached(&fs);
     // Kill (or reboot), restart, work, power loss.
     let sequence = format!("{}+work+power", first.name());
     let key = place.key(&sequence, CrashMode::PowerLoss);
@@ -343,6 +351,9 @@ fn judge_sequence(
         else {
             continue;
         };
+        if let Some((boundary, _)) = halted.fs.halted() {
+            report.note_crashed(boundary.name());
+        }
         for &second in &options.modes {
             let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
             report.cells.entry(key.clone()).or_default().points += 1;
@@ -393,6 +404,7 @@ fn judge_first_commands(
         report.cells.entry(key.clone()).or_default().points += 1;
         let fs = source.machine(FaultPlan::none(seed));
         let (messages, next) = phase::first_command(fs.clone(), scenario, run, step, seed);
+        report.note_reached(&fs);
         if !messages.is_empty() {
             let token = Token { first: Some((n, usize::MAX)), ..place.token.clone() };
             record(report, &key, token, place, messages);

@@ -1,7 +1,7 @@
 //! What a sweep reports: the matrix of cells, the violations with their tokens, how the
 //! power-loss crashes were enumerated, and the images skipped as already judged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use faultfs::CrashMode;
@@ -86,6 +86,11 @@ pub struct Report {
     judged: std::collections::HashSet<[u8; 32]>,
     /// Per scenario, the crash points set out to visit and those visited.
     pub reach: BTreeMap<String, Reach>,
+    /// Every boundary a simulated op of the sweep passed (the scenarios, the phases after a
+    /// crash, the first commands, the work after an injected fault).
+    pub reached: BTreeSet<String>,
+    /// Every boundary the sweep crashed at or injected a fault at.
+    pub crashed: BTreeSet<String>,
     /// Wall time.
     pub elapsed: Duration,
     /// Threads that judged the points.
@@ -148,11 +153,39 @@ impl Report {
         self.crash_points += part.crash_points;
         self.images += part.images;
         self.repeated += part.repeated;
+        self.reached.extend(part.reached);
+        self.crashed.extend(part.crashed);
         for (scenario, counts) in part.enumeration {
             let into = self.enumeration.entry(scenario).or_default();
             into.exhaustive += counts.exhaustive;
             into.sampled += counts.sampled;
             into.pieces_max = into.pieces_max.max(counts.pieces_max);
+        }
+    }
+}
+
+impl Report {
+    /// The coverage gaps: boundaries some op of the sweep passed that no crash point and no
+    /// injected fault was ever placed at (what follows a first command, for one, is judged
+    /// after a power loss but not crashed op by op).
+    pub fn never_crashed(&self) -> Vec<&str> {
+        self.reached.difference(&self.crashed).map(String::as_str).collect()
+    }
+
+    /// Notes the boundaries of every op `fs` has run as reached.
+    pub(crate) fn note_reached(&mut self, fs: &faultfs::SimFs) {
+        for entry in fs.trace().entries() {
+            if !self.reached.contains(entry.boundary.name()) {
+                self.reached.insert(entry.boundary.name().to_owned());
+            }
+        }
+    }
+
+    /// Notes the boundary `name` as crashed at (or faulted at), and so also reached.
+    pub(crate) fn note_crashed(&mut self, name: &str) {
+        if !self.crashed.contains(name) {
+            self.crashed.insert(name.to_owned());
+            self.reached.insert(name.to_owned());
         }
     }
 }

@@ -25,6 +25,16 @@ fn the_real_engine_survives_a_ninth_of_the_crash_points() {
         first.unwrap_or_default()
     );
     assert!(report.images > 10_000, "the sweep checks many images: {}", report.images);
+    // Coverage: every boundary crashed at is one an op passed; the gaps are named, and a lock
+    // taken over by a transition itself (only ever as a first command, judged after a power
+    // loss but not crashed op by op) is one of them.
+    assert!(report.crashed.is_subset(&report.reached));
+    assert!(
+        report.crashed.contains("send.log.sync") && report.crashed.contains("recover.log.vouch")
+    );
+    let never = report.never_crashed();
+    assert!(never.contains(&"archive.lock.takeover"), "not listed as a gap: {never:?}");
+    assert!(never.iter().all(|name| !report.crashed.contains(*name)));
     // No empty cell: every (scenario, transition, boundary, mode) visited has images (judged
     // there, or already judged against the same run elsewhere).
     for (key, cell) in &report.cells {
