@@ -64,6 +64,11 @@ pub enum Mutant {
     /// An archive that takes the record lock over from a dead holder acts on what it left
     /// without making it durable first: reachable only when an archive is the first command.
     ArchiveTakeoverWithoutVouch,
+    /// A transition that takes the record lock over from a dead holder rolls the record forward
+    /// to the holder's last status line before vouching for that line (recovery itself keeps
+    /// the order): a crash between the two, then a power loss, keeps a record whose move the
+    /// log lost. Only a crash inside a first command's takeover shows it.
+    RollForwardBeforeVouch,
     /// A transition whose write or sync failed removes its lock as on success: the next
     /// process takes the lock without a takeover and acts on the failed step's unsynced bytes
     /// without vouching for them.
@@ -113,7 +118,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 35] = [
+    pub const ALL: [Mutant; 36] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -138,6 +143,7 @@ impl Mutant {
         Mutant::NoVouchAfterTakeover,
         Mutant::DrainTakeoverWithoutVouch,
         Mutant::ArchiveTakeoverWithoutVouch,
+        Mutant::RollForwardBeforeVouch,
         Mutant::ReleaseAfterFailedWrite,
         Mutant::VouchSyncsOldestSegment,
         Mutant::VouchSkipsDirectories,

@@ -210,13 +210,22 @@ impl<F: Fs> Store<F> {
         };
         let transition_skips = skips(Mutant::DrainTakeoverWithoutVouch, "drain.")
             || skips(Mutant::ArchiveTakeoverWithoutVouch, "archive.");
-        let vouched =
-            if guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips {
-                timeline::vouch(&self.fs, &self.layout, id, &steps.log)
-            } else {
-                Ok(())
-            };
-        let result = vouched.and_then(|()| self.recover(id, steps, checks)).and_then(work);
+        let vouching =
+            guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips;
+        let result = if vouching
+            && active(Mutant::RollForwardBeforeVouch)
+            && !steps.lock.link.name().starts_with("recover.")
+        {
+            self.recover(id, steps, checks).and_then(|recovered| {
+                timeline::vouch(&self.fs, &self.layout, id, &steps.log).map(|()| recovered)
+            })
+        } else if vouching {
+            timeline::vouch(&self.fs, &self.layout, id, &steps.log)
+                .and_then(|()| self.recover(id, steps, checks))
+        } else {
+            self.recover(id, steps, checks)
+        }
+        .and_then(work);
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;

@@ -357,22 +357,9 @@ fn judge_sequence(
         for &second in &options.modes {
             let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
             report.cells.entry(key.clone()).or_default().points += 1;
-            let machines: Vec<(usize, SimFs)> = match second {
-                CrashMode::ProcessKill => vec![(0, halted.fs.restart(FaultPlan::none(seed)))],
-                CrashMode::PowerLoss => {
-                    let crash = halted.fs.crash(second);
-                    report.count_enumeration(scenario, &crash);
-                    let run_digest = digest_of(&halted.run);
-                    let mut machines = Vec::new();
-                    for (index, image) in crash.images.iter().enumerate() {
-                        if report.first_judgement(&key, image, &run_digest) {
-                            machines.push((index, SimFs::from_image(image, FaultPlan::none(seed))));
-                        }
-                    }
-                    machines
-                }
-            };
-            for (index, machine) in machines {
+            for (index, machine) in
+                after_second_crash(&halted, second, &key, scenario, seed, report)
+            {
                 let token = Token { second: Some((second, j, index)), ..place.token.clone() };
                 let messages = judge_last(machine, scenario, &halted.run, seed);
                 record(report, &key, token, place, messages);
@@ -381,9 +368,38 @@ fn judge_sequence(
     }
 }
 
+/// The machines a crash in `mode` of the halted phase leaves, each with its image number: the
+/// restarted machine after a kill; after a power loss, each image not yet judged in `key`
+/// against the same run.
+fn after_second_crash(
+    halted: &phase::Halted,
+    mode: CrashMode,
+    key: &CellKey,
+    scenario: &Scenario,
+    seed: u64,
+    report: &mut Report,
+) -> Vec<(usize, SimFs)> {
+    match mode {
+        CrashMode::ProcessKill => vec![(0, halted.fs.restart(FaultPlan::none(seed)))],
+        CrashMode::PowerLoss => {
+            let crash = halted.fs.crash(mode);
+            report.count_enumeration(scenario, &crash);
+            let run_digest = digest_of(&halted.run);
+            let mut machines = Vec::new();
+            for (index, image) in crash.images.iter().enumerate() {
+                if report.first_judgement(key, image, &run_digest) {
+                    machines.push((index, SimFs::from_image(image, FaultPlan::none(seed))));
+                }
+            }
+            machines
+        }
+    }
+}
+
 /// After a kill, each transition the CLI may run first (no recovery before it: it takes the
 /// dead holder's lock over itself), then a power loss right after its answer: everything it
-/// acknowledged, on whatever it found, must survive.
+/// acknowledged, on whatever it found, must survive. At depth 2, also a crash at every op of
+/// the command's takeover (`phase::is_takeover`), in every mode, judged by the process after.
 ///
 /// After an injected I/O error too: the failed transition leaves its lock behind, so that the
 /// next command takes it over and vouches for the failed step's unsynced bytes (the
@@ -403,7 +419,12 @@ fn judge_first_commands(
         let key = place.key(&sequence, CrashMode::PowerLoss);
         report.cells.entry(key.clone()).or_default().points += 1;
         let fs = source.machine(FaultPlan::none(seed));
-        let (messages, next) = phase::first_command(fs.clone(), scenario, run, step, seed);
+        let (messages, next) = match phase::first_command(fs.clone(), scenario, run, step, seed) {
+            Ok(answered) => answered,
+            Err(_) => {
+                (vec!["the first command crashed without a planned fault".to_owned()], run.clone())
+            }
+        };
         report.note_reached(&fs);
         if !messages.is_empty() {
             let token = Token { first: Some((n, usize::MAX)), ..place.token.clone() };
@@ -421,6 +442,35 @@ fn judge_first_commands(
             let machine = SimFs::from_image(image, FaultPlan::none(seed));
             let messages = judge_last(machine, scenario, &next, seed);
             record(report, &key, token, place, messages);
+        }
+        if !options.depth2 {
+            continue;
+        }
+        let takeover: Vec<u64> = (fs.trace().entries().iter().enumerate())
+            .filter(|(_, entry)| phase::is_takeover(entry.boundary.name()))
+            .map(|(j, _)| j as u64)
+            .collect();
+        for j in takeover {
+            let machine = source.machine(FaultPlan::crash_at(seed, j));
+            let Err(halted) = phase::first_command(machine, scenario, run, step, seed) else {
+                continue;
+            };
+            if let Some((boundary, _)) = halted.fs.halted() {
+                report.note_crashed(boundary.name());
+            }
+            for &second in &options.modes {
+                let sequence = format!("kill+takeover-{}+{}", step.transition(), second.name());
+                let key = place.key(&sequence, second);
+                report.cells.entry(key.clone()).or_default().points += 1;
+                for (index, machine) in
+                    after_second_crash(&halted, second, &key, scenario, seed, report)
+                {
+                    let token =
+                        Token { first_crash: Some((n, second, j, index)), ..place.token.clone() };
+                    let messages = judge_last(machine, scenario, &halted.run, seed);
+                    record(report, &key, token, place, messages);
+                }
+            }
         }
     }
 }
@@ -475,6 +525,7 @@ fn token_base(
         second: None,
         then_power: None,
         first: None,
+        first_crash: None,
         fault: None,
     }
 }
@@ -489,7 +540,9 @@ fn home_scenario(mutant: spex_engine::mutant::Mutant) -> Option<&'static str> {
         | Mutant::CloseLedgerUnsynced
         | Mutant::LedgerAppendAfterTornTail
         | Mutant::RevokeWithoutDirSync => Some("close"),
-        Mutant::RecordBeforeEvent | Mutant::NoRollForward => Some("lifecycle"),
+        Mutant::RecordBeforeEvent | Mutant::NoRollForward | Mutant::RollForwardBeforeVouch => {
+            Some("lifecycle")
+        }
         Mutant::DrainCommitsRefused
         | Mutant::DrainTakeoverWithoutVouch
         | Mutant::ReleaseAfterFailedWrite => Some("drain"),

@@ -140,19 +140,21 @@ pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> 
 
 /// The next process's first command `step` on `fs` after a kill, with no recovery before it:
 /// its violations (an error, an answer no allowed state expects, a call the adapter refused),
-/// and the run with its answer, which a power loss right after it is judged against.
+/// and the run with its answer, which a power loss right after it is judged against. A planned
+/// crash inside it hands the filesystem back, with the command in flight.
 pub(crate) fn first_command(
     fs: SimFs,
     scenario: &Scenario,
     run: &Execution,
     step: &Step,
     seed: u64,
-) -> (Vec<String>, Execution) {
+) -> Result<(Vec<String>, Execution), Halted> {
     let mut next = run.continued(scenario);
-    let store = match open(fs, scenario, seed) {
+    let store = match open(fs.clone(), scenario, seed) {
         Ok(store) => store,
+        Err(error) if error.is_crash() => return Err(Halted { fs, run: Box::new(next) }),
         Err(error) => {
-            return (vec![format!("the store does not open after the kill: {error}")], next);
+            return Ok((vec![format!("the store does not open after the kill: {error}")], next));
         }
     };
     next.continuing = Some(step.clone());
@@ -160,6 +162,9 @@ pub(crate) fn first_command(
     let mut violations = Vec::new();
     let answer = perform(&store, step, &mut delivered, &mut violations, None);
     next.delivered.extend(delivered);
+    if fs.halted().is_some() {
+        return Err(Halted { fs, run: Box::new(next) });
+    }
     match answer {
         Err(error) => violations.push(format!(
             "{} as the first command after the kill failed: {error}",
@@ -172,7 +177,18 @@ pub(crate) fn first_command(
     }
     next.continuing = None;
     snapshot_store(&store, &mut next);
-    (violations, next)
+    Ok((violations, next))
+}
+
+/// Whether an op at `boundary` belongs to a transition's takeover of a dead holder's lock
+/// rather than to the transition's own work: the takeover itself, the vouch for what the
+/// holder left, and the recovery of its session (staging files removed, the record rolled
+/// forward). After a kill the sweep crashes a first command at each of these ops; the rest of
+/// the command is the transition's own work, which the scenarios crash op by op.
+pub(crate) fn is_takeover(boundary: &str) -> bool {
+    boundary.ends_with(".lock.takeover")
+        || boundary.contains(".log.vouch")
+        || boundary.split('.').nth(1) == Some("recover")
 }
 
 /// The retry of every keyed send in flight in `run` (the first send of each key of sends

@@ -92,7 +92,8 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
             .get(n)
             .ok_or_else(|| format!("the kill has only {} first commands", commands.len()))?;
         let (violations, next) =
-            phase::first_command(machine.clone(), &scenario, &judged, step, seed);
+            phase::first_command(machine.clone(), &scenario, &judged, step, seed)
+                .map_err(|_| "the first command crashed without a planned fault".to_owned())?;
         hasher.update(machine.trace().hash_hex());
         if index == usize::MAX {
             messages.extend(violations);
@@ -110,6 +111,34 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
         hasher.update(image.hash_hex());
         machine = SimFs::from_image(image, FaultPlan::none(seed));
         judged = next;
+    }
+    if let Some((n, mode, j, index)) = token.first_crash {
+        let commands = phase::first_commands(&scenario, &judged);
+        let step = commands
+            .get(n)
+            .ok_or_else(|| format!("the kill has only {} first commands", commands.len()))?;
+        let Err(halted) = phase::first_command(
+            source.machine(FaultPlan::crash_at(seed, j)),
+            &scenario,
+            &judged,
+            step,
+            seed,
+        ) else {
+            return Err(format!("the first command has no op {j}"));
+        };
+        hasher.update(halted.fs.trace().hash_hex());
+        machine = match mode {
+            CrashMode::ProcessKill => halted.fs.restart(FaultPlan::none(seed)),
+            CrashMode::PowerLoss => {
+                let images = halted.fs.crash(mode).images;
+                let image = images.get(index).ok_or_else(|| {
+                    format!("the crash in the first command has only {} images", images.len())
+                })?;
+                hasher.update(image.hash_hex());
+                SimFs::from_image(image, FaultPlan::none(seed))
+            }
+        };
+        judged = *halted.run;
     }
     if let Some(index) = token.then_power {
         let checked = phase::check_image(machine.clone(), &scenario, &judged, seed)

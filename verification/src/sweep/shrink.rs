@@ -23,9 +23,9 @@ pub struct Shrunk {
 
 /// Shrinks the violation `token` names. Depth-2 tokens are not shrunk.
 pub fn shrink(token: &Token) -> Result<Shrunk, String> {
-    if token.second.is_some() {
+    if token.second.is_some() || token.first_crash.is_some() {
         return Err(
-            "shrinking a crash inside recovery is not supported; shrink its first crash".to_owned()
+            "shrinking a crash inside recovery or inside a first command is not supported; shrink its first crash".to_owned()
         );
     }
     let original = replay(token)?;

@@ -25,6 +25,10 @@ pub struct Token {
     /// After a kill, the next process's first command (its index among `first_commands`) and
     /// the power-loss image right after it (`usize::MAX`: the command's own answer is judged).
     pub first: Option<(usize, usize)>,
+    /// After a kill, the next process's first command (its index among `first_commands`)
+    /// crashed in its takeover of the dead holder's lock: (command, mode, op of the command,
+    /// image).
+    pub first_crash: Option<(usize, CrashMode, u64, usize)>,
     /// An injected I/O fault at op `k` instead of a crash (`image` then names the power-loss
     /// image taken after the failure, or is `usize::MAX` for the reopened process).
     pub fault: Option<faultfs::Fault>,
@@ -51,7 +55,7 @@ fn image_text(image: usize) -> String {
 
 impl fmt::Display for Token {
     /// `v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>]
-    /// [:stale-tails][:<fault>]`.
+    /// [:first:<n>:<image>][:first-in:<n>:<mode>:<j>:<image>][:stale-tails][:<fault>]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -71,6 +75,9 @@ impl fmt::Display for Token {
         if let Some((n, image)) = self.first {
             write!(f, ":first:{n}:{}", image_text(image))?;
         }
+        if let Some((n, mode, j, image)) = self.first_crash {
+            write!(f, ":first-in:{n}:{}:{j}:{image}", mode_name(mode))?;
+        }
         if self.media == faultfs::Media::StaleTails {
             write!(f, ":stale-tails")?;
         }
@@ -89,7 +96,7 @@ impl FromStr for Token {
         let bad = |what: &str| format!("replay token {s:?}: {what}");
         if parts.first() != Some(&"v2") || parts.len() < 6 {
             return Err(bad(
-                "expected v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:first:<n>:<image>][:<fault>]",
+                "expected v2:<scenario>:<seed>:<mode>:<k>:<image>[:in:<mode>:<j>:<image>][:then:<image>][:first:<n>:<image>][:first-in:<n>:<mode>:<j>:<image>][:<fault>]",
             ));
         }
         let number =
@@ -106,6 +113,7 @@ impl FromStr for Token {
             second: None,
             then_power: None,
             first: None,
+            first_crash: None,
             fault: None,
             media: faultfs::Media::ZeroTails,
         };
@@ -122,6 +130,11 @@ impl FromStr for Token {
                 }
                 ("first", [n, index, more @ ..]) => {
                     token.first = Some((number(n)? as usize, image(index)?));
+                    rest = more;
+                }
+                ("first-in", [n, mode, j, index, more @ ..]) => {
+                    token.first_crash =
+                        Some((number(n)? as usize, parse_mode(mode)?, number(j)?, image(index)?));
                     rest = more;
                 }
                 ("stale-tails", more) => {

@@ -25,15 +25,15 @@ fn the_real_engine_survives_a_ninth_of_the_crash_points() {
         first.unwrap_or_default()
     );
     assert!(report.images > 10_000, "the sweep checks many images: {}", report.images);
-    // Coverage: every boundary crashed at is one an op passed; the gaps are named, and a lock
-    // taken over by a transition itself (only ever as a first command, judged after a power
-    // loss but not crashed op by op) is one of them.
+    // Coverage: every boundary crashed at is one an op passed, and a transition's own takeover
+    // of a dead holder's lock (reached only as the first command after a kill) is crashed op
+    // by op too.
     assert!(report.crashed.is_subset(&report.reached));
-    assert!(
-        report.crashed.contains("send.log.sync") && report.crashed.contains("recover.log.vouch")
-    );
+    for boundary in ["send.log.sync", "recover.log.vouch", "send.lock.takeover", "drain.log.vouch"]
+    {
+        assert!(report.crashed.contains(boundary), "never crashed at {boundary}");
+    }
     let never = report.never_crashed();
-    assert!(never.contains(&"archive.lock.takeover"), "not listed as a gap: {never:?}");
     assert!(never.iter().all(|name| !report.crashed.contains(*name)));
     // No empty cell: every (scenario, transition, boundary, mode) visited has images (judged
     // there, or already judged against the same run elsewhere).
@@ -68,6 +68,10 @@ fn the_real_engine_survives_a_ninth_of_the_crash_points() {
             "append/kill+first-append+power",
             "send/kill+first-archive+power",
             "drain/kill+first-close+power",
+            // A crash inside that command's takeover, then the process after it.
+            "send-keyed/kill+takeover-send-keyed+kill",
+            "send/kill+takeover-drain+power",
+            "append/kill+takeover-append+power",
         ] {
             // A sequence's cell is under the mode of its last crash.
             let final_mode = match transition.rsplit_once('/') {
@@ -131,6 +135,27 @@ fn a_violation_replays_bit_for_bit() {
     assert_eq!(first.messages, second.messages);
 }
 
+/// A violation found by a crash inside the next process's first command (in its takeover of
+/// the dead holder's lock) replays too: only such a crash shows this mutant.
+#[test]
+fn a_crash_inside_a_first_commands_takeover_replays() {
+    spex_engine::mutant::select(Some(Mutant::RollForwardBeforeVouch));
+    let options = Options {
+        scenarios: vec![sweep::scenario::named("lifecycle").expect("a scenario")],
+        faults: Vec::new(),
+        stop_at_first: true,
+        ..Options::full(7)
+    };
+    let report = sweep::sweep(&options, &mut |_| {});
+    let violation = report.violations.first().expect("the mutant is caught").clone();
+    let token: Token = violation.token.to_string().parse().expect("tokens parse back");
+    let replayed = sweep::replay(&token).expect("the token replays");
+    spex_engine::mutant::select(None);
+    assert_eq!(token, violation.token);
+    assert!(token.first_crash.is_some(), "caught by a crash inside a first command: {token}");
+    assert_eq!(replayed.messages, violation.messages);
+}
+
 #[test]
 fn tokens_reject_malformed_text() {
     for bad in [
@@ -142,10 +167,15 @@ fn tokens_reject_malformed_text() {
         "v2:send:1:kill:0:0:in:kill:1",
         "v2:send:1:kill:0:0:then",
         "v2:send:1:kill:0:0:bogus",
+        "v2:send:1:kill:0:0:first-in:0:kill:3",
     ] {
         assert!(bad.parse::<Token>().is_err(), "{bad}");
     }
-    for good in ["v2:send:1:kill:3:0:in:power:4:5:then:6", "v2:send:1:kill:3:reopen:then:2:eio"] {
+    for good in [
+        "v2:send:1:kill:3:0:in:power:4:5:then:6",
+        "v2:send:1:kill:3:reopen:then:2:eio",
+        "v2:send:1:kill:3:0:first-in:1:power:4:5",
+    ] {
         let token: Token = good.parse().expect("well formed");
         assert_eq!(token.to_string(), good);
     }
