@@ -97,6 +97,10 @@ pub enum Mutant {
     /// A drain whose adapter refused a head commits its whole batch anyway (the refused head
     /// and those after it are removed undelivered).
     DrainCommitsRefused,
+    /// The lock-free receipt lookup (`Store::receipt`) answers from the persisted receipt index
+    /// alone, without folding the log past it (a keyed send after the index was last written
+    /// is not found).
+    LockFreeReceiptWithoutRefresh,
     /// A batch of sends appends its lines and syncs once after the last (a power loss can keep
     /// a later line and lose an earlier one).
     BatchSharesOneSync,
@@ -118,7 +122,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 36] = [
+    pub const ALL: [Mutant; 37] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -155,6 +159,7 @@ impl Mutant {
         Mutant::IndexWithoutChecksum,
         Mutant::DrainCommitsRefused,
         Mutant::BatchSharesOneSync,
+        Mutant::LockFreeReceiptWithoutRefresh,
     ];
 
     /// The mutant's kebab-case name.

@@ -176,10 +176,44 @@ pub(crate) fn check_recovered<F: Fs>(
         }
     }
     check_acceptance(&observed, run, &run.delivered, &mut violations);
+    check_receipts(store, run, &observed, &mut violations);
     check_append_only(store, run, &mut violations);
     check_lifecycle(run, &observed, &mut violations);
     check_close(store, run, &mut violations);
     violations
+}
+
+/// Rule 2, as a reader sees it: the engine's lock-free receipt lookup (`Store::receipt`, what a
+/// caller asks before retrying) answers, for every key the run used on an open session, what
+/// the oracle's own decoding of the log holds: the same mid and settlement, or nothing.
+fn check_receipts<F: Fs>(
+    store: &Store<F>,
+    run: &Execution,
+    observed: &Model,
+    violations: &mut Vec<String>,
+) {
+    for (id, key) in &run.keys {
+        let Some(session) = observed.sessions.get(id) else { continue };
+        let expected = session.keys.get(&(OPERATION.to_owned(), key.clone()));
+        let digest = decode::request_digest(OPERATION, key);
+        let found = match store.receipt(&sid(id), OPERATION, &digest) {
+            Ok(found) => found,
+            Err(error) => {
+                violations.push(format!(
+                    "rule 2 (same-key replay): the receipt lookup of {id}/{key} failed: {error}"
+                ));
+                continue;
+            }
+        };
+        let answered = found.map(|known| (Mid::Known(known.mid), known.settled));
+        let logged = expected.map(|state| (state.mid.clone(), state.settled));
+        if answered != logged {
+            violations.push(format!(
+                "rule 2 (same-key replay): the receipt lookup of {id}/{key} answers {answered:?}, \
+                 the log holds {logged:?} (mid, settled)"
+            ));
+        }
+    }
 }
 
 /// Rule 2, for a retry of the crashed keyed send after recovery: `before` is the state it found,

@@ -551,6 +551,7 @@ fn home_scenario(mutant: spex_engine::mutant::Mutant) -> Option<&'static str> {
         | Mutant::VouchSyncsOldestSegment
         | Mutant::ArchiveTakeoverWithoutVouch => Some("rollover"),
         Mutant::BatchSharesOneSync => Some("together"),
+        Mutant::LockFreeReceiptWithoutRefresh => Some("send"),
         _ => None,
     }
 }
