@@ -114,10 +114,10 @@ fn receipt_world() -> ReceiptWorld {
         sent.push((crate::digest::request_digest(RECEIPT_OPERATION, key), accepted.mid));
     }
     let (digest, _) = &sent[0];
-    store.receipt(&id, RECEIPT_OPERATION, digest).expect("a lookup persists the index");
+    store.receipt(&id, RECEIPT_OPERATION, digest).expect("a lookup");
     let persisted = crate::atomic::read(&fs, &store.layout().receipt_index(&id))
         .expect("the index reads")
-        .expect("the lookup persisted the index");
+        .expect("the keyed sends persisted the index");
     ReceiptWorld { fs, id, sent, persisted }
 }
 

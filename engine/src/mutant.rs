@@ -34,6 +34,10 @@ pub enum Mutant {
     RecordBeforeEvent,
     /// Recovery does not roll a lagging record forward.
     NoRollForward,
+    /// Recovery compares the last logged move with the record's own triple instead of what
+    /// readers see, so a launch in flight (whose fence freezes the public triple) looks like a
+    /// record behind its log and is ended by the next writer.
+    RollForwardIgnoresLaunch,
     /// A keyed replay does not restore a lost queue entry.
     ReplayWithoutRestore,
     /// A new session's directory entry is never synced.
@@ -122,7 +126,7 @@ impl Mutant {
         [Mutant::QueueReadOutsideLock, Mutant::TakeoverWithoutRecheck, Mutant::GroupWithoutWakeup];
 
     /// Every mutant the crash sweeps must catch.
-    pub const ALL: [Mutant; 37] = [
+    pub const ALL: [Mutant; 38] = [
         Mutant::NoLogSync,
         Mutant::NoSegmentDirSync,
         Mutant::AckBeforeSync,
@@ -136,6 +140,7 @@ impl Mutant {
         Mutant::CloseDeletesBeforeRevoking,
         Mutant::RecordBeforeEvent,
         Mutant::NoRollForward,
+        Mutant::RollForwardIgnoresLaunch,
         Mutant::ReplayWithoutRestore,
         Mutant::NoSessionDirSync,
         Mutant::AppendAfterFailedSync,

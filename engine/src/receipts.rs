@@ -28,8 +28,8 @@
 //! very key. Any failure drops the run and rebuilds it from the log (one full read, never a
 //! wrong answer). The run is rewritten once the lines folded past it reach an eighth of its
 //! receipts (amortized O(1) per line). Lookups run under the record lock, after recovery, so
-//! every line folded is complete; `Store::receipt` reads without the lock and may fold a line
-//! a power loss later takes back, which the pin then detects.
+//! every line folded is complete; `Store::receipt` reads without the lock, never writes the
+//! index, and may fold a line a power loss later takes back, which the pin then detects.
 
 use std::collections::{HashMap, HashSet};
 
@@ -634,14 +634,6 @@ impl ReceiptIndexes {
             indexes.insert(id.clone(), Index { run, cursor, ..Index::default() });
         }
         let index = indexes.get_mut(id).expect("inserted above");
-        if crate::mutant::active(crate::mutant::Mutant::LockFreeReceiptWithoutRefresh)
-            && steps.is_some_and(|steps| steps.rename.name().starts_with("recover."))
-        {
-            // The broken variant answers the lock-free lookup from the persisted index alone.
-            if let Ok(found) = index.get(fs, layout, id, operation, request_digest)? {
-                return Ok(found);
-            }
-        }
         for attempt in 0..2 {
             match Self::refresh_and_get(fs, layout, id, index, operation, request_digest, steps)? {
                 Ok(found) => return Ok(found),
@@ -657,6 +649,23 @@ impl ReceiptIndexes {
                 "the receipt index could not be rebuilt from the log".to_owned(),
             ),
         })
+    }
+
+    /// The `lock-free-receipt-without-refresh` mutant's lookup: the persisted index alone, the
+    /// log past it not folded.
+    #[cfg(feature = "mutants")]
+    fn lookup_without_refresh<F: Fs>(
+        &self,
+        fs: &F,
+        layout: &Layout,
+        id: &SessionId,
+        operation: &str,
+        request_digest: &str,
+    ) -> Result<Option<Known>> {
+        let run = Run::open(fs, layout, id)?;
+        let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
+        let index = Index { run, cursor, ..Index::default() };
+        Ok(index.get(fs, layout, id, operation, request_digest)?.unwrap_or(None))
     }
 
     /// After a send appended lines to session `id`: folds them into the index a lookup of this
@@ -740,8 +749,9 @@ impl ReceiptIndexes {
 
 impl<F: Fs> crate::store::Store<F> {
     /// The receipt of the keyed send `(operation, request_digest)` to session `id`, if the log
-    /// has one (the existing implementation's `sentDispatchReceipt`). Lock-free; it may persist
-    /// the derived receipt index.
+    /// has one (the existing implementation's `sentDispatchReceipt`). Lock-free, and it writes
+    /// nothing: the receipt index is persisted only by writers, under the record lock (a
+    /// lock-free rewrite would share the staging file with a writer's).
     pub fn receipt(
         &self,
         id: &SessionId,
@@ -749,13 +759,16 @@ impl<F: Fs> crate::store::Store<F> {
         request_digest: &str,
     ) -> Result<Option<Known>> {
         self.require_session(id)?;
-        self.receipts.lookup(
-            &self.fs,
-            &self.layout,
-            id,
-            operation,
-            request_digest,
-            Some(&crate::boundaries::RECOVER.index),
-        )
+        #[cfg(feature = "mutants")]
+        if crate::mutant::active(crate::mutant::Mutant::LockFreeReceiptWithoutRefresh) {
+            return self.receipts.lookup_without_refresh(
+                &self.fs,
+                &self.layout,
+                id,
+                operation,
+                request_digest,
+            );
+        }
+        self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)
     }
 }

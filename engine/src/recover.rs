@@ -91,8 +91,13 @@ impl<F: Fs> Store<F> {
             return Ok(Recovered { queue, ..Recovered::default() });
         };
         let last_line = timeline::tail_lines(&self.fs, &self.layout, id, 1, |_| true)?.pop();
+        let current = if active(Mutant::RollForwardIgnoresLaunch) {
+            record.triple()
+        } else {
+            record.public_triple()
+        };
         if let Some(Line::Status(event)) = &last_line
-            && event.triple != record.public_triple()
+            && event.triple != current
             && !active(Mutant::NoRollForward)
         {
             record.set_triple(&event.triple);

@@ -109,11 +109,24 @@ pub struct KeyState {
     pub settled: bool,
 }
 
+/// A launch in flight (its readiness fence): what the session becomes if it succeeds. Readers
+/// see the triple and the archived flag frozen when it began until it ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The triple the launch declared when it began.
+    pub triple: Triple,
+    /// Whether the session is archived underneath the fence (an archive during the launch
+    /// shows once it succeeds; a failed launch restores the frozen flag).
+    pub archived: bool,
+}
+
 /// One open session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     /// The public triple.
     pub triple: Triple,
+    /// A launch in flight.
+    pub launching: Option<Launch>,
     /// Public events, in order.
     pub events: Vec<Event>,
     /// Owed messages, in order.
@@ -151,6 +164,19 @@ pub enum Op {
         id: String,
         /// The declared triple.
         triple: Triple,
+    },
+    /// A launch begins: the fence freezes what readers see, the record takes `triple`, nothing
+    /// is logged.
+    BeginLaunch {
+        /// The session.
+        id: String,
+        /// The triple the launch declares.
+        triple: Triple,
+    },
+    /// The launch failed: the frozen state comes back, nothing is logged.
+    FailLaunch {
+        /// The session.
+        id: String,
     },
     /// A send.
     Send {
@@ -204,6 +230,8 @@ pub enum Expect {
     Exists,
     /// Refused: the session is retired (lifecycle writes only).
     Retired,
+    /// Refused: a launch is already in flight (to begin one), or none is (to fail one).
+    LaunchState,
 }
 
 impl Model {
@@ -235,11 +263,18 @@ impl Model {
                     None => Expect::Ok,
                 }
             }
-            Op::Lifecycle { id, .. } => match self.sessions.get(id) {
-                None => Expect::NoSuchSession,
-                Some(session) if session.retired => Expect::Retired,
-                Some(_) => Expect::Ok,
-            },
+            Op::Lifecycle { id, .. } | Op::BeginLaunch { id, .. } | Op::FailLaunch { id } => {
+                match self.sessions.get(id) {
+                    None => Expect::NoSuchSession,
+                    Some(session) if session.retired => Expect::Retired,
+                    Some(session) => match (op, &session.launching) {
+                        (Op::BeginLaunch { .. }, Some(_)) | (Op::FailLaunch { .. }, None) => {
+                            Expect::LaunchState
+                        }
+                        _ => Expect::Ok,
+                    },
+                }
+            }
             Op::DrainHead { id } | Op::Archive { id } | Op::Close { id } | Op::Retire { id } => {
                 if self.sessions.contains_key(id) {
                     Expect::Ok
@@ -264,11 +299,16 @@ impl Model {
                         keys: BTreeMap::new(),
                         archived: false,
                         retired: false,
+                        launching: None,
                     },
                 );
             }
             (Op::Lifecycle { id, triple }, Expect::Ok) => {
                 let session = next.session_mut(id);
+                // A lifecycle write ends a launch in flight, successfully.
+                if let Some(launch) = session.launching.take() {
+                    session.archived = launch.archived;
+                }
                 if session.triple != *triple {
                     session.events.push(Event::Status(triple.clone()));
                     session.triple = triple.clone();
@@ -328,7 +368,19 @@ impl Model {
                     }
                 }
             }
-            (Op::Archive { id }, Expect::Ok) => next.session_mut(id).archived = true,
+            (Op::BeginLaunch { id, triple }, Expect::Ok) => {
+                let session = next.session_mut(id);
+                session.launching =
+                    Some(Launch { triple: triple.clone(), archived: session.archived });
+            }
+            (Op::FailLaunch { id }, Expect::Ok) => next.session_mut(id).launching = None,
+            (Op::Archive { id }, Expect::Ok) => {
+                let session = next.session_mut(id);
+                match &mut session.launching {
+                    Some(launch) => launch.archived = true,
+                    None => session.archived = true,
+                }
+            }
             (Op::Retire { id }, Expect::Ok) => next.session_mut(id).retired = true,
             (Op::Close { id }, Expect::Ok) => {
                 next.sessions.remove(id);
@@ -502,6 +554,7 @@ fn session_admits(expected: &Session, actual: &Session) -> bool {
         });
     expected.triple == actual.triple
         && expected.archived == actual.archived
+        && expected.launching == actual.launching
         && events_match
         && owed_match
         && keys_match

@@ -195,3 +195,30 @@ fn a_damaged_block_is_rebuilt() {
     assert!(report.stopped.is_none(), "the drain trusts the log, not the damaged run");
     assert_eq!(report.delivered.len(), 2);
 }
+
+/// The lock-free lookup answers from the log without writing anything: with the index gone it
+/// finds every receipt and leaves no index or staging file behind; the next keyed send, under
+/// the lock, writes the index again.
+#[test]
+fn the_lock_free_lookup_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = reopen(dir.path(), config());
+    let s = id("s");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    let sent: Vec<String> = (0..5)
+        .map(|i| store.send(&s, &keyed(&format!("m{i}"), &format!("k{i}"))).unwrap().mid)
+        .collect();
+    drop(store);
+    let index = dir.path().join("sessions/s/receipts.index");
+    std::fs::remove_file(&index).unwrap();
+    let store = reopen(dir.path(), config());
+    for (i, mid) in sent.iter().enumerate() {
+        let digest = spex_engine::digest::request_digest("op", &format!("k{i}"));
+        let known = store.receipt(&s, "op", &digest).unwrap().expect("the receipt is found");
+        assert_eq!(&known.mid, mid);
+    }
+    assert!(!index.exists(), "a lock-free lookup wrote the index");
+    assert!(!dir.path().join("sessions/s/receipts.index.tmp").exists());
+    store.send(&s, &keyed("m5", "k5")).unwrap();
+    assert!(index.exists(), "a keyed send persists the index again");
+}

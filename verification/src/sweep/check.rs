@@ -144,6 +144,12 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
                 keys,
                 archived: record.archived,
                 retired,
+                launching: record.launching.map(|(status, proposal, note, archived)| {
+                    model::Launch {
+                        triple: model::Triple::new(&status, proposal.as_deref(), note.as_deref()),
+                        archived,
+                    }
+                }),
             },
         );
     }

@@ -56,6 +56,9 @@ pub(crate) struct Record {
     pub(crate) note: Option<String>,
     pub(crate) archived: bool,
     pub(crate) worktree: Option<String>,
+    /// While a launch is in flight (a fence with its frozen original): the record's own
+    /// status, proposal, note and archived flag, which the launch declares if it succeeds.
+    pub(crate) launching: Option<(String, Option<String>, Option<String>, bool)>,
 }
 
 fn session_dir(root: &Path, id: &str) -> PathBuf {
@@ -235,6 +238,7 @@ pub(crate) fn record<F: Fs>(fs: &F, root: &Path, id: &str) -> Result<Option<Reco
         .map_err(|error| format!("{}: not JSON: {error}", path.display()))?;
     let object = value.as_object().ok_or_else(|| format!("{}: not an object", path.display()))?;
     // While a resume is in flight, readers see the fence's frozen original.
+    let fenced = matches!(object.get("launch_readiness_pending"), Some(Value::Object(_)));
     let public = match object.get("launch_readiness_pending") {
         Some(Value::Object(fence)) => fence
             .get("original")
@@ -243,13 +247,25 @@ pub(crate) fn record<F: Fs>(fs: &F, root: &Path, id: &str) -> Result<Option<Reco
         _ => object,
     };
     let none_if_empty = |value: Option<String>| value.filter(|value| !value.is_empty());
+    let archived = |fields: &serde_json::Map<String, Value>| {
+        fields.get("archived").and_then(Value::as_bool).unwrap_or(false)
+    };
     let read = || -> Result<Record, String> {
         Ok(Record {
             status: text(public, "status")?,
             proposal: none_if_empty(optional_text(public, "proposal")?),
             note: none_if_empty(optional_text(public, "note")?),
-            archived: public.get("archived").and_then(Value::as_bool).unwrap_or(false),
+            archived: archived(public),
             worktree: none_if_empty(optional_text(object, "worktree_path")?),
+            launching: match fenced {
+                true => Some((
+                    text(object, "status")?,
+                    none_if_empty(optional_text(object, "proposal")?),
+                    none_if_empty(optional_text(object, "note")?),
+                    archived(object),
+                )),
+                false => None,
+            },
         })
     };
     read().map(Some).map_err(|reason| format!("{}: {reason}", path.display()))

@@ -2,9 +2,7 @@
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 
-use super::{
-    Options, Place, Report, Scenario, Source, Step, Token, judge_sequence, run, token_base,
-};
+use super::{Options, Place, Report, Scenario, Source, Token, judge_sequence, run, token_base};
 
 /// Injects `fault` at op `k`: the failing step must not be acknowledged and must poison its
 /// session in that handle. Then the machine loses power right after the failure; and,
@@ -50,14 +48,7 @@ pub(crate) fn fault_point(
         && run.failed.is_some()
         && engine_op
     {
-        let id = match &scenario.steps[index] {
-            Step::Create { id, .. }
-            | Step::Set { id, .. }
-            | Step::Drain { id }
-            | Step::DrainRefusing { id } => id,
-            Step::Archive { id } | Step::Close { id } | Step::Retire { id } => id,
-            Step::Send { to, .. } | Step::SendTogether { to, .. } => to,
-        };
+        let id = scenario.steps[index].session();
         match store.recover_session(&run::sid(id)) {
             Err(spex_engine::Error::Poisoned { .. }) => {}
             other => common

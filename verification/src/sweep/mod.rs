@@ -552,6 +552,7 @@ fn home_scenario(mutant: spex_engine::mutant::Mutant) -> Option<&'static str> {
         | Mutant::ArchiveTakeoverWithoutVouch => Some("rollover"),
         Mutant::BatchSharesOneSync => Some("together"),
         Mutant::LockFreeReceiptWithoutRefresh => Some("send"),
+        Mutant::RollForwardIgnoresLaunch => Some("launch"),
         _ => None,
     }
 }

@@ -109,13 +109,8 @@ pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> 
         return Vec::new();
     };
     let session = match in_flight {
-        Step::Set { id, .. }
-        | Step::Drain { id }
-        | Step::DrainRefusing { id }
-        | Step::Archive { id }
-        | Step::Close { id } => Some(*id),
-        Step::Send { to, .. } | Step::SendTogether { to, .. } => Some(*to),
         Step::Create { .. } | Step::Retire { .. } => None,
+        step => Some(step.session()),
     };
     let mut commands: Vec<Step> = retries(scenario, run).into_iter().cloned().collect();
     if let Some(id) = session.filter(|id| run.created.contains_key(*id)) {
@@ -123,7 +118,10 @@ pub(crate) fn first_commands(scenario: &Scenario, run: &Execution) -> Vec<Step> 
         commands.push(Step::Send { to: id, text: AFTER_RECOVERY, from: None, key: None });
         // After a killed lifecycle write, another one (its roll-forward happens in its own
         // transition).
-        if matches!(in_flight, Step::Set { .. }) {
+        if matches!(
+            in_flight,
+            Step::Set { .. } | Step::BeginLaunch { .. } | Step::FailLaunch { .. }
+        ) {
             commands.push(Step::Set {
                 id,
                 status: spex_engine::Status::Active,

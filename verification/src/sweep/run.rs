@@ -283,6 +283,11 @@ pub(crate) fn model_op(step: &Step, mid: Mid) -> Op {
                 *note,
             ),
         },
+        Step::BeginLaunch { id, status, note } => Op::BeginLaunch {
+            id: (*id).to_owned(),
+            triple: model::Triple::new(status.name(), None, *note),
+        },
+        Step::FailLaunch { id } => Op::FailLaunch { id: (*id).to_owned() },
         Step::Send { to, text, from, key } => Op::Send {
             to: (*to).to_owned(),
             text: (*text).to_owned(),
@@ -429,6 +434,11 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
         | Error::Retired { .. } => Ok(Answer::Refused(error.to_string())),
         error => Err(error),
     };
+    // A launch write that does not apply (one already pending, none to fail) is refused.
+    let launch_refused = |error: Error| match error {
+        Error::Refused { .. } => Ok(Answer::Refused(error.to_string())),
+        error => refused(error),
+    };
     match step {
         Step::Create { id, adapter } => {
             let worktree = worktree(store, id);
@@ -461,6 +471,17 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
             store.append(&sid(id), &Lifecycle::Set(triple)).map(|_| Answer::Done).or_else(refused)
         }
+        Step::BeginLaunch { id, status, note } => {
+            let triple = Triple::new(*status, None, note.map(str::to_owned));
+            store
+                .append(&sid(id), &Lifecycle::BeginLaunch(triple))
+                .map(|_| Answer::Done)
+                .or_else(launch_refused)
+        }
+        Step::FailLaunch { id } => store
+            .append(&sid(id), &Lifecycle::FailLaunch)
+            .map(|_| Answer::Done)
+            .or_else(launch_refused),
         Step::Send { to, .. } => store
             .send(&sid(to), &request_of(step))
             .map(|accepted| Answer::Accepted { mid: accepted.mid, replayed: accepted.replayed })
@@ -575,6 +596,8 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
         (
             Step::Create { .. }
             | Step::Set { .. }
+            | Step::BeginLaunch { .. }
+            | Step::FailLaunch { .. }
             | Step::Archive { .. }
             | Step::Close { .. }
             | Step::Retire { .. },
@@ -590,7 +613,8 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             | Expect::KeyConflict
             | Expect::Revoked
             | Expect::NoSuchSession
-            | Expect::Retired,
+            | Expect::Retired
+            | Expect::LaunchState,
         ) => {}
         (step, answer, expect) => run.violations.push(format!(
             "{} answered {answer:?} where the model expected {expect:?}",

@@ -26,6 +26,20 @@ pub enum Step {
         /// Note.
         note: Option<&'static str>,
     },
+    /// A launch begins (`Lifecycle::BeginLaunch`): readers keep seeing the frozen state.
+    BeginLaunch {
+        /// The session.
+        id: &'static str,
+        /// Status the launch declares.
+        status: Status,
+        /// Note.
+        note: Option<&'static str>,
+    },
+    /// The launch in flight failed (`Lifecycle::FailLaunch`).
+    FailLaunch {
+        /// The session.
+        id: &'static str,
+    },
     /// A send; keyed when `key` is set (operation `sweep`).
     Send {
         /// The target.
@@ -73,11 +87,29 @@ pub enum Step {
 }
 
 impl Step {
+    /// The session the step acts on.
+    pub fn session(&self) -> &'static str {
+        match self {
+            Step::Create { id, .. }
+            | Step::Set { id, .. }
+            | Step::BeginLaunch { id, .. }
+            | Step::FailLaunch { id }
+            | Step::Drain { id }
+            | Step::DrainRefusing { id }
+            | Step::Archive { id }
+            | Step::Close { id }
+            | Step::Retire { id } => id,
+            Step::Send { to, .. } | Step::SendTogether { to, .. } => to,
+        }
+    }
+
     /// The transition's name, as in the sweep matrix.
     pub fn transition(&self) -> &'static str {
         match self {
             Step::Create { .. } => "create",
             Step::Set { .. } => "append",
+            Step::BeginLaunch { .. } => "launch",
+            Step::FailLaunch { .. } => "launch-fail",
             Step::Send { key: None, .. } => "send",
             Step::Send { key: Some(_), .. } => "send-keyed",
             Step::SendTogether { .. } => "send-together",
@@ -178,6 +210,22 @@ pub fn all() -> Vec<Scenario> {
                     note: Some("which branch?"),
                 },
                 Step::Archive { id: "s" },
+            ],
+        },
+        Scenario {
+            name: std::borrow::Cow::Borrowed("launch"),
+            segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+            steps: vec![
+                Step::Create { id: "s", adapter: None },
+                Step::Set { id: "s", status: Status::Active, proposal: None, note: None },
+                Step::BeginLaunch { id: "s", status: Status::Awaiting, note: Some("resumed") },
+                send("s", "while launching", None),
+                Step::BeginLaunch { id: "s", status: Status::Active, note: Some("twice") },
+                Step::FailLaunch { id: "s" },
+                Step::FailLaunch { id: "s" },
+                Step::BeginLaunch { id: "s", status: Status::Active, note: Some("second try") },
+                Step::Archive { id: "s" },
+                Step::Set { id: "s", status: Status::Asking, proposal: None, note: Some("ready?") },
             ],
         },
         Scenario {
