@@ -289,9 +289,9 @@ fn zero_chunks_left_out_turn_a_sampled_index_write_exhaustive() {
         reduced.images.iter().map(faultfs::Image::hash_hex).collect();
     let whole_chunks = |image: &faultfs::Image| {
         let file = image.file("/d/index").or_else(|| image.file("/d/index.tmp")).unwrap_or(&[]);
-        file.chunks(512)
-            .zip(bytes.chunks(512))
-            .all(|(got, written)| got.iter().all(|&byte| byte == 0) || got == &written[..got.len()])
+        file.chunks(512).zip(bytes.chunks(512)).all(|(got, written)| {
+            got.iter().all(|&byte| byte == 0) || got == &written[..got.len()]
+        })
     };
     let sampled: Vec<&faultfs::Image> =
         full.images.iter().filter(|image| whole_chunks(image)).collect();
