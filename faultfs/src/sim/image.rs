@@ -174,12 +174,8 @@ pub struct CrashImages {
     pub generated: usize,
     /// Whether every subset of the pending pieces was produced.
     pub exhaustive: bool,
-    /// Pending pieces at the crash point (those left out as indistinguishable not counted).
+    /// Pending pieces at the crash point.
     pub pending_pieces: usize,
-    /// Pending chunk pieces left out because applying them or not gives the same image (all
-    /// zeros past the file's durable end, on a zero-tail medium): each halves the subsets an
-    /// exhaustive enumeration needs, and loses none of the images.
-    pub reduced_pieces: usize,
 }
 
 /// What survives of one piece in one image.
@@ -210,18 +206,12 @@ struct Piece {
 pub(crate) struct Pieces {
     list: Vec<Piece>,
     ops: usize,
-    /// Chunk pieces left out because no image can tell them apart (see `indistinguishable`).
-    reduced: usize,
 }
 
 impl Pieces {
     pub(crate) fn collect(state: &State) -> Pieces {
         let chunk = chunk_bytes();
         let mut list = Vec::new();
-        let mut reduced = 0;
-        // The chunks (file, start) some kept piece writes: a later all-zero piece there is not
-        // a no-op, since without it the earlier piece's bytes could show.
-        let mut kept: BTreeSet<(Ino, u64)> = BTreeSet::new();
         let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
         let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
         for (op, pending) in state.pending.iter().enumerate() {
@@ -264,11 +254,6 @@ impl Pieces {
                                 Vec::new()
                             };
                             let written = (written.0.max(start), written.1.min(start + chunk));
-                            if indistinguishable(state, *ino, start, &snapshot, &kept) {
-                                reduced += 1;
-                                continue;
-                            }
-                            kept.insert((*ino, start));
                             list.push(Piece {
                                 op,
                                 kind: PieceKind::Chunk { ino: *ino, start, snapshot, written },
@@ -284,36 +269,12 @@ impl Pieces {
                 }
             }
         }
-        Pieces { list, ops: state.pending.len(), reduced }
+        Pieces { list, ops: state.pending.len() }
     }
 
     pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
-}
-
-/// Whether a chunk piece of file `ino` at `start` with content `snapshot` (the chunk right
-/// after its write) changes no image, so that leaving it out of the enumeration halves the
-/// subsets without losing one image. It does not when: the medium shows zeros where a file grew
-/// without its data (on a stale medium the piece's zeros cover stale bytes); the chunk lies at
-/// or past the file's durable end (there, with no piece of its own, every image reads zeros or
-/// ends before it); no kept piece wrote the same chunk earlier (skipping this one could show
-/// that piece's bytes); and the piece holds only zeros. A file's length is its size pieces',
-/// never a chunk's, so applying the piece or not gives the same bytes. The reduction can be
-/// switched off ([`super::SimFs::set_zero_chunk_reduction`]) to compare both enumerations.
-fn indistinguishable(
-    state: &State,
-    ino: Ino,
-    start: u64,
-    snapshot: &[u8],
-    kept: &BTreeSet<(Ino, u64)>,
-) -> bool {
-    let Node::File(file) = &state.inodes[&ino].node else { return false };
-    state.reduce_zero_chunks
-        && state.media == Media::ZeroTails
-        && start >= file.durable.len() as u64
-        && !kept.contains(&(ino, start))
-        && snapshot.iter().all(|&byte| byte == 0)
 }
 
 /// The directories set ephemeral (see `SimFs::set_ephemeral`) and every file named in them,
@@ -354,7 +315,6 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 generated: 1,
                 exhaustive: true,
                 pending_pieces: 0,
-                reduced_pieces: 0,
             }
         }
         CrashMode::ProcessKill => {
@@ -365,7 +325,6 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 generated: 1,
                 exhaustive: true,
                 pending_pieces: 0,
-                reduced_pieces: 0,
             }
         }
         CrashMode::PowerLoss => {
@@ -387,7 +346,6 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 generated: builder.generated,
                 exhaustive,
                 pending_pieces: count,
-                reduced_pieces: pieces.reduced,
             }
         }
     }

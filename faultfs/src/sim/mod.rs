@@ -222,9 +222,6 @@ pub(crate) struct State {
     media: Media,
     /// The most pieces of one group whose every subset a power loss enumerates.
     group_pieces_max: usize,
-    /// Whether a power loss leaves out the chunk pieces no image can tell apart (see
-    /// [`SimFs::set_zero_chunk_reduction`]).
-    reduce_zero_chunks: bool,
 }
 
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
@@ -266,7 +263,6 @@ impl SimFs {
             ephemeral: Vec::new(),
             media: Media::ZeroTails,
             group_pieces_max: GROUP_PIECES_MAX_DEFAULT,
-            reduce_zero_chunks: true,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -375,14 +371,6 @@ impl SimFs {
     /// Sets what the medium shows where a file grew without its data (see [`Media`]).
     pub fn set_media(&self, media: Media) {
         self.lock().media = media;
-    }
-
-    /// Whether a power loss leaves out pending chunk pieces that hold only zeros past a file's
-    /// durable end on a zero-tail medium (on by default): applying such a piece or not gives
-    /// the same bytes, so the images are the same set either way, from half as many subsets
-    /// per piece. Off, every piece is enumerated (to check the reduction against).
-    pub fn set_zero_chunk_reduction(&self, on: bool) {
-        self.lock().reduce_zero_chunks = on;
     }
 
     /// Sets how many seeded samples a power-loss crash adds beyond its structured families.
