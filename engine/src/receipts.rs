@@ -478,6 +478,13 @@ struct Index {
 }
 
 impl Index {
+    /// The session's persisted run as found (none if absent or damaged), folded to its cursor.
+    fn persisted<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Index> {
+        let run = Run::open(fs, layout, id)?;
+        let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
+        Ok(Index { run, cursor, ..Index::default() })
+    }
+
     /// Folds positioned lines read past `self.cursor`.
     fn fold<F: Fs>(
         &mut self,
@@ -629,9 +636,7 @@ impl ReceiptIndexes {
     ) -> Result<Option<Known>> {
         let mut indexes = lock(&self.by_session);
         if !indexes.contains_key(id) {
-            let run = Run::open(fs, layout, id)?;
-            let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
-            indexes.insert(id.clone(), Index { run, cursor, ..Index::default() });
+            indexes.insert(id.clone(), Index::persisted(fs, layout, id)?);
         }
         let index = indexes.get_mut(id).expect("inserted above");
         for attempt in 0..2 {
@@ -662,9 +667,7 @@ impl ReceiptIndexes {
         operation: &str,
         request_digest: &str,
     ) -> Result<Option<Known>> {
-        let run = Run::open(fs, layout, id)?;
-        let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
-        let index = Index { run, cursor, ..Index::default() };
+        let index = Index::persisted(fs, layout, id)?;
         Ok(index.get(fs, layout, id, operation, request_digest)?.unwrap_or(None))
     }
 
