@@ -1,7 +1,7 @@
 //! How fast `SimFs` produces post-crash images on a small store: the cost that bounds every
 //! crash sweep. Throughput is reported in images per second.
 
-#![allow(clippy::unwrap_used, reason = "bench setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "bench setup: a failed step should panic with its error")]
 
 use std::path::Path;
 

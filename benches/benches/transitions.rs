@@ -2,7 +2,7 @@
 //! (tail of 500 and follow of one new event) on a 64 MiB log. The side-by-side run with every
 //! workload and its ratios is `cargo run --release -p spex-benches --bin compare`.
 
-#![allow(clippy::unwrap_used, reason = "bench setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "bench setup: a failed step should panic with its error")]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use spex_benches::{fixture, floor::Floor, message, open_store, sent_line, sqlite};

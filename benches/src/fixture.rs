@@ -5,12 +5,6 @@
 //! 4 MiB bound are written directly with the engine's own line encoder: mostly `sent` lines of
 //! about 200 bytes, one in ten keyed (with a receipt), one in twenty a `status` event.
 
-#![allow(
-    clippy::disallowed_types,
-    clippy::disallowed_methods,
-    reason = "a fixture is written directly, outside the engine"
-)]
-
 use std::io::{BufWriter, Write as _};
 use std::path::Path;
 

@@ -10,12 +10,6 @@
 //! sync (the queue is written and renamed without one, to be rebuilt from the log after a power
 //! loss). It measures what that design could reach; the engine does not write this way.
 
-#![allow(
-    clippy::disallowed_types,
-    clippy::disallowed_methods,
-    reason = "the floor is raw file I/O by definition"
-)]
-
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -130,7 +130,6 @@ pub(crate) fn hint(error: &anyhow::Error) -> String {
 /// watching the session, a send, the server), else only that another process does.
 fn busy_hint(holder: Option<u32>) -> String {
     let command = holder.and_then(|pid| {
-        #[allow(clippy::disallowed_methods, reason = "a process's command line, not a store file")]
         let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let words: Vec<String> = bytes
             .split(|byte| *byte == 0)

@@ -29,7 +29,7 @@ pub trait IdSource: Send + Sync + std::fmt::Debug {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    #[allow(
+    #[expect(
         clippy::disallowed_methods,
         reason = "the production clock is the one reader of the wall clock"
     )]
@@ -39,7 +39,7 @@ impl Clock for SystemClock {
             .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
 
-    #[allow(
+    #[expect(
         clippy::disallowed_methods,
         reason = "the production clock is the one place that really waits"
     )]
@@ -53,7 +53,7 @@ impl Clock for SystemClock {
 pub struct RandomIds;
 
 impl IdSource for RandomIds {
-    #[allow(
+    #[expect(
         clippy::disallowed_methods,
         reason = "the production id source is the one user of OS randomness"
     )]

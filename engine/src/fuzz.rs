@@ -204,7 +204,7 @@ mod tests {
 
     /// Replays the committed corpus of every target: its seeds and every crash found.
     #[test]
-    #[allow(
+    #[expect(
         clippy::disallowed_methods,
         reason = "the corpus is a real directory of the repository"
     )]

@@ -4,7 +4,7 @@
 //! either delivered or still owed, the move logged once, and no lock left behind.
 //! Run with: `RUSTFLAGS="--cfg loom" cargo test -p spex-engine --test loom_session --release`.
 #![cfg(loom)]
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use std::sync::Arc;
 

@@ -12,8 +12,7 @@
 //! The abort is `std::process::abort`: no destructors run, no user-space buffer is flushed, and
 //! the kernel keeps exactly what earlier ops handed it (process-kill semantics). The op at the
 //! kill point never starts.
-#![allow(
-    clippy::disallowed_methods,
+#![expect(
     clippy::disallowed_types,
     reason = "the kill trace is written to a real file, beside RealFs, outside the storage seam"
 )]

@@ -3,7 +3,7 @@
 //! Durability is whatever the kernel and the disk give for these calls; the crate contract
 //! (see the crate documentation) is what callers may rely on. A failed sync is reported and
 //! never retried here: after fsyncgate, a retry can report success for data that is gone.
-#![allow(
+#![expect(
     clippy::disallowed_methods,
     clippy::disallowed_types,
     reason = "RealFs is the one implementation of the storage seam that touches std::fs"

@@ -23,7 +23,6 @@ pub fn codex_transcript(data: &[u8]) {
     transcript(Harness::Codex, data);
 }
 
-#[allow(clippy::disallowed_methods, reason = "the reader under test reads a real file")]
 fn transcript(harness: Harness, data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     // The line parser over every complete line.
@@ -77,10 +76,6 @@ fn transcript(harness: Harness, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     #[test]
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "the corpus is a real directory of the repository"
-    )]
     fn the_committed_corpora_hold() {
         type Target = fn(&[u8]);
         let targets: [(&str, Target); 2] = [

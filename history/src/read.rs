@@ -14,7 +14,6 @@ use crate::parse::{Meta, Parser};
 /// roots are often links). Anything else (a FIFO, a device, a socket, a directory) is refused
 /// at once: the open does not wait for a peer (`O_NONBLOCK`, which changes nothing for a regular
 /// file), and the type is checked on the open file.
-#[allow(clippy::disallowed_types, reason = "transcripts are the harnesses' files, not the store's")]
 pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let nonblock = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);

@@ -114,10 +114,6 @@ impl Index {
             .map_or(0, |since| since.as_secs());
         let aside = root.join(format!("{INDEX_FILE}.damaged-{seconds}"));
         let io = |source| Error::Io { path: path.clone(), source };
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "the index is SQLite's file, not the engine's"
-        )]
         {
             std::fs::rename(&path, &aside).map_err(io)?;
             for suffix in ["-wal", "-shm"] {
@@ -136,10 +132,6 @@ impl Index {
     /// database, a page that fails SQLite's `quick_check`).
     pub fn inspect(root: &Path) -> Option<String> {
         let path = root.join(INDEX_FILE);
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "the index is SQLite's file, not the engine's"
-        )]
         let meta = std::fs::symlink_metadata(&path).ok()?;
         if !meta.file_type().is_file() {
             return Some(format!("{} in place of the database file", kind_of(&meta.file_type())));
@@ -288,11 +280,6 @@ impl Index {
 /// Makes sure the index file at `path` is a regular file private to its owner: created 0600 when
 /// missing (without following a link), tightened when an older one was readable by others.
 /// Anything else in its place is [`Error::Damaged`].
-#[allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    reason = "the index is SQLite's file, not the engine's"
-)]
 fn prepare_file(path: &Path) -> Result<()> {
     let io = |source| Error::Io { path: path.to_owned(), source };
     match std::fs::symlink_metadata(path) {

@@ -678,7 +678,6 @@ fn transcript_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Transcr
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
     use std::io::Write as _;
 

@@ -7,11 +7,6 @@
 //! acknowledged step. The parent rebuilds from the journal exactly what was acknowledged, then
 //! recovers the real directory with the engine and applies the same oracle as the simulated
 //! sweep (see `sweep::check`).
-#![allow(
-    clippy::disallowed_methods,
-    clippy::disallowed_types,
-    reason = "the journal and the child processes are the harness's own real files and processes"
-)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -5,8 +5,7 @@
 //!     cargo run --release -p spex-benches --bin compare            # every row, logs to 1 GiB
 //!     cargo run --release -p spex-benches --bin compare -- --quick # small sizes, a minute
 
-#![allow(clippy::unwrap_used, reason = "a benchmark step that fails should stop the run loudly")]
-#![allow(clippy::disallowed_methods, reason = "the benchmark measures real files")]
+#![expect(clippy::unwrap_used, reason = "a benchmark step that fails should stop the run loudly")]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

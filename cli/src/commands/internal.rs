@@ -33,10 +33,6 @@ pub(crate) struct Args {
 }
 
 #[derive(Debug, clap::Subcommand)]
-#[allow(
-    clippy::enum_variant_names,
-    reason = "the command names are the existing hook interface (session-state, session-idle, ...)"
-)]
 enum Command {
     /// Set the session's status (the hooks' authored state write).
     SessionState(StateArgs),

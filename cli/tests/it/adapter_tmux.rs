@@ -1,8 +1,7 @@
 //! The tmux adapter end to end: a real tmux server, a real pane, `spex session drain` typing
 //! into it. It matters because pane-backed agents read their messages from exactly this path.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-#![allow(clippy::disallowed_methods, reason = "tests read the real files the pane wrote")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 use crate::common;
 

@@ -2,8 +2,6 @@
 //! `../shared/interop`, copied first): listing, search and show work through its damage, doctor
 //! lists exactly the damaged cases and exits 4, repair rebuilds a damaged queue.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-
 use crate::common;
 
 use common::corpus::{copy_tree, corpus};

@@ -1,7 +1,7 @@
 //! `spex history` through the real binary, with `CLAUDE_CONFIG_DIR` and `CODEX_HOME` pointing at
 //! fixture trees written from the formats' public descriptions.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 use crate::common;
 

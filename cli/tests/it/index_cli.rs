@@ -3,8 +3,7 @@
 //! to exactly what a rebuild from the logs gives. It matters because every listing and search is
 //! served from this derived data instead of the logs.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-#![allow(clippy::disallowed_methods, reason = "tests damage real files directly")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 use crate::common;
 

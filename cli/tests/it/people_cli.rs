@@ -4,9 +4,6 @@
 //! do, the conventions (completions, man pages, examples, hidden internals) and search by
 //! substring in any language.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-#![allow(clippy::disallowed_methods, reason = "tests check the real files")]
-
 use crate::common;
 
 use std::io::{BufRead as _, BufReader};

@@ -2,7 +2,7 @@
 //! It matters because the HTTP input is the same durable send as the CLI's, and its errors must
 //! be as precise: the right status, a JSON reason, and nothing written.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 use crate::common;
 

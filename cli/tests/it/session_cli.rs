@@ -1,8 +1,7 @@
 //! The session verbs, run as a user would run them: the real binary against a real directory,
 //! stdout, stderr and the exit code checked apart.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-#![allow(clippy::disallowed_methods, reason = "tests read the real files the binary wrote")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 use crate::common;
 

@@ -1,7 +1,7 @@
 //! What a person at a terminal sees, captured from a real tmux pane: the coloured conversation,
 //! and the live session table of `spex watch`, redrawn in place when a session changes.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 use crate::common;
 

@@ -7,7 +7,7 @@
 //! conversation (`SPEX_SCREENSHOT_DIR`, default the test's scratch directory; the README's are
 //! from `docs/`).
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use crate::common;
 

@@ -294,7 +294,6 @@ struct SettledOut<'a> {
 
 #[derive(Deserialize)]
 #[serde(tag = "kind")]
-#[allow(clippy::large_enum_variant, reason = "a parse result, moved once into a Line")]
 enum LineIn {
     #[serde(rename = "status")]
     Status {

@@ -3,8 +3,8 @@
 //! nothing outside the root is read, written or removed through it: a canary outside the root
 //! survives every command.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(
     clippy::disallowed_methods,
     reason = "the test plants real links and canaries directly, outside the engine"
 )]

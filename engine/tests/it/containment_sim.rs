@@ -3,7 +3,7 @@
 //! the same refusals as on real files, and the links planted here lead to `/outside`, whose
 //! every byte must stay as it was.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use crate::common;
 

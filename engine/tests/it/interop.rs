@@ -9,9 +9,9 @@
 //! - `knownDefects`: the existing tail read splits UTF-8 across 64 KiB blocks; the correct value
 //!   is compared instead.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(clippy::panic, reason = "a corpus mismatch should panic naming the case")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::panic, reason = "a corpus mismatch should panic naming the case")]
+#![expect(
     clippy::disallowed_methods,
     reason = "the test copies the corpus with real files, outside the engine"
 )]

@@ -5,8 +5,8 @@
 //! would have replaced it or taken it over. Afterwards: no check failed, and every accepted
 //! message was delivered exactly once.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(
     clippy::disallowed_methods,
     clippy::disallowed_types,
     reason = "the children coordinate through real files"

@@ -3,8 +3,8 @@
 //! an abandoned empty lock is taken over, and concurrent writers never lose a queue update.
 //! Locks are what keeps two writers from interleaving, so each recovery path must be real.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(
     clippy::disallowed_methods,
     clippy::disallowed_types,
     reason = "the test prepares real lock files directly"

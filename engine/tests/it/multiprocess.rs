@@ -3,8 +3,8 @@
 //! message handed to the adapter exactly once, nothing left owed. This is the interleaving the
 //! existing implementation loses queue entries under (enqueue and removal under different locks).
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(
     clippy::disallowed_methods,
     clippy::disallowed_types,
     reason = "the children coordinate through real files"

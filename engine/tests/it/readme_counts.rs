@@ -1,8 +1,6 @@
 //! The README's counts of what the verification has, read from the code rather than typed: the
 //! mutants the sweeps must catch and those only concurrency exposes.
 
-#![allow(clippy::unwrap_used, reason = "a test fails loudly")]
-
 use spex_engine::mutant::Mutant;
 
 #[test]

@@ -3,8 +3,8 @@
 //! rebuilt from the log, never trusted. A keyed send must stay cheap on a long log and correct
 //! when its derived index is wrong.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(
     clippy::disallowed_methods,
     clippy::disallowed_types,
     reason = "the test damages real files directly"

@@ -3,7 +3,7 @@
 //! handle, a reopened store recovers with nothing acknowledged lost, and ENOSPC before the
 //! commit point leaves the store byte for byte as it was.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use crate::common;
 

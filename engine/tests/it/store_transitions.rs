@@ -3,8 +3,7 @@
 //! senders, adapter failure), lifecycle writes (including launch readiness and retired
 //! sessions), archive and close. These are the behaviours the crash sweeps then attack.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(
     clippy::disallowed_methods,
     reason = "the test prepares real files directly, outside the engine"
 )]

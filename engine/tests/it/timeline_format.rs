@@ -3,8 +3,8 @@
 //! bound; torn tails and damage; UTF-8 across read blocks; tail, follow and stamp. An existing
 //! store must open without migration, and nothing we write may break its readers.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(
     clippy::disallowed_methods,
     reason = "the test prepares real files directly, outside the engine"
 )]

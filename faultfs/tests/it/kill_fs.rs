@@ -2,8 +2,8 @@
 //! runs, and the real files hold exactly what the earlier ops wrote. Real-process sweeps rely on
 //! the kill landing at the boundary the trace names, not near it.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(clippy::disallowed_methods, reason = "the test reads real files written by its child")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::disallowed_methods, reason = "the test reads real files written by its child")]
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;

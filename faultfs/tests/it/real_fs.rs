@@ -2,8 +2,7 @@
 //! filesystem (errors carry their path and kind; locks exclude; dead processes are not running).
 //! The simulated filesystem is only trustworthy if the real one behaves as the trait claims.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(
+#![expect(
     clippy::disallowed_methods,
     reason = "the test reads real files and waits on real children"
 )]

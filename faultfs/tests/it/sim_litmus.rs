@@ -3,7 +3,7 @@
 //! switched off, and must then fail: a crash model whose litmus tests pass without the rule they
 //! test would prove nothing.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! next one but still pending, so a later power loss may drop it; what the next process syncs
 //! (including, through a sync of the same file, the killed one's bytes) survives.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use std::path::Path;
 

@@ -2,8 +2,6 @@
 //! redacted whole, and no window cut from a redacted text (a snippet, a title) holds any part of
 //! a secret, wherever the window starts.
 
-#![allow(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
-
 use spex_history::{Identity, redact};
 
 /// One planted secret: its label, the text it sits in, and the part no surface may show.

@@ -5,8 +5,7 @@
 //! listing order and search results are served without reading logs, so they must never drift
 //! from the logs.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(clippy::disallowed_methods, reason = "the test damages real files directly")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! texts gone), a content-version row is re-extracted, and search finds what only an agent
 //! answered, ranked below what a person said.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! Each workload also runs with the mutant that takes its fix back out (the engine as it was):
 //! it must fail there, or the test proves nothing.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Shared helpers of the CLI's integration tests.
 
-#![allow(dead_code, reason = "each test binary uses a different part of the helpers")]
+#![expect(dead_code, reason = "each test binary uses a different part of the helpers")]
 
 #[path = "../../../../engine/tests/it/common/corpus.rs"]
 pub(crate) mod corpus;

@@ -1,12 +1,8 @@
 //! The interop corpus (`shared/interop`: stores the existing TypeScript spex wrote, and its own
 //! reads of them) and copying a store tree. Shared by the engine's and the CLI's tests.
 
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
-#![allow(clippy::panic, reason = "a missing corpus should stop the test naming it")]
-#![allow(
-    clippy::disallowed_methods,
-    reason = "tests prepare real files directly, outside the engine"
-)]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::panic, reason = "a missing corpus should stop the test naming it")]
 
 use std::path::{Path, PathBuf};
 

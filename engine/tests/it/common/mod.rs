@@ -1,8 +1,11 @@
 //! Shared setup of the engine's integration tests.
 
-#![allow(dead_code, reason = "each test file uses a different part of the helpers")]
-#![allow(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
+#![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "tests prepare real files directly, outside the engine (the CLI's tests, which share the module, have no such ban)"
+)]
 pub(crate) mod corpus;
 
 use std::sync::Arc;
