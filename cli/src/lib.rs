@@ -12,6 +12,7 @@ mod commands;
 mod exit;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+mod ops;
 mod render;
 
 use clap::{CommandFactory as _, Parser, Subcommand};

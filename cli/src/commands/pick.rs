@@ -397,7 +397,7 @@ fn spex_preview(global: &Global, id: &str) -> anyhow::Result<String> {
         Paint::for_stdout(ColorArg::Never),
         render::zone(false),
         id.as_str(),
-        super::session::owed_mids(&store, &id),
+        crate::ops::timeline::owed_mids(&store, &id),
     );
     Ok(events.iter().map(|event| conversation.event(event)).collect())
 }

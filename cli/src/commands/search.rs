@@ -1,10 +1,9 @@
 //! `spex search`: full-text search over what was said to sessions and the notes they declared,
 //! through the session index (refreshed first).
 
-use serde_json::json;
-
 use crate::args::{Global, resolve, status_parser};
 use crate::exit::{BadInput, Code};
+use crate::ops::{self, search::Query};
 use crate::render::{self, Paint, outln, print_json};
 
 /// Arguments of `spex search`.
@@ -46,6 +45,21 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         .as_deref()
         .map(|text| crate::args::since(text, jiff::Timestamp::now(), &zone))
         .transpose()?;
+    let mut query = Query {
+        text: args.query.clone(),
+        filter: spex_index::SearchFilter {
+            session: None,
+            status: args.status.clone(),
+            since,
+            source: args.harness.clone(),
+            project: args
+                .project
+                .as_ref()
+                .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+                .map(|dir| dir.to_string_lossy().trim_end_matches('/').to_owned()),
+            limit: args.limit,
+        },
+    };
     // Without a store, a search of the harness transcripts builds the index they are searched
     // in (in a new store, as `spex index refresh` does); with no transcripts either, there is
     // nothing to search.
@@ -56,7 +70,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             store = Some(global.open_store()?);
         }
     }
-    let hits = match store {
+    let found = match store {
         None => {
             if !global.quiet {
                 eprintln!(
@@ -64,10 +78,11 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                     global.root()?.path.display()
                 );
             }
-            Vec::new()
+            ops::search::nothing(query)
         }
         Some(store) => {
             let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
+            query.filter.session = session.as_ref().map(ToString::to_string);
             let mut index = crate::args::open_index(&store)?;
             // The harness transcripts too, so an agent's answers are found (not for a search of
             // spex's own timelines only).
@@ -75,30 +90,14 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
                 index.scan_history(&found)?;
             }
-            let filter = spex_index::SearchFilter {
-                session: session.as_ref().map(ToString::to_string),
-                status: args.status.clone(),
-                since,
-                source: args.harness.clone(),
-                project: args
-                    .project
-                    .as_ref()
-                    .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
-                    .map(|dir| dir.to_string_lossy().trim_end_matches('/').to_owned()),
-                limit: args.limit,
-            };
-            index.search(&args.query, &filter)?
+            ops::search::search(&index, query, &spex_history::Identity::of_this_machine())?
         }
     };
-    // What a transcript says is redacted as everywhere else it is shown (spex's own texts are
-    // shown as stored, as the timeline shows them).
-    let identity = spex_history::Identity::of_this_machine();
-    let hits: Vec<spex_index::Hit> = hits.into_iter().map(|hit| hit.shown(&identity)).collect();
     if global.json {
-        let hits: Vec<_> = hits.iter().map(spex_index::Hit::to_json).collect();
-        print_json(json!({ "query": args.query, "hits": hits }))?;
+        print_json(found.to_json())?;
         return Ok(Code::Ok);
     }
+    let hits = found.hits;
     render::page(global);
     let paint = Paint::for_stdout(global.color);
     for hit in &hits {

@@ -52,12 +52,16 @@ use faultfs::RealFs;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use spex_engine::layout::TEXT_BYTES_MAX;
-use spex_engine::{Error, Event, Key, Position, SendRequest, SessionId, Store};
+use spex_engine::{Error, Event, Key, Position, SessionId, Store};
 use tokio::sync::{broadcast, watch};
 
 use super::guard::{Guard, Seen, Verdict};
 use crate::args::{Global, ReplyArg};
 use crate::exit::Code;
+use crate::ops::{
+    self,
+    timeline::{PAGE_EVENTS_MAX, PageRequest},
+};
 use crate::render::{outln, print_json};
 
 /// The operation of a keyed HTTP input (the `Idempotency-Key` header's namespace).
@@ -71,9 +75,6 @@ pub(crate) const HEAD_BYTES_MAX: usize = 64 * 1024;
 
 /// The most headers a request may carry (more get 431).
 const HEADERS_MAX: usize = 100;
-
-/// The largest `limit` a timeline request may ask for.
-pub(crate) const TIMELINE_LIMIT_MAX: usize = 10_000;
 
 /// How often an idle event stream sends a comment, so a gone client is noticed.
 const WATCH_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -504,6 +505,19 @@ fn index_error(error: &spex_index::Error) -> Reply {
     }
 }
 
+/// The reply for an operation's error: bad input (400), else the engine's or the index's.
+fn op_error(error: &anyhow::Error) -> Reply {
+    if let Some(error) = error.downcast_ref::<Error>() {
+        engine_error(error)
+    } else if let Some(error) = error.downcast_ref::<spex_index::Error>() {
+        index_error(error)
+    } else if let Some(error) = error.downcast_ref::<crate::exit::BadInput>() {
+        Reply::error(400, error.0.clone())
+    } else {
+        Reply::error(500, format!("{error:#}"))
+    }
+}
+
 /// The index of `store`, refreshed.
 fn fresh_index(store: &Store<RealFs>) -> Result<spex_index::Index, Reply> {
     let (index, healed) =
@@ -550,7 +564,7 @@ fn history_events_blocking(app: &App, harness: &str, id: &str, query: &str) -> R
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         let number = value.parse::<u64>();
         match (name.as_ref(), number) {
-            ("limit", Ok(value)) if value <= TIMELINE_LIMIT_MAX as u64 => limit = value as usize,
+            ("limit", Ok(value)) if value <= PAGE_EVENTS_MAX as u64 => limit = value as usize,
             ("before", Ok(value)) => before = value,
             ("limit" | "before", _) => {
                 return Reply::error(400, format!("{name} {value:?} is not a number in range"));
@@ -594,20 +608,20 @@ fn history_events_blocking(app: &App, harness: &str, id: &str, query: &str) -> R
     }))
 }
 
+/// `GET /api/sessions`: every session, archived ones too, most recently active first.
 fn list(store: &Store<RealFs>) -> Reply {
     let index = match fresh_index(store) {
         Ok(index) => index,
         Err(reply) => return reply,
     };
-    let filter = spex_index::Filter { sort: spex_index::Sort::Activity, status: None, all: true };
-    match index.sessions(&filter) {
-        Ok(rows) => Reply::ok(json!({
-            "sessions": rows.iter().map(spex_index::Row::to_json).collect::<Vec<_>>()
-        })),
-        Err(error) => index_error(&error),
+    match ops::list::sessions(store, &index, &ops::list::Narrowing::everything()) {
+        Ok(listed) => Reply::ok(ops::list::to_json(&listed)),
+        Err(error) => op_error(&error),
     }
 }
 
+/// `GET /api/search?q=WORDS[&session=ID&status=S&since=WHEN&harness=H&project=DIR&limit=N]`:
+/// the hits, as `spex search --json` gives them.
 fn search_blocking(app: &App, query: &str) -> Reply {
     let mut q = None;
     let mut filter = spex_index::SearchFilter { limit: 20, ..spex_index::SearchFilter::default() };
@@ -624,6 +638,16 @@ fn search_blocking(app: &App, query: &str) -> Reply {
                     Err(error) => return Reply::error(400, error.0),
                 }
             }
+            "harness" => match value.as_ref() {
+                "spex" | "claude" | "codex" => filter.source = Some(value.into_owned()),
+                _ => {
+                    return Reply::error(
+                        400,
+                        format!("harness {value:?} is not spex, claude or codex"),
+                    );
+                }
+            },
+            "project" => filter.project = Some(value.trim_end_matches('/').to_owned()),
             "limit" => match value.parse::<usize>() {
                 Ok(limit) if limit <= 1000 => filter.limit = limit,
                 _ => return Reply::error(400, format!("limit {value:?} is not 0 to 1000")),
@@ -631,22 +655,15 @@ fn search_blocking(app: &App, query: &str) -> Reply {
             other => return Reply::error(400, format!("unknown query parameter {other:?}")),
         }
     }
-    let Some(q) = q else { return Reply::error(400, "missing q") };
+    let Some(text) = q else { return Reply::error(400, "missing q") };
     // The transcripts too, so what an agent answered is found.
     let index = match fresh_index_with_history(app) {
         Ok(index) => index,
         Err(reply) => return reply,
     };
-    // Transcript snippets are redacted as every surface shows them.
-    match index.search(&q, &filter) {
-        Ok(hits) => Reply::ok(json!({
-            "query": q,
-            "hits": hits
-                .into_iter()
-                .map(|hit| hit.shown(&app.identity).to_json())
-                .collect::<Vec<_>>(),
-        })),
-        Err(error) => index_error(&error),
+    match ops::search::search(&index, ops::search::Query { text, filter }, &app.identity) {
+        Ok(found) => Reply::ok(found.to_json()),
+        Err(error) => op_error(&error),
     }
 }
 
@@ -661,45 +678,11 @@ fn session_blocking(store: &Store<RealFs>, id: &str) -> Reply {
 
 /// A session's state and what it is owed, as `GET /api/sessions/:id` answers.
 fn session_state(store: &Store<RealFs>, id: &SessionId) -> Result<Value, Reply> {
-    let record = store.record(id).map_err(|error| engine_error(&error))?;
-    let owed = store.queue(id).map_err(|error| engine_error(&error))?;
-    let triple = record.public_triple();
-    // The agent's progress, for a session a harness runs for (from its run log).
-    let harness = store
-        .adapter(id, &record)
-        .ok()
-        .flatten()
-        .is_some_and(|spec| super::harness::Harness::from_spec(&spec).is_some());
-    let agent = super::harness::agent_progress(store, id, &triple, harness)
-        .ok()
-        .flatten()
-        .map(|progress| progress.to_string());
-    Ok(json!({
-        "id": id.as_str(),
-        "agent": agent,
-        "state": {
-            "status": triple.status,
-            "proposal": triple.proposal,
-            "note": triple.note,
-            "display": triple.display_word(),
-        },
-        "createdAt": record.created_at(),
-        "archived": record.archived(),
-        "owed": owed
-            .iter()
-            .map(|entry| json!({ "mid": entry.mid, "from": entry.from }))
-            .collect::<Vec<_>>(),
-    }))
+    ops::show::show(store, id).map(|view| view.to_page_json()).map_err(|error| op_error(&error))
 }
 
 fn parse_id(id: &str) -> Result<SessionId, Reply> {
     SessionId::new(id).map_err(|error| engine_error(&error))
-}
-
-/// Events as the timeline's JSON shows them, with `owed` on each message still owed.
-fn marked(store: &Store<RealFs>, id: &SessionId, events: &[Event]) -> Vec<Value> {
-    let owed = super::session::owed_mids(store, id);
-    events.iter().map(|event| super::session::event_json(event, &owed)).collect()
 }
 
 /// `GET /api/sessions/:id/timeline[?limit=N&before=POSITION]`: the last `limit` public events
@@ -707,38 +690,27 @@ fn marked(store: &Store<RealFs>, id: &SessionId, events: &[Event]) -> Vec<Value>
 /// whole log); `older` names the next page (null at the start), `end` where the page ends (the
 /// session's event stream continues from there).
 fn timeline_blocking(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
-    let id = match parse_id(id) {
+    let session = match parse_id(id) {
         Ok(id) => id,
         Err(reply) => return reply,
     };
-    let mut limit = 500;
-    let mut before = None;
+    let mut request = PageRequest { session, limit: 500, before: None };
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         match name.as_ref() {
             "limit" => match value.parse::<usize>() {
-                Ok(value) if value <= TIMELINE_LIMIT_MAX => limit = value,
-                _ => {
-                    return Reply::error(
-                        400,
-                        format!("limit {value:?} is not a number from 0 to {TIMELINE_LIMIT_MAX}"),
-                    );
-                }
+                Ok(value) => request.limit = value,
+                Err(_) => return Reply::error(400, format!("limit {value:?} is not a number")),
             },
             "before" => match value.parse::<Position>() {
-                Ok(position) => before = Some(position),
+                Ok(position) => request.before = Some(position),
                 Err(error) => return Reply::error(400, error.to_string()),
             },
             other => return Reply::error(400, format!("unknown query parameter {other:?}")),
         }
     }
-    match store.page(&id, before, limit) {
-        Ok(page) => Reply::ok(json!({
-            "session": id.as_str(),
-            "events": marked(store, &id, &page.events),
-            "older": page.older.map(|position| position.to_string()),
-            "end": page.end.to_string(),
-        })),
-        Err(error) => engine_error(&error),
+    match ops::timeline::page(store, &request) {
+        Ok(marked) => Reply::ok(marked.to_json()),
+        Err(error) => op_error(&error),
     }
 }
 
@@ -754,7 +726,7 @@ struct Input {
 }
 
 fn input_blocking(store: &Store<RealFs>, id: &str, key: Option<String>, body: &[u8]) -> Reply {
-    let id = match parse_id(id) {
+    let to = match parse_id(id) {
         Ok(id) => id,
         Err(reply) => return reply,
     };
@@ -762,9 +734,6 @@ fn input_blocking(store: &Store<RealFs>, id: &str, key: Option<String>, body: &[
         Ok(input) => input,
         Err(error) => return Reply::error(400, format!("malformed JSON body: {error}")),
     };
-    if input.text.is_empty() {
-        return Reply::error(400, "text is empty");
-    }
     let from = match input.from.as_deref().map(SessionId::new).transpose() {
         Ok(from) => from,
         Err(error) => return engine_error(&error),
@@ -777,21 +746,16 @@ fn input_blocking(store: &Store<RealFs>, id: &str, key: Option<String>, body: &[
             return Reply::error(400, format!("replyVia {other:?} is not note or terminal"));
         }
     };
-    let request = SendRequest {
+    let message = ops::send::Message {
+        to,
         text: input.text,
         from,
         reply_via,
         key: key.map(|key| Key { operation: HTTP_OPERATION.to_owned(), key }),
-        attributes: None,
     };
-    match store.send(&id, &request) {
-        Ok(accepted) => Reply::ok(json!({
-            "session": id.as_str(),
-            "mid": accepted.mid,
-            "replayed": accepted.replayed,
-            "restored": accepted.restored,
-        })),
-        Err(error) => engine_error(&error),
+    match ops::send::send(store, message) {
+        Ok(sent) => Reply::ok(sent.to_json()),
+        Err(error) => op_error(&error),
     }
 }
 

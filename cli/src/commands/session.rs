@@ -20,6 +20,7 @@ use crate::args::{
     Declarer, Global, ProposalArg, ReplyArg, SortArg, resolve, session_id, status_parser,
 };
 use crate::exit::{BadInput, Code};
+use crate::ops::timeline::{PageRequest, event_json, owed_mids};
 use crate::render::{self, Conversation, Paint, outln, print_json};
 
 /// How often `--follow` and `--watch` look for new work.
@@ -614,71 +615,53 @@ fn send(
     args: &SendArgs,
     global: &Global,
 ) -> anyhow::Result<Code> {
-    let text = message_text(&args.text)?;
-    if text.is_empty() {
-        return Err(BadInput("the message is empty; nothing was sent".to_owned()).into());
-    }
-    let request = SendRequest {
-        text,
+    let message = crate::ops::send::Message {
+        to: id.clone(),
+        text: message_text(&args.text)?,
         from: args.from.clone(),
         reply_via: args.reply_via.map(ReplyArg::channel),
         key: args
             .key
             .as_ref()
             .map(|key| Key { operation: args.operation.clone(), key: key.clone() }),
-        attributes: None,
     };
-    let accepted = store.send(id, &request)?;
+    let sent = crate::ops::send::send(store, message)?;
     // An archived session is hidden from listings: say where the message went.
-    if !global.quiet && store.record(id).is_ok_and(|record| record.archived()) {
+    if !global.quiet && sent.archived {
         eprintln!(
             "spex: note: {id} is archived (hidden from `session ls`); the message is owed all the same and waits for a drain"
         );
     }
     if global.json {
-        print_json(json!({
-            "session": id.as_str(),
-            "mid": accepted.mid,
-            "replayed": accepted.replayed,
-            "restored": accepted.restored,
-        }))?;
-    } else if accepted.replayed {
-        let restored = if accepted.restored { " (restored to the queue)" } else { "" };
-        outln!("{} replayed{restored}", accepted.mid)?;
+        print_json(sent.to_json())?;
+    } else if sent.replayed {
+        let restored = if sent.restored { " (restored to the queue)" } else { "" };
+        outln!("{} replayed{restored}", sent.mid)?;
     } else {
-        outln!("{} sent", accepted.mid)?;
+        outln!("{} sent", sent.mid)?;
     }
     Ok(Code::Ok)
 }
 
 fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Result<Code> {
-    let record = match store.record(id) {
-        Ok(record) => record,
-        Err(spex_engine::Error::NoSuchSession { .. }) => return show_closed(store, id, global),
-        Err(error) => return Err(error.into()),
+    let view = match crate::ops::show::show(store, id) {
+        Ok(view) => view,
+        Err(error) => {
+            return match error.downcast_ref::<spex_engine::Error>() {
+                Some(spex_engine::Error::NoSuchSession { .. }) => show_closed(store, id, global),
+                _ => Err(error),
+            };
+        }
     };
-    let owed = store.queue(id)?.len();
-    let last = store.tail(id, 1)?;
-    let triple = record.public_triple();
-    let adapter = store.adapter(id, &record)?;
-    let link = Link::of(&record, global)?;
-    let harness = adapter.as_deref().is_some_and(|spec| Harness::from_spec(spec).is_some());
-    let agent = super::harness::agent_progress(store, id, &triple, harness)?;
+    let link = Link::of(&view.record, global)?;
     if global.json {
-        print_json(json!({
-            "session": id.as_str(),
-            "state": render::triple_json(&triple),
-            "agent": agent.as_ref().map(ToString::to_string),
-            "adapter": adapter,
-            "createdAt": record.created_at(),
-            "archived": record.archived(),
-            "owed": owed,
-            "lastEvent": last.first().map(Event::to_public_json),
-            "transcript": link.as_ref().map(Link::to_json),
-            "record": record.public_fields(),
-        }))?;
+        let mut json = view.to_json();
+        json["transcript"] = json!(link.as_ref().map(Link::to_json));
+        print_json(json)?;
         return Ok(Code::Ok);
     }
+    let crate::ops::show::SessionView { record, triple, adapter, owed, agent, last, .. } = view;
+    let owed = owed.len();
     outln!("session   {id}")?;
     outln!("status    {}", Paint::for_stdout(global.color).status(triple.display_word()))?;
     if let Some(proposal) = triple.proposal {
@@ -694,7 +677,7 @@ fn show(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow::Resul
     outln!("created   {}", local_time(record.created_at().as_deref()))?;
     outln!("archived  {}", if record.archived() { "yes" } else { "no" })?;
     outln!("owed      {owed}")?;
-    if let Some(event) = last.first() {
+    if let Some(event) = &last {
         outln!("last      {}", local_time(Some(event.ts())))?;
     }
     if let Some(link) = &link {
@@ -808,38 +791,6 @@ fn indent(text: &str, width: usize) -> String {
     render::literal(text).replace('\n', &format!("\n{}", " ".repeat(width)))
 }
 
-/// The message ids owed to a session (empty when its queue cannot be read: the marks are then
-/// missing, never wrong).
-pub(crate) fn owed_mids(
-    store: &Store<RealFs>,
-    id: &SessionId,
-) -> std::collections::HashSet<String> {
-    store
-        .queue(id)
-        .map(|queue| queue.into_iter().map(|entry| entry.mid).collect())
-        .unwrap_or_default()
-}
-
-/// An event as `--json` shows it: the public form, and for a message with an id whether it is
-/// still `owed` (else delivered), as the text view marks it.
-pub(crate) fn event_json(
-    event: &Event,
-    owed: &std::collections::HashSet<String>,
-) -> serde_json::Value {
-    let mut value = event.to_public_json();
-    if let (Some(map), Some(mid)) = (value.as_object_mut(), value_mid(event)) {
-        map.insert("owed".to_owned(), owed.contains(mid).into());
-    }
-    value
-}
-
-fn value_mid(event: &Event) -> Option<&str> {
-    match event {
-        Event::Sent(sent) => sent.mid.as_deref(),
-        Event::Status(_) => None,
-    }
-}
-
 fn timeline(
     store: &Store<RealFs>,
     id: &SessionId,
@@ -857,13 +808,14 @@ fn timeline(
         return with_transcript(store, id, args, global, &mut conversation);
     }
     if !args.follow {
-        let events = store.tail(id, args.limit)?;
+        let request = PageRequest { session: id.clone(), limit: args.limit, before: None };
+        let marked = crate::ops::timeline::page(store, &request)?;
+        let events = &marked.events;
         if global.json {
-            let events: Vec<_> = events.iter().map(|event| event_json(event, &owed)).collect();
-            print_json(json!({ "session": id.as_str(), "events": events }))?;
+            print_json(marked.to_json())?;
         } else {
             render::page(global);
-            for event in &events {
+            for event in events {
                 render::out!("{}", conversation.event(event))?;
             }
             if events.is_empty() && !global.quiet {
@@ -1131,74 +1083,35 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         return Ok(Code::Ok);
     };
     let index = crate::args::open_index(&store)?;
-    let filter = spex_index::Filter {
-        sort: match args.sort {
-            SortArg::Activity => spex_index::Sort::Activity,
-            SortArg::Created => spex_index::Sort::Created,
+    let narrowing = crate::ops::list::Narrowing {
+        filter: spex_index::Filter {
+            sort: match args.sort {
+                SortArg::Activity => spex_index::Sort::Activity,
+                SortArg::Created => spex_index::Sort::Created,
+            },
+            status: args.status.clone(),
+            all: args.all,
         },
-        status: args.status.clone(),
-        all: args.all,
-    };
-    // The owed count is the index's: the refresh just read every queue that changed (a damaged
-    // one reads as unknown).
-    let mut rows = index.sessions(&filter)?;
-    if let Some(since) = &args.since {
-        let since = crate::args::since(since, jiff::Timestamp::now(), &render::zone(false))?;
-        rows.retain(|row| {
-            row.last_activity
-                .as_deref()
-                .or(row.created_at.as_deref())
-                .is_some_and(|when| when >= since.as_str())
-        });
-    }
-    if args.project.is_some() || args.harness.is_some() {
-        let project = args
+        since: args
+            .since
+            .as_deref()
+            .map(|since| crate::args::since(since, jiff::Timestamp::now(), &render::zone(false)))
+            .transpose()?,
+        project: args
             .project
             .as_ref()
-            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
-        rows.retain(|row| {
-            let Ok(id) = SessionId::new(&row.id) else { return false };
-            let Ok(record) = store.record(&id) else { return false };
-            let in_project = project.as_ref().is_none_or(|project| {
-                record
-                    .worktree()
-                    .is_some_and(|worktree| std::path::Path::new(worktree).starts_with(project))
-            });
-            let by_harness = args.harness.is_none_or(|harness| {
-                store
-                    .adapter(&id, &record)
-                    .ok()
-                    .flatten()
-                    .and_then(|spec| Harness::from_spec(&spec))
-                    .is_some_and(|(ran_by, _)| ran_by.name() == harness.name())
-            });
-            in_project && by_harness
-        });
-    }
-    if let Some(limit) = args.limit {
-        rows.truncate(limit);
-    }
-    // The agent's progress, for the sessions a harness ran for (read from their run logs).
-    let agents: Vec<Option<String>> =
-        rows.iter().map(|row| super::harness::agent_word(&store, &row.id)).collect();
+            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
+        harness: args.harness,
+        limit: args.limit,
+    };
+    let rows = crate::ops::list::sessions(&store, &index, &narrowing)?;
     if global.json {
-        let sessions: Vec<_> = rows
-            .iter()
-            .zip(&agents)
-            .map(|(row, agent)| {
-                let mut json = row.to_json();
-                if let (Some(map), Some(agent)) = (json.as_object_mut(), agent) {
-                    map.insert("agent".to_owned(), json!(agent));
-                }
-                json
-            })
-            .collect();
-        print_json(json!({ "sessions": sessions }))?;
+        print_json(crate::ops::list::to_json(&rows))?;
         return Ok(Code::Ok);
     }
     if rows.is_empty() {
         if !global.quiet {
-            let narrowed = args.since.is_some() || args.project.is_some() || args.harness.is_some();
+            let narrowed = narrowing.narrowed();
             let which = match &args.status {
                 Some(status) => format!(" in status {status}"),
                 None if narrowed => {
@@ -1213,9 +1126,8 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
     }
     render::page(global);
     let table: Vec<render::SessionRow> = rows
-        .iter()
-        .zip(agents)
-        .map(|(row, agent)| render::SessionRow {
+        .into_iter()
+        .map(|crate::ops::list::Listed { row, agent }| render::SessionRow {
             agent,
             id: row.id.clone(),
             display: row.display.clone(),

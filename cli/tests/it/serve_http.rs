@@ -172,7 +172,7 @@ fn bad_requests_get_precise_statuses_and_write_nothing() {
     for (body, needle) in [
         ("{not json", "malformed JSON body"),
         (r#"{"txt":"x"}"#, "unknown field `txt`"),
-        (r#"{"text":""}"#, "text is empty"),
+        (r#"{"text":""}"#, "the message is empty"),
         (r#"{"text":"x","replyVia":"pigeon"}"#, "replyVia"),
         (r#"{"text":"x","from":"../x"}"#, "invalid session id"),
     ] {
