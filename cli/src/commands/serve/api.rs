@@ -1,0 +1,338 @@
+//! The API's request handlers: each parses its path, query and body into an operation's input
+//! (see `crate::ops`), runs it on the blocking pool and answers with the operation's JSON.
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::http::header::CONTENT_LENGTH;
+use faultfs::RealFs;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use spex_engine::{Key, Position, SessionId, Store};
+
+use super::reply::{Reply, body_error, engine_error, index_error, op_error};
+use super::{App, BODY_BYTES_MAX, HTTP_OPERATION};
+use crate::args::ReplyArg;
+use crate::ops::{
+    self,
+    timeline::{PAGE_EVENTS_MAX, PageRequest},
+};
+
+/// Runs `work` on the blocking pool (engine and index calls block on the disk and on locks).
+pub(super) async fn blocking(work: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|error| Reply::error(500, format!("the request's work failed: {error}")))
+}
+
+pub(super) async fn session(State(app): State<App>, Path(id): Path<String>) -> Reply {
+    blocking(move || session_blocking(&app.store, &id)).await
+}
+
+pub(super) async fn sessions(State(app): State<App>) -> Reply {
+    blocking(move || list(&app.store)).await
+}
+
+pub(super) async fn search(State(app): State<App>, RawQuery(query): RawQuery) -> Reply {
+    blocking(move || search_blocking(&app, query.as_deref().unwrap_or(""))).await
+}
+
+pub(super) async fn history_list(State(app): State<App>) -> Reply {
+    blocking(move || history_blocking(&app)).await
+}
+
+pub(super) async fn history_events(
+    State(app): State<App>,
+    Path((harness, id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Reply {
+    blocking(move || history_events_blocking(&app, &harness, &id, query.as_deref().unwrap_or("")))
+        .await
+}
+
+pub(super) async fn timeline(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Reply {
+    blocking(move || timeline_blocking(&app.store, &id, query.as_deref().unwrap_or(""))).await
+}
+
+pub(super) async fn input(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    // Lengths that disagree (request smuggling) never get here: the HTTP layer answers 400.
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > BODY_BYTES_MAX as u64) {
+        return Reply::error(413, format!("the body is larger than {BODY_BYTES_MAX} bytes"));
+    }
+    let mut keys = headers.get_all("idempotency-key").iter();
+    let key = match (keys.next(), keys.next()) {
+        (None, _) => None,
+        (Some(_), Some(_)) => return Reply::error(400, "more than one Idempotency-Key"),
+        (Some(value), None) => match value.to_str() {
+            Ok("") => return Reply::error(400, "Idempotency-Key is empty"),
+            Ok(key) => Some(key.to_owned()),
+            Err(_) => {
+                return Reply::error(400, "Idempotency-Key must be visible ASCII characters");
+            }
+        },
+    };
+    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(error) => return body_error(&error),
+    };
+    blocking(move || input_blocking(&app.store, &id, key, &body)).await
+}
+
+/// The index of `store`, refreshed.
+pub(super) fn fresh_index(store: &Store<RealFs>) -> Result<spex_index::Index, Reply> {
+    let (index, healed) =
+        spex_index::Index::open_refreshed(store, &|_| {}).map_err(|error| index_error(&error))?;
+    if let Some(healed) = healed {
+        eprintln!("spex serve: warning: {healed}");
+    }
+    Ok(index)
+}
+
+/// The index of the app's store, refreshed, with the transcripts under its roots scanned.
+pub(super) fn fresh_index_with_history(app: &App) -> Result<spex_index::Index, Reply> {
+    let mut index = fresh_index(&app.store)?;
+    let found =
+        spex_history::discover(&app.roots).map_err(|error| Reply::error(500, error.to_string()))?;
+    index.scan_history(&found).map_err(|error| index_error(&error))?;
+    Ok(index)
+}
+
+/// `GET /api/history`: every history session (harness transcript), as the watch stream's reset
+/// carries them.
+pub(super) fn history_blocking(app: &App) -> Reply {
+    let index = match fresh_index_with_history(app) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    match index.history() {
+        Ok(history) => Reply::ok(json!({
+            "history": history
+                .into_iter()
+                .map(|history| history.shown(&app.identity).to_json())
+                .collect::<Vec<_>>(),
+        })),
+        Err(error) => index_error(&error),
+    }
+}
+
+/// `GET /api/history/:harness/:id[?limit=N&before=LINE]`: a history session's events, redacted,
+/// the last `limit` (default 500) of those before transcript line `before` (default: the end);
+/// `more` says whether older ones remain.
+pub(super) fn history_events_blocking(app: &App, harness: &str, id: &str, query: &str) -> Reply {
+    let mut limit = 500;
+    let mut before = u64::MAX;
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        let number = value.parse::<u64>();
+        match (name.as_ref(), number) {
+            ("limit", Ok(value)) if value <= PAGE_EVENTS_MAX as u64 => limit = value as usize,
+            ("before", Ok(value)) => before = value,
+            ("limit" | "before", _) => {
+                return Reply::error(400, format!("{name} {value:?} is not a number in range"));
+            }
+            (other, _) => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    let Some(harness) = spex_history::Harness::parse(harness) else {
+        return Reply::error(404, format!("no harness {harness:?} (claude or codex)"));
+    };
+    let index = match fresh_index_with_history(app) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    let rows = match index.history() {
+        Ok(rows) => rows,
+        Err(error) => return index_error(&error),
+    };
+    let Some(row) = rows
+        .into_iter()
+        .find(|row| row.transcript.harness == harness.name() && row.transcript.id == id)
+    else {
+        return Reply::error(404, "no such history session");
+    };
+    let read =
+        match spex_history::read_from(std::path::Path::new(&row.transcript.path), harness, 0, 0) {
+            Ok(read) => read,
+            Err(error) => return Reply::error(500, error.to_string()),
+        };
+    let shown = |text: &str| spex_history::redact(text, &app.identity);
+    let earlier: Vec<&spex_history::Event> =
+        read.events.iter().filter(|event| event.line < before).collect();
+    let from = earlier.len().saturating_sub(limit);
+    Reply::ok(json!({
+        "history": row.shown(&app.identity).to_json(),
+        "more": from > 0,
+        "events": earlier[from..]
+            .iter()
+            .map(|event| crate::render::event_json(event, &shown))
+            .collect::<Vec<_>>(),
+    }))
+}
+
+/// `GET /api/sessions`: every session, archived ones too, most recently active first.
+pub(super) fn list(store: &Store<RealFs>) -> Reply {
+    let index = match fresh_index(store) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    match ops::list::sessions(store, &index, &ops::list::Narrowing::everything()) {
+        Ok(listed) => Reply::ok(ops::list::to_json(&listed)),
+        Err(error) => op_error(&error),
+    }
+}
+
+/// `GET /api/search?q=WORDS[&session=ID&status=S&since=WHEN&harness=H&project=DIR&limit=N]`:
+/// the hits, as `spex search --json` gives them.
+pub(super) fn search_blocking(app: &App, query: &str) -> Reply {
+    let mut q = None;
+    let mut filter = spex_index::SearchFilter { limit: 20, ..spex_index::SearchFilter::default() };
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "q" => q = Some(value.into_owned()),
+            "session" => filter.session = Some(value.into_owned()),
+            "status" => filter.status = Some(value.into_owned()),
+            "since" => {
+                // A time without an offset is read in UTC: the server's zone is not the client's.
+                let zone = jiff::tz::TimeZone::UTC;
+                match crate::args::since(&value, jiff::Timestamp::now(), &zone) {
+                    Ok(since) => filter.since = Some(since),
+                    Err(error) => return Reply::error(400, error.0),
+                }
+            }
+            "harness" => match value.as_ref() {
+                "spex" | "claude" | "codex" => filter.source = Some(value.into_owned()),
+                _ => {
+                    return Reply::error(
+                        400,
+                        format!("harness {value:?} is not spex, claude or codex"),
+                    );
+                }
+            },
+            "project" => filter.project = Some(value.trim_end_matches('/').to_owned()),
+            "limit" => match value.parse::<usize>() {
+                Ok(limit) if limit <= 1000 => filter.limit = limit,
+                _ => return Reply::error(400, format!("limit {value:?} is not 0 to 1000")),
+            },
+            other => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    let Some(text) = q else { return Reply::error(400, "missing q") };
+    // The transcripts too, so what an agent answered is found.
+    let index = match fresh_index_with_history(app) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    match ops::search::search(&index, ops::search::Query { text, filter }, &app.identity) {
+        Ok(found) => Reply::ok(found.to_json()),
+        Err(error) => op_error(&error),
+    }
+}
+
+/// `GET /api/sessions/:id`: the session's state as its record says, and the messages it is owed
+/// (their mids and senders: the page marks each message delivered or owed).
+pub(super) fn session_blocking(store: &Store<RealFs>, id: &str) -> Reply {
+    match parse_id(id).and_then(|id| session_state(store, &id)) {
+        Ok(state) => Reply::ok(state),
+        Err(reply) => reply,
+    }
+}
+
+/// A session's state and what it is owed, as `GET /api/sessions/:id` answers.
+pub(super) fn session_state(store: &Store<RealFs>, id: &SessionId) -> Result<Value, Reply> {
+    ops::show::show(store, id).map(|view| view.to_page_json()).map_err(|error| op_error(&error))
+}
+
+pub(super) fn parse_id(id: &str) -> Result<SessionId, Reply> {
+    SessionId::new(id).map_err(|error| engine_error(&error))
+}
+
+/// `GET /api/sessions/:id/timeline[?limit=N&before=POSITION]`: the last `limit` public events
+/// before `before` (a page's `older`; default: the end), oldest first, read backward (never the
+/// whole log); `older` names the next page (null at the start), `end` where the page ends (the
+/// session's event stream continues from there).
+pub(super) fn timeline_blocking(store: &Store<RealFs>, id: &str, query: &str) -> Reply {
+    let session = match parse_id(id) {
+        Ok(id) => id,
+        Err(reply) => return reply,
+    };
+    let mut request = PageRequest { session, limit: 500, before: None };
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "limit" => match value.parse::<usize>() {
+                Ok(value) => request.limit = value,
+                Err(_) => return Reply::error(400, format!("limit {value:?} is not a number")),
+            },
+            "before" => match value.parse::<Position>() {
+                Ok(position) => request.before = Some(position),
+                Err(error) => return Reply::error(400, error.to_string()),
+            },
+            other => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    match ops::timeline::page(store, &request) {
+        Ok(marked) => Reply::ok(marked.to_json()),
+        Err(error) => op_error(&error),
+    }
+}
+
+/// The body of `POST /api/sessions/:id/input`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Input {
+    text: String,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    reply_via: Option<String>,
+}
+
+pub(super) fn input_blocking(
+    store: &Store<RealFs>,
+    id: &str,
+    key: Option<String>,
+    body: &[u8],
+) -> Reply {
+    let to = match parse_id(id) {
+        Ok(id) => id,
+        Err(reply) => return reply,
+    };
+    let input: Input = match serde_json::from_slice(body) {
+        Ok(input) => input,
+        Err(error) => return Reply::error(400, format!("malformed JSON body: {error}")),
+    };
+    let from = match input.from.as_deref().map(SessionId::new).transpose() {
+        Ok(from) => from,
+        Err(error) => return engine_error(&error),
+    };
+    let reply_via = match input.reply_via.as_deref() {
+        None => None,
+        Some("note") => Some(ReplyArg::Note.channel()),
+        Some("terminal") => Some(ReplyArg::Terminal.channel()),
+        Some(other) => {
+            return Reply::error(400, format!("replyVia {other:?} is not note or terminal"));
+        }
+    };
+    let message = ops::send::Message {
+        to,
+        text: input.text,
+        from,
+        reply_via,
+        key: key.map(|key| Key { operation: HTTP_OPERATION.to_owned(), key }),
+    };
+    match ops::send::send(store, message) {
+        Ok(sent) => Reply::ok(sent.to_json()),
+        Err(error) => op_error(&error),
+    }
+}
