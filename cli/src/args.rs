@@ -302,46 +302,6 @@ pub(crate) fn status_parser() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(status_words())
 }
 
-/// Parses `--since`: an RFC 3339 time (`2026-12-01T07:00:00+01:00`), a local date or date and
-/// time (`2026-12-01`, `2026-12-01T07:00`), or a duration back from now (`2h`, `7days`). The
-/// answer is the instant in the stored form (UTC, milliseconds), so comparing it with stored
-/// times as text compares instants.
-pub(crate) fn since(
-    text: &str,
-    now: jiff::Timestamp,
-    zone: &jiff::tz::TimeZone,
-) -> Result<String, BadInput> {
-    let instant = parse_instant(text, now, zone).ok_or_else(|| {
-        BadInput(format!(
-            "--since {text:?} is not a time: give an RFC 3339 time (2026-12-01T07:00:00+01:00), \
-             a local date or time (2026-12-01, 2026-12-01T07:00) or a duration (90m, 2h, 7days)"
-        ))
-    })?;
-    Ok(crate::render::stored_ts(instant))
-}
-
-fn parse_instant(
-    text: &str,
-    now: jiff::Timestamp,
-    zone: &jiff::tz::TimeZone,
-) -> Option<jiff::Timestamp> {
-    let text = text.trim();
-    if let Ok(duration) = humantime::parse_duration(text) {
-        let back = jiff::SignedDuration::try_from(duration).ok()?;
-        return now.checked_sub(back).ok();
-    }
-    if let Ok(instant) = text.parse::<jiff::Timestamp>() {
-        return Some(instant);
-    }
-    if let Ok(civil) = text.parse::<jiff::civil::DateTime>() {
-        return civil.to_zoned_datetime(zone.clone()).ok().map(|zoned| zoned.timestamp());
-    }
-    if let Ok(date) = text.parse::<jiff::civil::Date>() {
-        return date.to_zoned_datetime(zone.clone()).ok().map(|zoned| zoned.timestamp());
-    }
-    None
-}
-
 /// When to colour output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ColorArg {
@@ -574,25 +534,5 @@ mod tests {
                 "corrupt"
             ]
         );
-    }
-
-    #[test]
-    fn since_compares_instants_whatever_the_offset() {
-        let now: jiff::Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
-        let paris = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
-        let utc = jiff::tz::TimeZone::UTC;
-        assert_eq!(
-            since("2026-12-01T07:00:00+01:00", now, &utc).unwrap(),
-            "2026-12-01T06:00:00.000Z"
-        );
-        assert_eq!(since("2026-12-01T06:00:00Z", now, &utc).unwrap(), "2026-12-01T06:00:00.000Z");
-        assert_eq!(since("2h", now, &utc).unwrap(), "2026-12-01T10:00:00.000Z");
-        assert_eq!(since("90m", now, &utc).unwrap(), "2026-12-01T10:30:00.000Z");
-        // A date or a time without an offset is local.
-        assert_eq!(since("2026-12-01", now, &paris).unwrap(), "2026-11-30T23:00:00.000Z");
-        assert_eq!(since("2026-07-01T08:00", now, &paris).unwrap(), "2026-07-01T06:00:00.000Z");
-        for bad in ["yesterday-ish", "2026-13-01", "", "12"] {
-            assert!(since(bad, now, &utc).is_err(), "{bad:?} is refused");
-        }
     }
 }

@@ -14,6 +14,7 @@ mod exit;
 pub mod fuzz;
 mod ops;
 mod render;
+mod when;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 

@@ -13,6 +13,7 @@ use jiff::tz::TimeZone;
 use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
 
 use crate::args::ColorArg;
+use crate::when::{parse_ts, relative};
 
 /// JSON schema version of every `--json` document and stream line `spex` prints.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
@@ -259,39 +260,6 @@ impl Paint {
             _ => Style::new(),
         };
         self.style(word, style)
-    }
-}
-
-// ---- time ---------------------------------------------------------------------------------
-
-/// A stored timestamp (`2026-12-01T07:00:00.000Z`) as an instant, if it is one.
-pub(crate) fn parse_ts(text: &str) -> Option<Timestamp> {
-    text.parse().ok()
-}
-
-/// An instant in the stored form: UTC, milliseconds, `Z`.
-pub(crate) fn stored_ts(instant: Timestamp) -> String {
-    instant.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
-}
-
-/// The zone people read times in: the system's (`TZ` honoured), or UTC with `--utc`.
-pub(crate) fn zone(utc: bool) -> TimeZone {
-    if utc { TimeZone::UTC } else { TimeZone::system() }
-}
-
-/// How long ago `then` was, for people: "just now", "42 s ago", "3 min ago", "5 h ago",
-/// "2 days ago", then the date.
-pub(crate) fn relative(now: Timestamp, then: Timestamp, zone: &TimeZone) -> String {
-    let seconds = now.as_second() - then.as_second();
-    match seconds {
-        i64::MIN..=-1 => "in the future".to_owned(),
-        0..=4 => "just now".to_owned(),
-        5..=59 => format!("{seconds} s ago"),
-        60..=3_599 => format!("{} min ago", seconds / 60),
-        3_600..=86_399 => format!("{} h ago", seconds / 3_600),
-        86_400..=172_799 => "yesterday".to_owned(),
-        172_800..=2_591_999 => format!("{} days ago", seconds / 86_400),
-        _ => then.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d").to_string(),
     }
 }
 
@@ -873,6 +841,5 @@ mod tests {
         assert_eq!(ago(60 * 86_400), "2026-10-02");
         assert_eq!(first_line("  first\nsecond"), "first …");
         assert_eq!(first_line("one\n\n"), "one");
-        assert_eq!(stored_ts(now), "2026-12-01T12:00:00.000Z");
     }
 }

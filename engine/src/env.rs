@@ -115,21 +115,16 @@ impl IdSource for SeededIds {
 
 /// Formats `ms` as the store's timestamp: UTC, millisecond ISO-8601 with `Z`.
 pub fn format_ts(ms: UnixMs) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|at| at.format(&format).ok())
-        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
+    i64::try_from(ms).ok().and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()).map_or_else(
+        || "1970-01-01T00:00:00.000Z".to_owned(),
+        |at| at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+    )
 }
 
 /// Parses a store timestamp back to milliseconds (any RFC 3339 time is accepted).
 pub fn parse_ts(ts: &str) -> Option<UnixMs> {
-    let at =
-        time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).ok()?;
-    u64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
+    let at: jiff::Timestamp = ts.parse().ok()?;
+    u64::try_from(at.as_millisecond()).ok()
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ pub(crate) fn export(
         "model": meta.model,
         "firstTs": summary.digest.first,
         "lastTs": summary.digest.last,
-        "exportedAt": render::stored_ts(jiff::Timestamp::now()),
+        "exportedAt": crate::when::stored_ts(jiff::Timestamp::now()),
         "files": entries.iter().map(|entry| json!({
             "path": entry.path,
             "bytes": entry.bytes.len(),

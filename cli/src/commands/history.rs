@@ -159,8 +159,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 listed.retain(|entry| entry.state.name().split([' ', '(']).next() == Some(word));
             }
             if let Some(since) = &ls.since {
-                let zone = render::zone(false);
-                let since = crate::args::since(since, jiff::Timestamp::now(), &zone)?;
+                let zone = crate::when::zone(false);
+                let since = crate::when::since(since, jiff::Timestamp::now(), &zone)?;
                 listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
             }
             if let Some(project) = &ls.project {
@@ -222,7 +222,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             let paint = Paint::for_stdout(global.color);
             // The entries the view shows (a hidden tool call renders as nothing), then the last
             // N of them; rendered again from the first kept so a day line heads them.
-            let mut view = render::HistoryView::new(paint, render::zone(show.utc), show.tools);
+            let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
             let shown_at: Vec<usize> = events
                 .iter()
                 .enumerate()
@@ -236,7 +236,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                     .unwrap_or(events.len()),
                 None => 0,
             };
-            let mut view = render::HistoryView::new(paint, render::zone(show.utc), show.tools);
+            let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
             for line in header(&summary, &events, &shown) {
                 render::out!("{}\n", paint.bold(&line))?;
             }
@@ -551,7 +551,7 @@ fn list(
     }
     render::page(global);
     let paint = Paint::for_stdout(global.color);
-    let zone = render::zone(false);
+    let zone = crate::when::zone(false);
     let now = jiff::Timestamp::now();
     let ids: Vec<&str> = listed.iter().map(|entry| entry.id.as_str()).collect();
     let lengths = render::unique_prefixes(&ids, every, 4);
@@ -567,8 +567,8 @@ fn list(
         .map(|((entry, length), agent)| {
             let when = entry
                 .activity()
-                .and_then(render::parse_ts)
-                .map_or_else(|| "-".to_owned(), |then| render::relative(now, then, &zone));
+                .and_then(crate::when::parse_ts)
+                .map_or_else(|| "-".to_owned(), |then| crate::when::relative(now, then, &zone));
             let state = match &entry.state {
                 State::Running => paint.color("running", anstyle::AnsiColor::Green),
                 State::WaitingForInput => {
@@ -730,7 +730,7 @@ pub(crate) fn preview(
     let (_, events) = spex_history::summarize(found)?;
     let mut view = render::HistoryView::new(
         Paint::for_stdout(crate::args::ColorArg::Never),
-        render::zone(false),
+        crate::when::zone(false),
         false,
     );
     let entries: Vec<String> = events

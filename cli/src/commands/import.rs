@@ -118,7 +118,7 @@ pub(crate) fn import(global: &Global, file: &Path) -> anyhow::Result<Code> {
             "harness": harness.name(),
             "sessionId": id,
             "placedAt": target,
-            "importedAt": render::stored_ts(jiff::Timestamp::now()),
+            "importedAt": crate::when::stored_ts(jiff::Timestamp::now()),
             "from": manifest["origin"],
             "onto": { "device": device.id, "host": device.host },
             "redacted": manifest["redacted"],

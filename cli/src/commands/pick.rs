@@ -312,31 +312,30 @@ impl Picker {
             input,
         );
         let now = jiff::Timestamp::now();
-        let zone = render::zone(false);
-        let rows: Vec<Row<'_>> = self
-            .shown
-            .iter()
-            .map(|&at| {
-                let entry = &self.entries[at];
-                let when = entry
-                    .when
-                    .as_deref()
-                    .and_then(render::parse_ts)
-                    .map_or_else(|| "-".to_owned(), |then| render::relative(now, then, &zone));
-                let id = if uuid::Uuid::try_parse(&entry.id).is_ok() {
-                    render::prefix(&entry.id, 8).to_owned()
-                } else {
-                    render::literal(&entry.id)
-                };
-                Row::new(vec![
-                    entry.kind.to_owned(),
-                    id,
-                    render::literal(&entry.state),
-                    when,
-                    entry.title.clone(),
-                ])
-            })
-            .collect();
+        let zone = crate::when::zone(false);
+        let rows: Vec<Row<'_>> =
+            self.shown
+                .iter()
+                .map(|&at| {
+                    let entry = &self.entries[at];
+                    let when = entry.when.as_deref().and_then(crate::when::parse_ts).map_or_else(
+                        || "-".to_owned(),
+                        |then| crate::when::relative(now, then, &zone),
+                    );
+                    let id = if uuid::Uuid::try_parse(&entry.id).is_ok() {
+                        render::prefix(&entry.id, 8).to_owned()
+                    } else {
+                        render::literal(&entry.id)
+                    };
+                    Row::new(vec![
+                        entry.kind.to_owned(),
+                        id,
+                        render::literal(&entry.state),
+                        when,
+                        entry.title.clone(),
+                    ])
+                })
+                .collect();
         let table = Table::new(
             rows,
             [
@@ -395,7 +394,7 @@ fn spex_preview(global: &Global, id: &str) -> anyhow::Result<String> {
     let events = store.tail(&id, PREVIEW_ENTRIES)?;
     let mut conversation = render::Conversation::new(
         Paint::for_stdout(ColorArg::Never),
-        render::zone(false),
+        crate::when::zone(false),
         id.as_str(),
         crate::ops::timeline::owed_mids(&store, &id),
     );

@@ -39,11 +39,11 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     if args.query.trim().is_empty() {
         return Err(BadInput("the search query is empty".to_owned()).into());
     }
-    let zone = render::zone(false);
+    let zone = crate::when::zone(false);
     let since = args
         .since
         .as_deref()
-        .map(|text| crate::args::since(text, jiff::Timestamp::now(), &zone))
+        .map(|text| crate::when::since(text, jiff::Timestamp::now(), &zone))
         .transpose()?;
     let mut query = Query {
         text: args.query.clone(),
@@ -102,7 +102,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     let paint = Paint::for_stdout(global.color);
     for hit in &hits {
         let ts = hit.ts.as_deref().unwrap_or("-");
-        let when = render::parse_ts(ts).map_or_else(
+        let when = crate::when::parse_ts(ts).map_or_else(
             || render::literal(ts),
             |ts| ts.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M").to_string(),
         );

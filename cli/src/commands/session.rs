@@ -775,12 +775,12 @@ fn show_closed(store: &Store<RealFs>, id: &SessionId, global: &Global) -> anyhow
 /// A stored time as people read it: local, with how long ago.
 fn local_time(ts: Option<&str>) -> String {
     let Some(ts) = ts else { return "-".to_owned() };
-    let zone = render::zone(false);
-    match render::parse_ts(ts) {
+    let zone = crate::when::zone(false);
+    match crate::when::parse_ts(ts) {
         Some(instant) => format!(
             "{} ({})",
             instant.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M:%S %Z"),
-            render::relative(jiff::Timestamp::now(), instant, &zone)
+            crate::when::relative(jiff::Timestamp::now(), instant, &zone)
         ),
         None => render::literal(ts),
     }
@@ -800,7 +800,7 @@ fn timeline(
     let mut owed = owed_mids(store, id);
     let mut conversation = Conversation::new(
         Paint::for_stdout(global.color),
-        render::zone(args.utc),
+        crate::when::zone(args.utc),
         id.as_str(),
         owed.clone(),
     );
@@ -888,7 +888,7 @@ fn with_transcript(
     let identity = spex_history::Identity::of_this_machine();
     let shown = |text: &str| spex_history::redact(text, &identity);
     // Merge by instant; an event without a readable time keeps its place after the ones before.
-    let instant = |ts: Option<&str>| ts.and_then(render::parse_ts);
+    let instant = |ts: Option<&str>| ts.and_then(crate::when::parse_ts);
     let mut merged: Vec<(Option<jiff::Timestamp>, Result<&Event, &spex_history::Event>)> = events
         .iter()
         .map(|event| (instant(Some(event.ts())), Ok(event)))
@@ -1095,7 +1095,9 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         since: args
             .since
             .as_deref()
-            .map(|since| crate::args::since(since, jiff::Timestamp::now(), &render::zone(false)))
+            .map(|since| {
+                crate::when::since(since, jiff::Timestamp::now(), &crate::when::zone(false))
+            })
             .transpose()?,
         project: args
             .project
@@ -1152,7 +1154,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
             &table,
             &every,
             jiff::Timestamp::now(),
-            &render::zone(false),
+            &crate::when::zone(false),
             Paint::for_stdout(global.color),
             render::terminal_columns(),
         )

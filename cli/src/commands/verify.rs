@@ -146,7 +146,7 @@ struct SweepArgs {
     deep_power_images: usize,
     /// Stop starting new crash points after this long (e.g. 90s, 5m). A sweep cut short exits 1
     /// (a check that did not check everything does not pass) unless --partial.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::when::parse_duration)]
     budget: Option<Duration>,
     /// A sweep the budget cut short exits 0 when it found no violation (it still says what it
     /// did not reach).
@@ -409,7 +409,7 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
                 let missing = unreached(report);
                 format!(
                     "CUT SHORT: the budget of {} ran out{}",
-                    humantime::format_duration(budget),
+                    crate::when::format_duration(budget),
                     if missing.is_empty() {
                         String::new()
                     } else {
@@ -470,7 +470,7 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         rate,
         report.jobs,
         if report.jobs == 1 { "" } else { "s" },
-        humantime::format_duration(Duration::from_secs(report.elapsed.as_secs())),
+        crate::when::format_duration(Duration::from_secs(report.elapsed.as_secs())),
     );
     if report.violations.is_empty() {
         let _ = writeln!(out, "violations: none");
@@ -625,7 +625,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
                         "{} {} in {}",
                         mutant.name(),
                         if caught.first.is_some() { "caught" } else { "NOT CAUGHT" },
-                        humantime::format_duration(Duration::from_secs(caught.elapsed.as_secs()))
+                        crate::when::format_duration(Duration::from_secs(caught.elapsed.as_secs()))
                     );
                     match &bar {
                         Some(bar) => {

@@ -234,7 +234,7 @@ fn live_table(
     global: &Global,
 ) -> anyhow::Result<Code> {
     let paint = render::Paint::for_stdout(global.color);
-    let zone = render::zone(false);
+    let zone = crate::when::zone(false);
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();
     let mut applied = i64::MIN;
     let mut pending = vec![reset];

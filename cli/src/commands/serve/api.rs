@@ -206,7 +206,7 @@ pub(super) fn search_blocking(app: &App, query: &str) -> Reply {
             "since" => {
                 // A time without an offset is read in UTC: the server's zone is not the client's.
                 let zone = jiff::tz::TimeZone::UTC;
-                match crate::args::since(&value, jiff::Timestamp::now(), &zone) {
+                match crate::when::since(&value, jiff::Timestamp::now(), &zone) {
                     Ok(since) => filter.since = Some(since),
                     Err(error) => return Reply::error(400, error.0),
                 }

@@ -98,7 +98,7 @@ pub(crate) struct Args {
     max_connections: u32,
     /// How long a request's head, or each piece of its body, may take to arrive; also how long
     /// an idle connection is kept.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::when::parse_duration)]
     read_timeout: Duration,
     /// The token every request must carry (default: the store's own, `<root>/serve.token`,
     /// created with mode 0600 on first use). The file must not be readable by others.
