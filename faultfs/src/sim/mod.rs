@@ -180,6 +180,15 @@ pub(crate) struct NameChange {
     target: Option<Ino>,
 }
 
+/// Both ends of an op on two paths, resolved (see `State::begin_two_paths`).
+struct TwoPaths<'p> {
+    from_dir: Ino,
+    from_name: &'p str,
+    ino: Ino,
+    to_dir: Ino,
+    to_name: &'p str,
+}
+
 /// A pending change, in issue order.
 #[derive(Clone, Debug)]
 pub(crate) enum Pending {
@@ -568,6 +577,38 @@ impl State {
         }
     }
 
+    /// The start of an op on two paths (a rename, a hard link): both normalized, the op begun
+    /// (its planned fault or crash decided before anything is looked up, as for every op), both
+    /// parent directories resolved and the source's inode found.
+    fn begin_two_paths<'p>(
+        &mut self,
+        op: OpKind,
+        from: &'p Path,
+        to: &'p Path,
+        boundary: Boundary,
+    ) -> Result<TwoPaths<'p>> {
+        let from_components = normalize(from, op)?;
+        let to_components = normalize(to, op)?;
+        let target = format!("{} -> {}", from.display(), to.display());
+        if let Verdict::Fail(fault) = self.begin(boundary, op, target, String::new())? {
+            return Err(fault_error(fault, op, to, boundary));
+        }
+        let (from_name, from_parents) = from_components
+            .split_last()
+            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::InvalidInput))?;
+        let (to_name, to_parents) = to_components
+            .split_last()
+            .ok_or_else(|| io_error(op, to, boundary, io::ErrorKind::InvalidInput))?;
+        let from_dir = self.lookup_dir(from_parents, op, from, boundary)?;
+        let to_dir = self.lookup_dir(to_parents, op, to, boundary)?;
+        let ino = *self
+            .dir(from_dir)
+            .volatile
+            .get(*from_name)
+            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
+    }
+
     fn new_inode(&mut self, node: Node) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
@@ -715,26 +756,9 @@ impl Fs for SimFs {
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
         let op = OpKind::Rename;
         let mut state = self.lock();
-        let from_components = normalize(from, op)?;
-        let to_components = normalize(to, op)?;
-        let target = format!("{} -> {}", from.display(), to.display());
-        if let Verdict::Fail(fault) = state.begin(boundary, op, target, String::new())? {
-            return Err(fault_error(fault, op, to, boundary));
-        }
-        let (from_name, from_parents) = from_components
-            .split_last()
-            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::InvalidInput))?;
-        let (to_name, to_parents) = to_components
-            .split_last()
-            .ok_or_else(|| io_error(op, to, boundary, io::ErrorKind::InvalidInput))?;
-        let from_dir = state.lookup_dir(from_parents, op, from, boundary)?;
-        let to_dir = state.lookup_dir(to_parents, op, to, boundary)?;
-        let ino = *state
-            .dir(from_dir)
-            .volatile
-            .get(*from_name)
-            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
-        if let Some(&replaced) = state.dir(to_dir).volatile.get(*to_name) {
+        let TwoPaths { from_dir, from_name, ino, to_dir, to_name } =
+            state.begin_two_paths(op, from, to, boundary)?;
+        if let Some(&replaced) = state.dir(to_dir).volatile.get(to_name) {
             let moving_dir = matches!(state.inodes[&ino].node, Node::Dir(_));
             match &state.inodes[&replaced].node {
                 Node::Dir(dir) if !moving_dir || !dir.volatile.is_empty() => {
@@ -750,8 +774,8 @@ impl Fs for SimFs {
             return Ok(());
         }
         state.bind(vec![
-            NameChange { dir: from_dir, name: (*from_name).to_owned(), target: None },
-            NameChange { dir: to_dir, name: (*to_name).to_owned(), target: Some(ino) },
+            NameChange { dir: from_dir, name: from_name.to_owned(), target: None },
+            NameChange { dir: to_dir, name: to_name.to_owned(), target: Some(ino) },
         ]);
         Ok(())
     }
@@ -759,36 +783,15 @@ impl Fs for SimFs {
     fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
         let op = OpKind::HardLink;
         let mut state = self.lock();
-        let from_components = normalize(from, op)?;
-        let to_components = normalize(to, op)?;
-        let target = format!("{} -> {}", from.display(), to.display());
-        if let Verdict::Fail(fault) = state.begin(boundary, op, target, String::new())? {
-            return Err(fault_error(fault, op, to, boundary));
-        }
-        let (from_name, from_parents) = from_components
-            .split_last()
-            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::InvalidInput))?;
-        let (to_name, to_parents) = to_components
-            .split_last()
-            .ok_or_else(|| io_error(op, to, boundary, io::ErrorKind::InvalidInput))?;
-        let from_dir = state.lookup_dir(from_parents, op, from, boundary)?;
-        let to_dir = state.lookup_dir(to_parents, op, to, boundary)?;
-        let ino = *state
-            .dir(from_dir)
-            .volatile
-            .get(*from_name)
-            .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        let TwoPaths { ino, to_dir, to_name, .. } =
+            state.begin_two_paths(op, from, to, boundary)?;
         if matches!(state.inodes[&ino].node, Node::Dir(_)) {
             return Err(io_error(op, from, boundary, io::ErrorKind::PermissionDenied));
         }
-        if state.dir(to_dir).volatile.contains_key(*to_name) {
+        if state.dir(to_dir).volatile.contains_key(to_name) {
             return Err(io_error(op, to, boundary, io::ErrorKind::AlreadyExists));
         }
-        state.bind(vec![NameChange {
-            dir: to_dir,
-            name: (*to_name).to_owned(),
-            target: Some(ino),
-        }]);
+        state.bind(vec![NameChange { dir: to_dir, name: to_name.to_owned(), target: Some(ino) }]);
         Ok(())
     }
 
