@@ -2,7 +2,12 @@
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 
-use super::{Options, Place, Report, Scenario, Source, Token, judge_sequence, run, token_base};
+use super::options::Options;
+use super::point::{Source, judge_sequence, token_base};
+use super::report::{Place, Report};
+use super::run;
+use super::scenario::Scenario;
+use super::token::Token;
 
 /// Injects `fault` at op `k`: the failing step must not be acknowledged and must poison its
 /// session in that handle. Then the machine loses power right after the failure; and,

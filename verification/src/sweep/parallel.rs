@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use super::{Options, Progress, Report};
+use super::options::Options;
+use super::report::{Progress, Report};
 
 /// Judges every point with `judge` on `options.jobs` threads; the part of point `i` is at `i`,
 /// `None` where the budget ran out (or, with `stop_at_first`, past the first point that found

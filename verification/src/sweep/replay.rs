@@ -4,7 +4,9 @@
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
 
-use super::{Source, Token, judge_last, phase, run, scenario};
+use super::point::{Source, judge_last};
+use super::token::Token;
+use super::{phase, run, scenario};
 
 /// What a replay found.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,8 @@ use std::time::Duration;
 use faultfs::CrashMode;
 use sha2::{Digest, Sha256};
 
-use super::{Place, Scenario, Token};
+use super::scenario::Scenario;
+use super::token::Token;
 
 /// A violation: where, and what broke.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +29,25 @@ impl Violation {
     /// The one command that reproduces it.
     pub fn replay_command(&self) -> String {
         format!("spex verify replay {}", self.token)
+    }
+}
+
+/// The coordinates of one sequence in the matrix and its token.
+pub(crate) struct Place<'a> {
+    pub(crate) scenario: &'a Scenario,
+    pub(crate) transition: String,
+    pub(crate) boundary: String,
+    pub(crate) token: Token,
+}
+
+impl Place<'_> {
+    pub(crate) fn key(&self, sequence: &str, mode: CrashMode) -> CellKey {
+        let transition = if sequence.is_empty() {
+            self.transition.clone()
+        } else {
+            format!("{}/{sequence}", self.transition)
+        };
+        (self.scenario.name.to_string(), transition, self.boundary.clone(), mode)
     }
 }
 

@@ -6,7 +6,8 @@ use faultfs::{CrashMode, FaultPlan, Image, SimFs};
 
 use super::run::{self, execute};
 use super::scenario::{self, Scenario};
-use super::{Token, phase, replay};
+use super::token::Token;
+use super::{phase, replay};
 
 /// A minimal reproducer.
 #[derive(Clone, Debug)]

@@ -1,0 +1,331 @@
+//! One crash point, judged: the crash of a scenario's run before one boundary, in every mode,
+//! and every sequence that follows it (the phase after it, a power loss after that phase, a crash
+//! at every op of the phase, the first commands after a kill and a crash inside their
+//! takeovers), each image judged once per run and recorded in its cell of the matrix.
+
+use std::collections::BTreeMap;
+
+use faultfs::{CrashMode, FaultPlan, SimFs};
+use sha2::{Digest, Sha256};
+
+use super::options::Options;
+use super::phase;
+use super::report::{CellKey, Place, Report, record};
+use super::run::{self, execute};
+use super::scenario::Scenario;
+use super::token::Token;
+
+/// Where the first phase of a sequence runs: the restarted machine after a kill (or after an
+/// injected fault), or a rebooted power-loss image. Each call gives a fresh copy.
+#[derive(Clone, Copy)]
+pub(crate) enum Source<'a> {
+    Restart(&'a SimFs),
+    Reboot(&'a faultfs::Image),
+}
+
+impl Source<'_> {
+    pub(crate) fn machine(self, plan: FaultPlan) -> SimFs {
+        match self {
+            Source::Restart(fs) => fs.restart(plan),
+            Source::Reboot(image) => SimFs::from_image(image, plan),
+        }
+    }
+}
+
+pub(crate) fn sweep_point(
+    options: &Options,
+    scenario: &Scenario,
+    boundaries: &[String],
+    k: u64,
+    report: &mut Report,
+) {
+    let seed = options.seed;
+    let fs = SimFs::new(FaultPlan::crash_at(seed, k));
+    fs.set_media(options.media);
+    let run = execute(&fs, scenario, seed);
+    report.crash_points += 1;
+    let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
+    if let Some(name) = boundaries.get(k as usize) {
+        report.note_crashed(name);
+    }
+    let transition = match run.in_flight {
+        Some(index) => scenario.steps[index].transition().to_owned(),
+        None if k as usize >= boundaries.len() => "end".to_owned(),
+        None => "open".to_owned(),
+    };
+    for &mode in &options.modes {
+        let base = Place {
+            scenario,
+            transition: transition.clone(),
+            boundary: boundary.clone(),
+            token: token_base(options, scenario, mode, k, 0),
+        };
+        report.cells.entry(base.key("", mode)).or_default().points += 1;
+        match mode {
+            CrashMode::ProcessKill => {
+                judge_sequence(options, &run, Source::Restart(&fs), &base, true, report);
+            }
+            CrashMode::PowerLoss => {
+                let crash = fs.crash(mode);
+                report.count_enumeration(scenario, &crash);
+                let torn = crash.images.iter().position(torn_tail);
+                for (index, image) in crash.images.iter().enumerate() {
+                    let place = Place {
+                        token: token_base(options, scenario, mode, k, index),
+                        transition: transition.clone(),
+                        boundary: boundary.clone(),
+                        scenario,
+                    };
+                    // The first images, and the first whose log ends torn (its recovery
+                    // repairs the tail: that repair must be crash-safe too).
+                    let deep = index < options.deep_power_images
+                        || (options.deep_power_images > 0 && Some(index) == torn);
+                    judge_sequence(options, &run, Source::Reboot(image), &place, deep, report);
+                }
+            }
+        }
+    }
+}
+
+/// Judges the phase that follows a crash of `run` on `source`; when `deep`, also a power loss
+/// after that phase, and (with `depth2`) a crash at every op of it in every mode.
+pub(crate) fn judge_sequence(
+    options: &Options,
+    run: &run::Execution,
+    source: Source<'_>,
+    place: &Place<'_>,
+    deep: bool,
+    report: &mut Report,
+) {
+    let seed = options.seed;
+    let scenario = place.scenario;
+    let first = place.token.mode;
+    let fs = source.machine(FaultPlan::none(seed));
+    let checked = match phase::check_image(fs.clone(), scenario, run, seed) {
+        Ok(checked) => checked,
+        Err(_) => {
+            let messages = vec!["recovery crashed without a planned fault".to_owned()];
+            record(report, &place.key("", first), place.token.clone(), place, messages);
+            return;
+        }
+    };
+    let mut messages = run.violations.clone();
+    messages.extend(checked.violations);
+    let clean = messages.is_empty();
+    record(report, &place.key("", first), place.token.clone(), place, messages);
+    if !deep || !clean {
+        return;
+    }
+    report.note_reached(&fs);
+    // Kill (or reboot), restart, work, power loss.
+    let sequence = format!("{}+work+power", first.name());
+    let key = place.key(&sequence, CrashMode::PowerLoss);
+    report.cells.entry(key.clone()).or_default().points += 1;
+    let crash = fs.crash(CrashMode::PowerLoss);
+    report.count_enumeration(scenario, &crash);
+    let run_digest = digest_of(&checked.run);
+    for (index, image) in crash.images.iter().enumerate() {
+        if !report.first_judgement(&key, image, &run_digest) {
+            continue;
+        }
+        let token = Token { then_power: Some(index), ..place.token.clone() };
+        let machine = SimFs::from_image(image, FaultPlan::none(seed));
+        let messages = judge_last(machine, scenario, &checked.run, seed);
+        record(report, &key, token, place, messages);
+    }
+    if first == CrashMode::ProcessKill {
+        judge_first_commands(options, run, &source, place, report);
+    }
+    if !options.depth2 {
+        return;
+    }
+    // A crash at every op of the phase.
+    for j in 0..fs.op_count() {
+        let Err(halted) =
+            phase::check_image(source.machine(FaultPlan::crash_at(seed, j)), scenario, run, seed)
+        else {
+            continue;
+        };
+        if let Some((boundary, _)) = halted.fs.halted() {
+            report.note_crashed(boundary.name());
+        }
+        for &second in &options.modes {
+            let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
+            report.cells.entry(key.clone()).or_default().points += 1;
+            for (index, machine) in
+                after_second_crash(&halted, second, &key, scenario, seed, report)
+            {
+                let token = Token { second: Some((second, j, index)), ..place.token.clone() };
+                let messages = judge_last(machine, scenario, &halted.run, seed);
+                record(report, &key, token, place, messages);
+            }
+        }
+    }
+}
+
+/// The machines a crash in `mode` of the halted phase leaves, each with its image number: the
+/// restarted machine after a kill; after a power loss, each image not yet judged in `key`
+/// against the same run.
+fn after_second_crash(
+    halted: &phase::Halted,
+    mode: CrashMode,
+    key: &CellKey,
+    scenario: &Scenario,
+    seed: u64,
+    report: &mut Report,
+) -> Vec<(usize, SimFs)> {
+    match mode {
+        CrashMode::ProcessKill => vec![(0, halted.fs.restart(FaultPlan::none(seed)))],
+        CrashMode::PowerLoss => {
+            let crash = halted.fs.crash(mode);
+            report.count_enumeration(scenario, &crash);
+            let run_digest = digest_of(&halted.run);
+            let mut machines = Vec::new();
+            for (index, image) in crash.images.iter().enumerate() {
+                if report.first_judgement(key, image, &run_digest) {
+                    machines.push((index, SimFs::from_image(image, FaultPlan::none(seed))));
+                }
+            }
+            machines
+        }
+    }
+}
+
+/// After a kill, each transition the CLI may run first (no recovery before it: it takes the
+/// dead holder's lock over itself), then a power loss right after its answer: everything it
+/// acknowledged, on whatever it found, must survive. At depth 2, also a crash at every op of
+/// the command's takeover (`phase::is_takeover`), in every mode, judged by the process after.
+///
+/// After an injected I/O error too: the failed transition leaves its lock behind, so that the
+/// next command takes it over and vouches for the failed step's unsynced bytes (the
+/// `release-after-failed-write` mutant removes it, and a keyed retry then acknowledges what a
+/// power loss loses).
+fn judge_first_commands(
+    options: &Options,
+    run: &run::Execution,
+    source: &Source<'_>,
+    place: &Place<'_>,
+    report: &mut Report,
+) {
+    let seed = options.seed;
+    let scenario = place.scenario;
+    for (n, step) in phase::first_commands(scenario, run).iter().enumerate() {
+        let sequence = format!("kill+first-{}+power", step.transition());
+        let key = place.key(&sequence, CrashMode::PowerLoss);
+        report.cells.entry(key.clone()).or_default().points += 1;
+        let fs = source.machine(FaultPlan::none(seed));
+        let (messages, next) = match phase::first_command(fs.clone(), scenario, run, step, seed) {
+            Ok(answered) => answered,
+            Err(_) => {
+                (vec!["the first command crashed without a planned fault".to_owned()], run.clone())
+            }
+        };
+        report.note_reached(&fs);
+        if !messages.is_empty() {
+            let token = Token { first: Some((n, usize::MAX)), ..place.token.clone() };
+            record(report, &key, token, place, messages);
+            continue;
+        }
+        let crash = fs.crash(CrashMode::PowerLoss);
+        report.count_enumeration(scenario, &crash);
+        let run_digest = digest_of(&next);
+        for (index, image) in crash.images.iter().enumerate() {
+            if !report.first_judgement(&key, image, &run_digest) {
+                continue;
+            }
+            let token = Token { first: Some((n, index)), ..place.token.clone() };
+            let machine = SimFs::from_image(image, FaultPlan::none(seed));
+            let messages = judge_last(machine, scenario, &next, seed);
+            record(report, &key, token, place, messages);
+        }
+        if !options.depth2 {
+            continue;
+        }
+        let takeover: Vec<u64> = (fs.trace().entries().iter().enumerate())
+            .filter(|(_, entry)| phase::is_takeover(entry.boundary.name()))
+            .map(|(j, _)| j as u64)
+            .collect();
+        for j in takeover {
+            let machine = source.machine(FaultPlan::crash_at(seed, j));
+            let Err(halted) = phase::first_command(machine, scenario, run, step, seed) else {
+                continue;
+            };
+            if let Some((boundary, _)) = halted.fs.halted() {
+                report.note_crashed(boundary.name());
+            }
+            for &second in &options.modes {
+                let sequence = format!("kill+takeover-{}+{}", step.transition(), second.name());
+                let key = place.key(&sequence, second);
+                report.cells.entry(key.clone()).or_default().points += 1;
+                for (index, machine) in
+                    after_second_crash(&halted, second, &key, scenario, seed, report)
+                {
+                    let token =
+                        Token { first_crash: Some((n, second, j, index)), ..place.token.clone() };
+                    let messages = judge_last(machine, scenario, &halted.run, seed);
+                    record(report, &key, token, place, messages);
+                }
+            }
+        }
+    }
+}
+
+/// A digest of everything a judgement of `run` depends on.
+fn digest_of(run: &run::Execution) -> [u8; 32] {
+    Sha256::digest(format!("{run:?}").as_bytes()).into()
+}
+
+/// Whether some session's newest segment in `image` ends in a torn line (unterminated, or with
+/// NUL bytes in its last line), which the next writer repairs.
+fn torn_tail(image: &faultfs::Image) -> bool {
+    let mut newest: BTreeMap<&str, &str> = BTreeMap::new();
+    for path in image.nodes().keys() {
+        if let Some((dir, _)) = path.rsplit_once("/timeline/")
+            && path.ends_with(".ndjson")
+            && newest.get(dir).is_none_or(|current| *current < path.as_str())
+        {
+            newest.insert(dir, path);
+        }
+    }
+    newest.values().any(|path| {
+        let bytes = image.file(path).unwrap_or_default();
+        let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let last = body.rsplit(|&b| b == b'\n').next().unwrap_or_default();
+        !bytes.is_empty() && (!bytes.ends_with(b"\n") || last.contains(&0))
+    })
+}
+
+/// The last phase of a sequence: judged, not crashed again.
+pub(crate) fn judge_last(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &run::Execution,
+    seed: u64,
+) -> Vec<String> {
+    match phase::check_image(fs, scenario, run, seed) {
+        Ok(checked) => checked.violations,
+        Err(_) => vec!["recovery crashed without a planned fault".to_owned()],
+    }
+}
+
+pub(crate) fn token_base(
+    options: &Options,
+    scenario: &Scenario,
+    mode: CrashMode,
+    k: u64,
+    image: usize,
+) -> Token {
+    Token {
+        media: options.media,
+        scenario: scenario.name.to_string(),
+        seed: options.seed,
+        mode,
+        k,
+        image,
+        second: None,
+        then_power: None,
+        first: None,
+        first_crash: None,
+        fault: None,
+    }
+}
