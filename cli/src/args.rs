@@ -12,6 +12,7 @@ use spex_engine::reply::ReplyChannel;
 use spex_engine::{Config, Proposal, SessionId, Status, Store};
 
 use crate::exit::BadInput;
+use crate::render::ColorArg;
 
 /// Overrides how long a command waits for a session's lock before exiting busy (default 10 s).
 pub(crate) const LOCK_WAIT_ENV: &str = "SPEX_LOCK_WAIT_MS";
@@ -138,6 +139,11 @@ pub(crate) struct Root {
 }
 
 impl Global {
+    /// Sends the rest of this command's stdout through a pager (see [`crate::render::page`]).
+    pub(crate) fn page(&self) {
+        crate::render::page(self.json, self.no_pager);
+    }
+
     /// The store root: `--root`/`SPEX_ROOT`, else the default of the current project.
     pub(crate) fn root(&self) -> anyhow::Result<Root> {
         if let Some(root) = &self.root {
@@ -300,14 +306,6 @@ pub(crate) fn status_words() -> Vec<&'static str> {
 /// The `--status` argument's parser: one of [`status_words`], else a usage error listing them.
 pub(crate) fn status_parser() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(status_words())
-}
-
-/// When to colour output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ColorArg {
-    Auto,
-    Always,
-    Never,
 }
 
 /// Which crash modes a command sweeps.

@@ -58,6 +58,12 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
+impl From<crate::when::NotATime> for BadInput {
+    fn from(error: crate::when::NotATime) -> Self {
+        BadInput(error.0)
+    }
+}
+
 /// The exit code of a failed command: the first engine error or bad input in its chain decides.
 pub(crate) fn code_for(error: &anyhow::Error) -> Code {
     for cause in error.chain() {

@@ -12,8 +12,15 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
 
-use crate::args::ColorArg;
 use crate::when::{parse_ts, relative};
+
+/// When to colour output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
 
 /// JSON schema version of every `--json` document and stream line `spex` prints.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
@@ -40,9 +47,9 @@ static PAGER: std::sync::Mutex<
 /// terminal, not with `--json` or `--no-pager`; the pager is `SPEX_PAGER`, else `PAGER`, else
 /// `less` (with `LESS=FRX` unless set: it quits at once when the text fits the screen, keeps
 /// colour, and leaves the text on screen). An empty pager or `cat` means none.
-pub(crate) fn page(global: &crate::args::Global) {
+pub(crate) fn page(json: bool, no_pager: bool) {
     use std::io::IsTerminal as _;
-    if global.json || global.no_pager || !std::io::stdout().is_terminal() {
+    if json || no_pager || !std::io::stdout().is_terminal() {
         return;
     }
     let chosen = ["SPEX_PAGER", "PAGER"].iter().find_map(|name| std::env::var(name).ok());

@@ -7,8 +7,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-use crate::exit::BadInput;
-
 /// A stored timestamp (`2026-12-01T07:00:00.000Z`) as an instant, if it is one.
 pub(crate) fn parse_ts(text: &str) -> Option<Timestamp> {
     text.parse().ok()
@@ -48,9 +46,9 @@ pub(crate) fn since(
     text: &str,
     now: jiff::Timestamp,
     zone: &jiff::tz::TimeZone,
-) -> Result<String, BadInput> {
+) -> Result<String, NotATime> {
     let instant = parse_instant(text, now, zone).ok_or_else(|| {
-        BadInput(format!(
+        NotATime(format!(
             "--since {text:?} is not a time: give an RFC 3339 time (2026-12-01T07:00:00+01:00), \
              a local date or time (2026-12-01, 2026-12-01T07:00) or a duration (90m, 2h, 7days)"
         ))
@@ -77,6 +75,16 @@ fn parse_instant(
         return date.to_zoned_datetime(zone.clone()).ok().map(|zoned| zoned.timestamp());
     }
     None
+}
+
+/// A `--since` that is not a time: what was given and what is accepted.
+#[derive(Debug)]
+pub(crate) struct NotATime(pub(crate) String);
+
+impl std::fmt::Display for NotATime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// Parses a duration as people write one: `90s`, `2m`, `1h 30m`, `7days`, `2 weeks` (a day is 24

@@ -17,7 +17,7 @@ use crate::boundaries::RECOVER;
 use crate::damage::{Damage, DamageKind};
 use crate::error::{Error, Result};
 use crate::layout::SessionId;
-use crate::queue::{Dispatch, Entry};
+use crate::queue::{self, Dispatch, Entry};
 use crate::store::Store;
 use crate::timeline::{self, Cursor, Line};
 
@@ -153,7 +153,7 @@ impl<F: Fs> Store<F> {
                     entries.push(entry);
                 }
             }
-            self.write_queue(id, &entries, &RECOVER)?;
+            queue::write(self.files(id), &entries, &RECOVER)?;
             Ok(QueueRepair { kept: Some(kept), carried, restored, damage: Some(damage) })
         })
     }

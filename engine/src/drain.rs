@@ -38,7 +38,7 @@ use crate::boundaries::DRAIN;
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
-use crate::queue::Entry;
+use crate::queue::{self, Entry};
 use crate::receipts::Known;
 use crate::recover::Checks;
 use crate::store::Store;
@@ -269,7 +269,7 @@ impl<F: Fs> Store<F> {
         }
         if gone > 0 {
             entries.drain(..gone);
-            self.write_queue(id, &entries, &DRAIN)?;
+            queue::write(self.files(id), &entries, &DRAIN)?;
         }
         self.fence_unkeyed(id, &mut batch)?;
         Ok(batch)
@@ -366,13 +366,15 @@ impl<F: Fs> Store<F> {
         let lines: Vec<Line> =
             delivered.iter().filter_map(|entry| self.settlement(entry)).collect();
         if active(Mutant::SettleAfterRemoval) {
-            self.write_queue(id, &entries, &DRAIN)?;
+            queue::write(self.files(id), &entries, &DRAIN)?;
             for line in &lines {
                 self.append_line(id, line, &DRAIN)?;
             }
             return Ok(());
         }
-        self.write_queue_around(id, &entries, &lines, &DRAIN)
+        queue::write_around(self.files(id), &entries, &DRAIN, || {
+            self.append_lines(id, &lines, &DRAIN)
+        })
     }
 }
 

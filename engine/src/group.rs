@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
-use crate::send::{Accepted, SendRequest};
+use crate::request::{Accepted, SendRequest};
 use crate::sync::{Condvar, Mutex, lock};
 
 /// A member's answer from a batch.

@@ -225,6 +225,26 @@ pub fn default_root(spexcode_home: Option<&Path>, home: &Path, project: &Path) -
     base.join("projects").join(encoded)
 }
 
+/// One session's files on one filesystem: what the file-format modules (the record, the queue,
+/// the receipt index, the run log) read and write, with no store around them.
+#[derive(Debug)]
+pub(crate) struct SessionFiles<'a, F> {
+    /// The filesystem.
+    pub(crate) fs: &'a F,
+    /// The store's paths.
+    pub(crate) layout: &'a Layout,
+    /// The session.
+    pub(crate) id: &'a SessionId,
+}
+
+impl<F> Clone for SessionFiles<'_, F> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<F> Copy for SessionFiles<'_, F> {}
+
 /// The paths of one store.
 #[derive(Clone, Debug)]
 pub struct Layout {

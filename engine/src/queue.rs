@@ -31,8 +31,7 @@ use faultfs::Fs;
 use crate::atomic;
 use crate::boundaries::Boundaries;
 use crate::error::{CorruptReason, Error, Result};
-use crate::layout::SessionId;
-use crate::store::Store;
+use crate::layout::SessionFiles;
 
 /// The receipt a keyed entry must match before any adapter call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,108 +235,95 @@ pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
     bytes
 }
 
-impl<F: Fs> Store<F> {
-    /// Session `id`'s queue file as a reader reads it: the valid entries and, when the file is
-    /// damaged, why (an empty queue when there is no file).
-    pub fn queue_file(&self, id: &SessionId) -> Result<QueueFile> {
-        Ok(atomic::read(&self.fs, &self.layout.queue(id))?
-            .map_or_else(QueueFile::default, |bytes| parse(&bytes)))
-    }
+/// The session's queue file as a reader reads it: the valid entries and, when the file is
+/// damaged, why (an empty queue when there is no file).
+pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<QueueFile> {
+    Ok(atomic::read(files.fs, &files.layout.queue(files.id))?
+        .map_or_else(QueueFile::default, |bytes| parse(&bytes)))
+}
 
-    /// The messages owed to session `id`, as a reader sees them: the valid entries of the queue
-    /// (empty if nothing is owed; see the module header for a damaged queue).
-    pub fn queue(&self, id: &SessionId) -> Result<Vec<Entry>> {
-        Ok(self.queue_file(id)?.entries)
-    }
+/// Whether the session has a queue file at all (the existing implementation's "owes
+/// delivery": true even when the file is empty or damaged).
+pub(crate) fn exists<F: Fs>(files: SessionFiles<'_, F>) -> Result<bool> {
+    Ok(files.fs.exists(&files.layout.queue(files.id))?)
+}
 
-    /// Whether session `id` has a queue file at all (the existing implementation's "owes
-    /// delivery": true even when the file is empty or damaged).
-    pub fn owes_delivery(&self, id: &SessionId) -> Result<bool> {
-        Ok(self.fs.exists(&self.layout.queue(id))?)
+/// The queue for a writer: corrupt (naming the file) when damaged, so that nothing a reader
+/// could not read is overwritten.
+pub(crate) fn read_for_write<F: Fs>(files: SessionFiles<'_, F>) -> Result<Vec<Entry>> {
+    let file = read(files)?;
+    match file.damage {
+        None => Ok(file.entries),
+        Some(reason) => Err(Error::Corrupt {
+            path: files.layout.queue(files.id),
+            offset: 0,
+            reason: CorruptReason::BadFile(format!(
+                "damaged delivery queue ({reason}); `spex session repair {}` rebuilds it",
+                files.id
+            )),
+        }),
     }
+}
 
-    /// The queue for a writer: corrupt (naming the file) when damaged, so that nothing a reader
-    /// could not read is overwritten.
-    pub(crate) fn queue_for_write(&self, id: &SessionId) -> Result<Vec<Entry>> {
-        let file = self.queue_file(id)?;
-        match file.damage {
-            None => Ok(file.entries),
-            Some(reason) => Err(Error::Corrupt {
-                path: self.layout.queue(id),
-                offset: 0,
-                reason: CorruptReason::BadFile(format!(
-                    "damaged delivery queue ({reason}); `spex session repair {id}` rebuilds it"
-                )),
-            }),
-        }
+/// Replaces the queue with `entries` around the commit point `commit` (the append and sync of
+/// the log lines that say why): the new queue is staged first (the space-consuming step, so a
+/// full disk changes nothing), then `commit` runs, then the queue is published (or removed when
+/// it empties). A failure before the commit discards the staged queue. The one path by which a
+/// send enqueues and a drain settles (a drain of unkeyed heads has no line to append).
+pub(crate) fn write_around<F: Fs>(
+    files: SessionFiles<'_, F>,
+    entries: &[Entry],
+    steps: &Boundaries,
+    commit: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let tmp = files.layout.queue_tmp(files.id);
+    if !entries.is_empty()
+        && let Err(error) = atomic::stage(files.fs, &tmp, &encode(entries), &steps.queue)
+    {
+        atomic::discard(files.fs, &tmp, &steps.queue);
+        return Err(error);
     }
-
-    /// Replaces the queue with `entries` around the commit point `lines`: the new queue is
-    /// staged first (the space-consuming step, so a full disk changes nothing), then `lines` are
-    /// appended to the log and synced (the commit), then the queue is published (or removed when
-    /// it empties). A failure before the commit discards the staged queue. The one path by which
-    /// a send enqueues and a drain settles (a drain of unkeyed heads has no line to append).
-    pub(crate) fn write_queue_around(
-        &self,
-        id: &SessionId,
-        entries: &[Entry],
-        lines: &[crate::timeline::Line],
-        steps: &Boundaries,
-    ) -> Result<()> {
-        let tmp = self.layout.queue_tmp(id);
-        if !entries.is_empty()
-            && let Err(error) = atomic::stage(&self.fs, &tmp, &encode(entries), &steps.queue)
-        {
-            atomic::discard(&self.fs, &tmp, &steps.queue);
-            return Err(error);
-        }
-        if let Err(error) = self.append_lines(id, lines, steps) {
-            atomic::discard(&self.fs, &tmp, &steps.queue);
-            return Err(error);
-        }
-        self.publish_queue(id, entries.is_empty(), steps)
+    if let Err(error) = commit() {
+        atomic::discard(files.fs, &tmp, &steps.queue);
+        return Err(error);
     }
+    publish(files, entries.is_empty(), steps)
+}
 
-    /// Publishes the staged queue, or removes the queue when it is empty.
-    fn publish_queue(&self, id: &SessionId, empty: bool, steps: &Boundaries) -> Result<()> {
-        let dir = self.layout.session_dir(id);
-        if empty {
-            return atomic::remove(
-                &self.fs,
-                &dir,
-                &self.layout.queue(id),
-                steps.queue.remove,
-                steps.queue.dir_sync,
-            );
-        }
-        atomic::publish(
-            &self.fs,
+/// Publishes the staged queue, or removes the queue when it is empty.
+fn publish<F: Fs>(files: SessionFiles<'_, F>, empty: bool, steps: &Boundaries) -> Result<()> {
+    let (layout, id) = (files.layout, files.id);
+    let dir = layout.session_dir(id);
+    if empty {
+        return atomic::remove(
+            files.fs,
             &dir,
-            &self.layout.queue_tmp(id),
-            &self.layout.queue(id),
-            &steps.queue,
-        )
+            &layout.queue(id),
+            steps.queue.remove,
+            steps.queue.dir_sync,
+        );
     }
+    atomic::publish(files.fs, &dir, &layout.queue_tmp(id), &layout.queue(id), &steps.queue)
+}
 
-    /// Replaces the queue durably (removing the file when it empties).
-    pub(crate) fn write_queue(
-        &self,
-        id: &SessionId,
-        entries: &[Entry],
-        steps: &Boundaries,
-    ) -> Result<()> {
-        if entries.is_empty() {
-            return self.publish_queue(id, true, steps);
-        }
-        atomic::replace(
-            &self.fs,
-            &self.layout.session_dir(id),
-            &self.layout.queue(id),
-            &self.layout.queue_tmp(id),
-            &encode(entries),
-            &steps.queue,
-        )
+/// Replaces the queue durably (removing the file when it empties).
+pub(crate) fn write<F: Fs>(
+    files: SessionFiles<'_, F>,
+    entries: &[Entry],
+    steps: &Boundaries,
+) -> Result<()> {
+    if entries.is_empty() {
+        return publish(files, true, steps);
     }
+    let (layout, id) = (files.layout, files.id);
+    atomic::replace(
+        files.fs,
+        &layout.session_dir(id),
+        &layout.queue(id),
+        &layout.queue_tmp(id),
+        &encode(entries),
+        &steps.queue,
+    )
 }
 
 /// The fast path, when it answers, answers as the lenient reader does (panics otherwise).

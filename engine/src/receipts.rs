@@ -659,7 +659,7 @@ impl ReceiptIndexes {
     /// The `lock-free-receipt-without-refresh` mutant's lookup: the persisted index alone, the
     /// log past it not folded.
     #[cfg(feature = "mutants")]
-    fn lookup_without_refresh<F: Fs>(
+    pub(crate) fn lookup_without_refresh<F: Fs>(
         &self,
         fs: &F,
         layout: &Layout,
@@ -747,31 +747,5 @@ impl ReceiptIndexes {
     /// Drops a session's index (it is closed, or its handle was poisoned).
     pub(crate) fn forget(&self, id: &SessionId) {
         lock(&self.by_session).remove(id);
-    }
-}
-
-impl<F: Fs> crate::store::Store<F> {
-    /// The receipt of the keyed send `(operation, request_digest)` to session `id`, if the log
-    /// has one (the existing implementation's `sentDispatchReceipt`). Lock-free, and it writes
-    /// nothing: the receipt index is persisted only by writers, under the record lock (a
-    /// lock-free rewrite would share the staging file with a writer's).
-    pub fn receipt(
-        &self,
-        id: &SessionId,
-        operation: &str,
-        request_digest: &str,
-    ) -> Result<Option<Known>> {
-        self.require_session(id)?;
-        #[cfg(feature = "mutants")]
-        if crate::mutant::active(crate::mutant::Mutant::LockFreeReceiptWithoutRefresh) {
-            return self.receipts.lookup_without_refresh(
-                &self.fs,
-                &self.layout,
-                id,
-                operation,
-                request_digest,
-            );
-        }
-        self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)
     }
 }

@@ -35,8 +35,7 @@ use serde_json::{Map, Value};
 use crate::atomic;
 use crate::env::{UnixMs, format_ts, parse_ts};
 use crate::error::{CorruptReason, Error, Result};
-use crate::layout::SessionId;
-use crate::store::Store;
+use crate::layout::{SessionFiles, SessionId};
 use crate::timeline::{Proposal, Status, Triple};
 
 /// The keys of a governed record, in the order the existing implementation writes them.
@@ -551,49 +550,46 @@ fn triple_of(fields: &Map<String, Value>) -> Triple {
     Triple::new(status, proposal, note)
 }
 
-impl<F: Fs> Store<F> {
-    /// Reads a session's record, or `None` if it has none.
-    pub(crate) fn read_record(&self, id: &SessionId) -> Result<Option<Record>> {
-        if !self.session_dir_exists(id)? {
-            return Ok(None);
-        }
-        let path = self.layout.record(id);
-        match atomic::read(&self.fs, &path)? {
-            Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),
-            None => Ok(None),
-        }
+/// Reads the session's record, or `None` if it has none (or no directory of its own: a link or
+/// a file in the directory's place is refused, naming it).
+pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<Option<Record>> {
+    let (fs, layout, id) = (files.fs, files.layout, files.id);
+    if !crate::layout::expect_kind(fs, &layout.session_dir(id), faultfs::FileKind::Dir)? {
+        return Ok(None);
     }
-
-    /// Reads a session's record; a missing record is `NoSuchSession`.
-    pub fn record(&self, id: &SessionId) -> Result<Record> {
-        self.read_record(id)?.ok_or_else(|| Error::NoSuchSession { id: id.to_string() })
+    let path = layout.record(id);
+    match atomic::read(fs, &path)? {
+        Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),
+        None => Ok(None),
     }
+}
 
-    pub(crate) fn write_record(
-        &self,
-        id: &SessionId,
-        record: &Record,
-        steps: &atomic::ReplaceBoundaries,
-    ) -> Result<()> {
-        atomic::replace(
-            &self.fs,
-            &self.layout.session_dir(id),
-            &self.layout.record(id),
-            &self.layout.record_tmp(id),
-            &record.encode(),
-            steps,
-        )
-    }
+/// Replaces the session's record durably.
+pub(crate) fn write<F: Fs>(
+    files: SessionFiles<'_, F>,
+    record: &Record,
+    steps: &atomic::ReplaceBoundaries,
+) -> Result<()> {
+    let (layout, id) = (files.layout, files.id);
+    atomic::replace(
+        files.fs,
+        &layout.session_dir(id),
+        &layout.record(id),
+        &layout.record_tmp(id),
+        &record.encode(),
+        steps,
+    )
+}
 
-    /// The drain adapter spec of session `id` (`exec:CMD`, `tmux:PANE`, `stdout`), if set: the
-    /// file `adapter` in its directory, or the record of this engine's earlier format.
-    pub fn adapter(&self, id: &SessionId, record: &Record) -> Result<Option<String>> {
-        match atomic::read(&self.fs, &self.layout.adapter(id))? {
-            Some(bytes) => {
-                Ok(Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()))
-            }
-            None => Ok(record.earlier_adapter().map(str::to_owned)),
-        }
+/// The session's drain adapter spec (`exec:CMD`, `tmux:PANE`, `stdout`), if set: the file
+/// `adapter` in its directory, or `record` of this engine's earlier format.
+pub(crate) fn adapter<F: Fs>(
+    files: SessionFiles<'_, F>,
+    record: &Record,
+) -> Result<Option<String>> {
+    match atomic::read(files.fs, &files.layout.adapter(files.id))? {
+        Some(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned())),
+        None => Ok(record.earlier_adapter().map(str::to_owned)),
     }
 }
 

@@ -1,5 +1,16 @@
-//! Recovery of one session: idempotent, run by every writer under the record lock (after
-//! vouching for what a dead lock holder wrote, see `store`), and safe to crash inside.
+//! Every transition's frame, and the recovery inside it.
+//!
+//! # The frame
+//!
+//! [`Store::transition`] takes the session's record lock, and when it took the lock over from
+//! a dead holder, vouches for what that holder wrote (syncs the newest segment and the
+//! directories, so nothing the next step rests on can still be lost); then it recovers, runs
+//! the transition's work, and releases. An I/O failure poisons the session in this handle and
+//! leaves the lock in place, so that its next taker vouches for the failed step's bytes.
+//!
+//! # Recovery of one session
+//!
+//! Idempotent, run by every writer under the record lock, and safe to crash inside.
 //!
 //! # Checks first
 //!
@@ -22,11 +33,11 @@
 use faultfs::Fs;
 
 use crate::atomic;
-use crate::boundaries::Boundaries;
-use crate::error::Result;
+use crate::boundaries::{self, Boundaries};
+use crate::error::{Error, Result};
 use crate::layout::SessionId;
 use crate::mutant::{Mutant, active};
-use crate::queue::Entry;
+use crate::queue::{self, Entry};
 use crate::record::Record;
 use crate::store::Store;
 use crate::timeline::{self, Line};
@@ -61,6 +72,80 @@ pub(crate) struct Checks {
 }
 
 impl<F: Fs> Store<F> {
+    /// Runs `work` on session `id` under its record lock, after recovery; poisons the session
+    /// on an I/O error.
+    pub(crate) fn transition<T>(
+        &self,
+        id: &SessionId,
+        steps: &Boundaries,
+        work: impl FnOnce(Recovered) -> Result<T>,
+    ) -> Result<T> {
+        self.transition_checked(id, steps, Checks::default(), work)
+    }
+
+    /// [`Store::transition`], with the recovery checks `checks` run before anything is written.
+    pub(crate) fn transition_checked<T>(
+        &self,
+        id: &SessionId,
+        steps: &Boundaries,
+        checks: Checks,
+        work: impl FnOnce(Recovered) -> Result<T>,
+    ) -> Result<T> {
+        self.check_poison(id)?;
+        let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
+        // One transition's broken variant: only it skips the vouch, so only that transition as
+        // the next process's first command can show it. (A close that skips it is not a
+        // mutant: it commits by renaming the session away, so what the dead holder left
+        // unsynced is discarded either way, and no image can tell.)
+        let skips = |mutant: Mutant, prefix: &str| {
+            active(mutant) && steps.lock.link.name().starts_with(prefix)
+        };
+        let transition_skips = skips(Mutant::DrainTakeoverWithoutVouch, "drain.")
+            || skips(Mutant::ArchiveTakeoverWithoutVouch, "archive.");
+        let vouching =
+            guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips;
+        let result = if vouching
+            && active(Mutant::RollForwardBeforeVouch)
+            && !steps.lock.link.name().starts_with("recover.")
+        {
+            self.recover(id, steps, checks).and_then(|recovered| {
+                timeline::vouch(&self.fs, &self.layout, id, &steps.log).map(|()| recovered)
+            })
+        } else if vouching {
+            timeline::vouch(&self.fs, &self.layout, id, &steps.log)
+                .and_then(|()| self.recover(id, steps, checks))
+        } else {
+            self.recover(id, steps, checks)
+        }
+        .and_then(work);
+        match result {
+            Ok(value) => {
+                guard.release().inspect_err(|_| self.poison(id))?;
+                Ok(value)
+            }
+            Err(error) => {
+                let failed_io = matches!(error, Error::Io(_));
+                if failed_io {
+                    self.poison(id);
+                }
+                if failed_io && !active(Mutant::ReleaseAfterFailedWrite) {
+                    // Bytes the failed step wrote may be visible and not durable: the lock
+                    // stays, so that its next taker vouches for them.
+                    guard.abandon();
+                } else {
+                    drop(guard);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Runs recovery on session `id` under its record lock (every writer does this first; this
+    /// entry point lets a maintainer or a harness recover without writing anything else).
+    pub fn recover_session(&self, id: &SessionId) -> Result<()> {
+        self.transition(id, &boundaries::RECOVER, |_| Ok(()))
+    }
+
     /// Recovery of one session (see the module header). A missing session is left alone.
     pub(crate) fn recover(
         &self,
@@ -73,7 +158,7 @@ impl<F: Fs> Store<F> {
         }
         let record = self.read_record(id)?;
         timeline::list_segments(&self.fs, &self.layout, id)?;
-        let queue = if checks.queue { Some(self.queue_for_write(id)?) } else { None };
+        let queue = if checks.queue { Some(queue::read_for_write(self.files(id))?) } else { None };
         if active(Mutant::AckBeforeSync) {
             // The broken variant syncs what the previous write acknowledged only now.
             timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;

@@ -578,25 +578,6 @@ pub fn runs<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<Run>,
     Ok((fold(id.as_str(), &lines, &alive), unreadable))
 }
 
-impl<F: Fs> crate::store::Store<F> {
-    /// Appends `line` to session `id`'s run log (see [`append`]). The session need not exist any
-    /// more: a run's end is written even if the session was closed during the run.
-    pub fn append_run(&self, id: &SessionId, line: &RunLine) -> Result<()> {
-        append(&self.fs, self.clock.as_ref(), &self.layout, id, line)
-    }
-
-    /// Session `id`'s runs (see [`runs`]).
-    pub fn runs(&self, id: &SessionId) -> Result<(Vec<Run>, usize)> {
-        runs(&self.fs, &self.layout, id)
-    }
-
-    /// The current time, as the run log writes it: ISO-8601 UTC and epoch ms.
-    pub fn run_time(&self) -> (String, UnixMs) {
-        let now = self.clock.now_ms();
-        (crate::env::format_ts(now), now)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

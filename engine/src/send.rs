@@ -30,7 +30,6 @@
 use std::collections::HashMap;
 
 use faultfs::Fs;
-use serde_json::{Map, Value};
 
 use crate::atomic;
 use crate::boundaries::SEND;
@@ -42,43 +41,9 @@ use crate::mutant::{Mutant, active};
 use crate::queue::{self, Dispatch, Entry};
 use crate::recover::{Checks, Recovered};
 use crate::reply::{self, ReplyChannel};
+use crate::request::{Accepted, SendRequest};
 use crate::store::Store;
 use crate::timeline::{self, Delivery, Line, Receipt, SentEvent};
-
-/// An idempotency key and the operation it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Key {
-    /// The caller's operation (e.g. `merge`, `http-input`).
-    pub operation: String,
-    /// The raw key; never stored (only its digest is).
-    pub key: String,
-}
-
-/// A message to send.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SendRequest {
-    /// The raw text.
-    pub text: String,
-    /// The sending session (`None`: a human).
-    pub from: Option<SessionId>,
-    /// An explicit reply channel.
-    pub reply_via: Option<ReplyChannel>,
-    /// For an idempotent send, its key.
-    pub key: Option<Key>,
-    /// Delivery attributes.
-    pub attributes: Option<Map<String, Value>>,
-}
-
-/// A send's success.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Accepted {
-    /// The message id (the original one for a replay).
-    pub mid: String,
-    /// Whether this was a replay of an earlier keyed send.
-    pub replayed: bool,
-    /// Whether a replay restored a queue entry lost after acceptance.
-    pub restored: bool,
-}
 
 /// A keyed request's digests: operation, request digest, payload hash.
 type Keyed = (String, String, String);
@@ -329,7 +294,7 @@ impl<F: Fs> Store<F> {
     /// Boundaries 1 to 3 of the module header, for the whole batch.
     fn commit_batch(&self, to: &SessionId, batch: &Batch) -> Result<()> {
         if active(Mutant::EnqueueBeforeAppend) {
-            self.write_queue(to, &batch.entries, &SEND)?;
+            queue::write(self.files(to), &batch.entries, &SEND)?;
             return self.append_lines(to, &batch.lines, &SEND);
         }
         if batch.restored && active(Mutant::RestoreWithoutDirSync) {
@@ -339,7 +304,9 @@ impl<F: Fs> Store<F> {
             self.fs.rename(&tmp, &self.layout.queue(to), SEND.queue.rename)?;
             return Ok(());
         }
-        self.write_queue_around(to, &batch.entries, &batch.lines, &SEND)
+        queue::write_around(self.files(to), &batch.entries, &SEND, || {
+            self.append_lines(to, &batch.lines, &SEND)
+        })
     }
 
     /// Whether the most recent human send to `to` used the note channel: the log's final line

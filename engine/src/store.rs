@@ -17,14 +17,15 @@ use faultfs::Fs;
 
 use crate::atomic;
 use crate::boundaries::{self, Boundaries};
-use crate::env::{Clock, IdSource};
+use crate::env::{Clock, IdSource, UnixMs};
 use crate::error::{Error, Result};
-use crate::layout::{LOCK_WAIT_MS_DEFAULT, Layout, SEGMENT_BYTES_DEFAULT, SessionId};
+use crate::layout::{LOCK_WAIT_MS_DEFAULT, Layout, SEGMENT_BYTES_DEFAULT, SessionFiles, SessionId};
 use crate::lock::{self, LockGuard};
 use crate::mutant::{Mutant, active};
-use crate::receipts::ReceiptIndexes;
-use crate::record::Record;
-use crate::recover::{Checks, Recovered};
+use crate::queue::{self, Entry, QueueFile};
+use crate::receipts::{Known, ReceiptIndexes};
+use crate::record::{self, Record};
+use crate::runs::{self, Run, RunLine};
 use crate::sync::{Mutex, lock as lock_mutex};
 // Shared ownership of the injected clock and id source (not synchronization: std's Arc).
 use crate::timeline::{self, Cursor, Event, Line, Position, Stamp, Triple};
@@ -146,6 +147,96 @@ impl<F: Fs> Store<F> {
         Ok(store)
     }
 
+    /// Session `id`'s files, for the file-format modules.
+    pub(crate) fn files<'a>(&'a self, id: &'a SessionId) -> SessionFiles<'a, F> {
+        SessionFiles { fs: &self.fs, layout: &self.layout, id }
+    }
+
+    /// Session `id`'s queue file as a reader reads it: the valid entries and, when the file is
+    /// damaged, why (an empty queue when there is no file).
+    pub fn queue_file(&self, id: &SessionId) -> Result<QueueFile> {
+        queue::read(self.files(id))
+    }
+
+    /// The messages owed to session `id`, as a reader sees them: the valid entries of the queue
+    /// (empty if nothing is owed; see `queue` for a damaged queue).
+    pub fn queue(&self, id: &SessionId) -> Result<Vec<Entry>> {
+        Ok(self.queue_file(id)?.entries)
+    }
+
+    /// Whether session `id` has a queue file at all (the existing implementation's "owes
+    /// delivery": true even when the file is empty or damaged).
+    pub fn owes_delivery(&self, id: &SessionId) -> Result<bool> {
+        queue::exists(self.files(id))
+    }
+
+    /// Reads a session's record, or `None` if it has none.
+    pub(crate) fn read_record(&self, id: &SessionId) -> Result<Option<Record>> {
+        record::read(self.files(id))
+    }
+
+    /// Reads a session's record; a missing record is `NoSuchSession`.
+    pub fn record(&self, id: &SessionId) -> Result<Record> {
+        self.read_record(id)?.ok_or_else(|| Error::NoSuchSession { id: id.to_string() })
+    }
+
+    /// Replaces session `id`'s record durably.
+    pub(crate) fn write_record(
+        &self,
+        id: &SessionId,
+        record: &Record,
+        steps: &atomic::ReplaceBoundaries,
+    ) -> Result<()> {
+        record::write(self.files(id), record, steps)
+    }
+
+    /// The drain adapter spec of session `id` (`exec:CMD`, `tmux:PANE`, `stdout`), if set: the
+    /// file `adapter` in its directory, or the record of this engine's earlier format.
+    pub fn adapter(&self, id: &SessionId, record: &Record) -> Result<Option<String>> {
+        record::adapter(self.files(id), record)
+    }
+
+    /// Appends `line` to session `id`'s run log (see [`runs::append`]). The session need not exist any
+    /// more: a run's end is written even if the session was closed during the run.
+    pub fn append_run(&self, id: &SessionId, line: &RunLine) -> Result<()> {
+        runs::append(&self.fs, self.clock.as_ref(), &self.layout, id, line)
+    }
+
+    /// Session `id`'s runs (see [`runs::runs`]).
+    pub fn runs(&self, id: &SessionId) -> Result<(Vec<Run>, usize)> {
+        runs::runs(&self.fs, &self.layout, id)
+    }
+
+    /// The current time, as the run log writes it: ISO-8601 UTC and epoch ms.
+    pub fn run_time(&self) -> (String, UnixMs) {
+        let now = self.clock.now_ms();
+        (crate::env::format_ts(now), now)
+    }
+
+    /// The receipt of the keyed send `(operation, request_digest)` to session `id`, if the log
+    /// has one (the existing implementation's `sentDispatchReceipt`). Lock-free, and it writes
+    /// nothing: the receipt index is persisted only by writers, under the record lock (a
+    /// lock-free rewrite would share the staging file with a writer's).
+    pub fn receipt(
+        &self,
+        id: &SessionId,
+        operation: &str,
+        request_digest: &str,
+    ) -> Result<Option<Known>> {
+        self.require_session(id)?;
+        #[cfg(feature = "mutants")]
+        if crate::mutant::active(crate::mutant::Mutant::LockFreeReceiptWithoutRefresh) {
+            return self.receipts.lookup_without_refresh(
+                &self.fs,
+                &self.layout,
+                id,
+                operation,
+                request_digest,
+            );
+        }
+        self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)
+    }
+
     /// The store's layout.
     pub fn layout(&self) -> &Layout {
         &self.layout
@@ -180,74 +271,6 @@ impl<F: Fs> Store<F> {
         Ok(())
     }
 
-    /// Runs `work` on session `id` under its record lock, after recovery; poisons the session
-    /// on an I/O error.
-    pub(crate) fn transition<T>(
-        &self,
-        id: &SessionId,
-        steps: &Boundaries,
-        work: impl FnOnce(Recovered) -> Result<T>,
-    ) -> Result<T> {
-        self.transition_checked(id, steps, Checks::default(), work)
-    }
-
-    /// [`Store::transition`], with the recovery checks `checks` run before anything is written.
-    pub(crate) fn transition_checked<T>(
-        &self,
-        id: &SessionId,
-        steps: &Boundaries,
-        checks: Checks,
-        work: impl FnOnce(Recovered) -> Result<T>,
-    ) -> Result<T> {
-        self.check_poison(id)?;
-        let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
-        // One transition's broken variant: only it skips the vouch, so only that transition as
-        // the next process's first command can show it. (A close that skips it is not a
-        // mutant: it commits by renaming the session away, so what the dead holder left
-        // unsynced is discarded either way, and no image can tell.)
-        let skips = |mutant: Mutant, prefix: &str| {
-            active(mutant) && steps.lock.link.name().starts_with(prefix)
-        };
-        let transition_skips = skips(Mutant::DrainTakeoverWithoutVouch, "drain.")
-            || skips(Mutant::ArchiveTakeoverWithoutVouch, "archive.");
-        let vouching =
-            guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips;
-        let result = if vouching
-            && active(Mutant::RollForwardBeforeVouch)
-            && !steps.lock.link.name().starts_with("recover.")
-        {
-            self.recover(id, steps, checks).and_then(|recovered| {
-                timeline::vouch(&self.fs, &self.layout, id, &steps.log).map(|()| recovered)
-            })
-        } else if vouching {
-            timeline::vouch(&self.fs, &self.layout, id, &steps.log)
-                .and_then(|()| self.recover(id, steps, checks))
-        } else {
-            self.recover(id, steps, checks)
-        }
-        .and_then(work);
-        match result {
-            Ok(value) => {
-                guard.release().inspect_err(|_| self.poison(id))?;
-                Ok(value)
-            }
-            Err(error) => {
-                let failed_io = matches!(error, Error::Io(_));
-                if failed_io {
-                    self.poison(id);
-                }
-                if failed_io && !active(Mutant::ReleaseAfterFailedWrite) {
-                    // Bytes the failed step wrote may be visible and not durable: the lock
-                    // stays, so that its next taker vouches for them.
-                    guard.abandon();
-                } else {
-                    drop(guard);
-                }
-                Err(error)
-            }
-        }
-    }
-
     /// Takes the lock file `path` of session `id` with this handle's clock and wait bound; an
     /// I/O failure poisons the session.
     pub(crate) fn lock_file(
@@ -260,7 +283,7 @@ impl<F: Fs> Store<F> {
             .inspect_err(|error| self.poison_on_io(id, error))
     }
 
-    fn check_poison(&self, id: &SessionId) -> Result<()> {
+    pub(crate) fn check_poison(&self, id: &SessionId) -> Result<()> {
         if lock_mutex(&self.poisoned).contains(id) {
             return Err(Error::Poisoned { session: id.to_string() });
         }
@@ -280,12 +303,6 @@ impl<F: Fs> Store<F> {
         if matches!(error, Error::Io(_)) {
             self.poison(id);
         }
-    }
-
-    /// Runs recovery on session `id` under its record lock (every writer does this first; this
-    /// entry point lets a maintainer or a harness recover without writing anything else).
-    pub fn recover_session(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &boundaries::RECOVER, |_| Ok(()))
     }
 
     /// Appends one line durably to a session's log.

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use faultfs::RealFs;
 use spex_engine::{Adapter, Message, SessionId, Store};
 
-use super::harness::{Harness, HarnessAdapter, PaneAdapter};
+use super::harness::{HarnessAdapter, PaneAdapter};
+use crate::ops::agent::Harness;
 
 use crate::exit::BadInput;
 

@@ -160,7 +160,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             }
             if let Some(since) = &ls.since {
                 let zone = crate::when::zone(false);
-                let since = crate::when::since(since, jiff::Timestamp::now(), &zone)?;
+                let since = crate::when::since(since, jiff::Timestamp::now(), &zone)
+                    .map_err(crate::exit::BadInput::from)?;
                 listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
             }
             if let Some(project) = &ls.project {
@@ -200,7 +201,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         Command::Show(show) => {
             let transcript = resolve(&found, &show.id)?;
             let (summary, mut events) = spex_history::summarize(transcript)?;
-            render::page(global);
+            global.page();
             if show.markdown {
                 render::out!("{}", markdown(&summary, &events, show.tools, &shown))?;
                 return Ok(Code::Ok);
@@ -516,7 +517,7 @@ fn list(
         .iter()
         .map(|entry| {
             let (store, spex) = (store.as_ref()?, entry.spex.as_deref()?);
-            super::harness::agent_word(store, spex)
+            crate::ops::agent::agent_word(store, spex)
         })
         .collect();
     if global.json {
@@ -549,7 +550,7 @@ fn list(
         }
         return Ok(Code::Ok);
     }
-    render::page(global);
+    global.page();
     let paint = Paint::for_stdout(global.color);
     let zone = crate::when::zone(false);
     let now = jiff::Timestamp::now();
@@ -729,7 +730,7 @@ pub(crate) fn preview(
 ) -> anyhow::Result<String> {
     let (_, events) = spex_history::summarize(found)?;
     let mut view = render::HistoryView::new(
-        Paint::for_stdout(crate::args::ColorArg::Never),
+        Paint::for_stdout(crate::render::ColorArg::Never),
         crate::when::zone(false),
         false,
     );
@@ -749,10 +750,10 @@ pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
     let id = super::harness::sh_quote(id);
     match harness {
         Harness::ClaudeCode => {
-            format!("{} --resume {id}", super::harness::Harness::Claude.default_command())
+            format!("{} --resume {id}", crate::ops::agent::Harness::Claude.default_command())
         }
         Harness::Codex => {
-            format!("{} resume {id}", super::harness::Harness::Codex.default_command())
+            format!("{} resume {id}", crate::ops::agent::Harness::Codex.default_command())
         }
     }
 }

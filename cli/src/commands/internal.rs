@@ -50,7 +50,7 @@ enum Command {
 struct HookArgs {
     /// The harness calling: claude or codex.
     #[arg(value_enum)]
-    harness: super::harness::Harness,
+    harness: crate::ops::agent::Harness,
     /// Codex's notification JSON (Claude Code's hooks write theirs on stdin).
     payload: Option<String>,
     #[command(flatten)]

@@ -19,8 +19,9 @@ use serde_json::json;
 use spex_engine::SessionId;
 use spex_history::{Harness, Identity};
 
-use crate::args::{ColorArg, Global};
+use crate::args::Global;
 use crate::exit::{BadInput, Code};
+use crate::render::ColorArg;
 use crate::render::{self, Paint, print_json};
 
 /// Arguments of `spex pick`.

@@ -44,7 +44,8 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         .since
         .as_deref()
         .map(|text| crate::when::since(text, jiff::Timestamp::now(), &zone))
-        .transpose()?;
+        .transpose()
+        .map_err(BadInput::from)?;
     let mut query = Query {
         text: args.query.clone(),
         filter: spex_index::SearchFilter {
@@ -98,7 +99,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         return Ok(Code::Ok);
     }
     let hits = found.hits;
-    render::page(global);
+    global.page();
     let paint = Paint::for_stdout(global.color);
     for hit in &hits {
         let ts = hit.ts.as_deref().unwrap_or("-");

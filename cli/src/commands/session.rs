@@ -15,11 +15,11 @@ use spex_engine::{
 };
 
 use super::adapter::Spec;
-use super::harness::Harness;
 use crate::args::{
     Declarer, Global, ProposalArg, ReplyArg, SortArg, resolve, session_id, status_parser,
 };
 use crate::exit::{BadInput, Code};
+use crate::ops::agent::Harness;
 use crate::ops::timeline::{PageRequest, event_json, owed_mids};
 use crate::render::{self, Conversation, Paint, outln, print_json};
 
@@ -814,7 +814,7 @@ fn timeline(
         if global.json {
             print_json(marked.to_json())?;
         } else {
-            render::page(global);
+            global.page();
             for event in events {
                 render::out!("{}", conversation.event(event))?;
             }
@@ -1098,7 +1098,8 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
             .map(|since| {
                 crate::when::since(since, jiff::Timestamp::now(), &crate::when::zone(false))
             })
-            .transpose()?,
+            .transpose()
+            .map_err(BadInput::from)?,
         project: args
             .project
             .as_ref()
@@ -1126,7 +1127,7 @@ fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         }
         return Ok(Code::Ok);
     }
-    render::page(global);
+    global.page();
     let table: Vec<render::SessionRow> = rows
         .into_iter()
         .map(|crate::ops::list::Listed { row, agent }| render::SessionRow {

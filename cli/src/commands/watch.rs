@@ -259,7 +259,7 @@ fn live_table(
                     row["preview"].as_str().or(row["state"]["note"].as_str())
                 };
                 render::SessionRow {
-                    agent: super::harness::agent_word(store, &id),
+                    agent: crate::ops::agent::agent_word(store, &id),
                     id,
                     display,
                     when: when(row).map(str::to_owned),

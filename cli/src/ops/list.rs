@@ -7,7 +7,7 @@ use faultfs::RealFs;
 use serde_json::{Value, json};
 use spex_engine::{SessionId, Store};
 
-use crate::commands::harness::{Harness, agent_word};
+use super::agent::{Harness, agent_word};
 
 /// Which sessions, in which order.
 #[derive(Debug)]

@@ -11,6 +11,7 @@
 //! error, or [`BadInput`](crate::exit::BadInput) for an input no operation can carry out. The CLI
 //! maps them to its exit codes, the server to its statuses (one table each).
 
+pub(crate) mod agent;
 pub(crate) mod list;
 pub(crate) mod search;
 pub(crate) mod send;

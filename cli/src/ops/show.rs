@@ -5,7 +5,7 @@ use faultfs::RealFs;
 use serde_json::{Value, json};
 use spex_engine::{Event, Record, SessionId, Store, Triple};
 
-use crate::commands::harness::{Harness, agent_progress};
+use super::agent::{Harness, agent_progress};
 
 /// A session as its files say it is now.
 #[derive(Debug)]
