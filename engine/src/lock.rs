@@ -154,7 +154,7 @@ impl<F: Fs> Drop for LockGuard<'_, F> {
 
 /// What a lock file looked like when judged.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Seen {
+struct Observed {
     contents: Vec<u8>,
     modified_ms: u64,
 }
@@ -165,9 +165,9 @@ enum Holder {
     /// A live process holds it.
     Alive(u32),
     /// Its holder is dead (or the pid was reused).
-    Stale(Seen),
+    Stale(Observed),
     /// It holds no pid yet.
-    Empty(Seen),
+    Empty(Observed),
 }
 
 /// Takes the lock at `path`, waiting at most `wait_ms`.
@@ -180,7 +180,7 @@ pub(crate) fn acquire<'a, F: Fs>(
 ) -> Result<LockGuard<'a, F>> {
     let started_ms = clock.now_ms();
     let mut delay_ms = 1;
-    let mut empty_since: Option<(Seen, u64)> = None;
+    let mut empty_since: Option<(Observed, u64)> = None;
     let mut last_holder = None;
     let mut vanished = 0u32;
     let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
@@ -321,7 +321,7 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
     }
 }
 
-fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Seen>> {
+fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Observed>> {
     let not_found = |error: &faultfs::Error| error.io_kind() == Some(std::io::ErrorKind::NotFound);
     let file = match fs.open(path, OpenOptions::read(), Boundary::new("read")) {
         Ok(file) => file,
@@ -340,7 +340,7 @@ fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Seen>> {
         Err(error) => return Err(error.into()),
     };
     let modified_ms = modified.duration_since(UNIX_EPOCH).map_or(0, |at| at.as_millis() as u64);
-    Ok(Some(Seen { contents, modified_ms }))
+    Ok(Some(Observed { contents, modified_ms }))
 }
 
 /// Replaces the stale lock `seen` with this process's, under the takeover flock, if it is still
@@ -350,7 +350,7 @@ fn take_over<F: Fs>(
     fs: &F,
     clock: &dyn Clock,
     path: &Path,
-    seen: &Seen,
+    seen: &Observed,
     started_ms: u64,
     wait_ms: u64,
     steps: &LockBoundaries,
@@ -373,7 +373,12 @@ fn take_over<F: Fs>(
 
 /// The takeover itself, under the flock: re-read, then rename the private file over the lock.
 /// The process-wide registry is held throughout, as in [`create_holding_pid`].
-fn replace_stale<F: Fs>(fs: &F, path: &Path, seen: &Seen, steps: &LockBoundaries) -> Result<bool> {
+fn replace_stale<F: Fs>(
+    fs: &F,
+    path: &Path,
+    seen: &Observed,
+    steps: &LockBoundaries,
+) -> Result<bool> {
     let mut holding = holding();
     let still_stale = crate::mutant::active(crate::mutant::Mutant::TakeoverWithoutRecheck)
         || read_seen(fs, path)?.as_ref() == Some(seen);

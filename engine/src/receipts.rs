@@ -144,12 +144,12 @@ const BLOCK_BYTES: usize = 4096;
 const HEADER_CHECKSUM_AT: usize = 120;
 const HEADER_CHECKSUM_BYTES: usize = 32;
 /// One record: key digest (32), segment (8), offset (8), settled (1), padding (7).
-const RECORD_BYTES: usize = 56;
+const POSTING_BYTES: usize = 56;
 /// Records per data block.
 const RECORDS_PER_BLOCK: usize = 72;
 /// Where a data block's records start (after its count and padding), and its checksum.
 const RECORDS_AT: usize = 8;
-const CHECKSUM_AT: usize = RECORDS_AT + RECORDS_PER_BLOCK * RECORD_BYTES;
+const CHECKSUM_AT: usize = RECORDS_AT + RECORDS_PER_BLOCK * POSTING_BYTES;
 const CHECKSUM_BYTES: usize = 16;
 const _: () = assert!(CHECKSUM_AT + CHECKSUM_BYTES <= BLOCK_BYTES);
 
@@ -164,26 +164,26 @@ fn key_digest(operation: &str, request_digest: &str) -> Digest32 {
     hasher.finalize().into()
 }
 
-/// One record of the run.
+/// One posting of the run: a key and where its receipt line is (settled or not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Record {
+struct Posting {
     key: Digest32,
     position: Position,
     settled: bool,
 }
 
-impl Record {
+impl Posting {
     fn encode(&self, out: &mut [u8]) {
         out[..32].copy_from_slice(&self.key);
         out[32..40].copy_from_slice(&self.position.segment.to_le_bytes());
         out[40..48].copy_from_slice(&self.position.offset.to_le_bytes());
         out[48] = u8::from(self.settled);
-        out[49..RECORD_BYTES].fill(0);
+        out[49..POSTING_BYTES].fill(0);
     }
 
-    fn decode(bytes: &[u8]) -> Record {
+    fn decode(bytes: &[u8]) -> Posting {
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        Record {
+        Posting {
             key: bytes[..32].try_into().expect("32 bytes"),
             position: Position { segment: word(32), offset: word(40) },
             settled: bytes[48] != 0,
@@ -243,7 +243,7 @@ impl Header {
 }
 
 /// A data block: its records, if its checksum holds.
-fn decode_block(bytes: &[u8]) -> Option<Vec<Record>> {
+fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     if bytes.len() < BLOCK_BYTES {
         return None;
     }
@@ -260,21 +260,22 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Record>> {
     Some(
         (0..count)
             .map(|i| {
-                Record::decode(
-                    &bytes[RECORDS_AT + i * RECORD_BYTES..RECORDS_AT + (i + 1) * RECORD_BYTES],
+                Posting::decode(
+                    &bytes[RECORDS_AT + i * POSTING_BYTES..RECORDS_AT + (i + 1) * POSTING_BYTES],
                 )
             })
             .collect(),
     )
 }
 
-fn encode_block(records: &[Record]) -> Vec<u8> {
+fn encode_block(records: &[Posting]) -> Vec<u8> {
     let mut bytes = vec![0u8; BLOCK_BYTES];
     let count = u16::try_from(records.len()).expect("at most a block of records");
     bytes[..2].copy_from_slice(&count.to_le_bytes());
     for (i, record) in records.iter().enumerate() {
-        record
-            .encode(&mut bytes[RECORDS_AT + i * RECORD_BYTES..RECORDS_AT + (i + 1) * RECORD_BYTES]);
+        record.encode(
+            &mut bytes[RECORDS_AT + i * POSTING_BYTES..RECORDS_AT + (i + 1) * POSTING_BYTES],
+        );
     }
     let checksum = block_digest(&bytes, CHECKSUM_AT, CHECKSUM_BYTES);
     bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES].copy_from_slice(&checksum[..CHECKSUM_BYTES]);
@@ -330,9 +331,25 @@ pub(crate) fn break_pin(bytes: &mut [u8]) {
     bytes[49] ^= 1;
 }
 
-/// Why a persisted run cannot answer: it is dropped and rebuilt from the log.
+/// What the persisted index gave: an answer, or a run that cannot answer (torn, stale, moved
+/// under its log), which is dropped and rebuilt from the log.
 #[derive(Debug)]
-struct Damaged;
+enum Persisted<T> {
+    /// The run answered.
+    Sound(T),
+    /// The run is damaged.
+    Damaged,
+}
+
+impl<T> Persisted<T> {
+    /// The answer, if the run gave one.
+    fn sound(self) -> Option<T> {
+        match self {
+            Persisted::Sound(value) => Some(value),
+            Persisted::Damaged => None,
+        }
+    }
+}
 
 /// A persisted run this handle found intact and pinned (its records stay on disk).
 #[derive(Clone, Debug)]
@@ -376,12 +393,12 @@ impl Run {
         layout: &Layout,
         id: &SessionId,
         key: &Digest32,
-    ) -> Result<std::result::Result<Option<Record>, Damaged>> {
+    ) -> Result<Persisted<Option<Posting>>> {
         let file =
             match fs.open(&layout.receipt_index(id), OpenOptions::read(), Boundary::new("read")) {
                 Ok(file) => file,
                 Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => {
-                    return Ok(Err(Damaged));
+                    return Ok(Persisted::Damaged);
                 }
                 Err(error) => return Err(error.into()),
             };
@@ -390,19 +407,19 @@ impl Run {
         while low < high {
             let middle = low + (high - low) / 2;
             if file.read_full_at((middle + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
-                return Ok(Err(Damaged));
+                return Ok(Persisted::Damaged);
             }
-            let Some(records) = decode_block(&bytes) else { return Ok(Err(Damaged)) };
+            let Some(records) = decode_block(&bytes) else { return Ok(Persisted::Damaged) };
             let (first, last) = (records[0].key, records[records.len() - 1].key);
             if *key < first {
                 high = middle;
             } else if *key > last {
                 low = middle + 1;
             } else {
-                return Ok(Ok(records.into_iter().find(|record| record.key == *key)));
+                return Ok(Persisted::Sound(records.into_iter().find(|record| record.key == *key)));
             }
         }
-        Ok(Ok(None))
+        Ok(Persisted::Sound(None))
     }
 
     /// Every record, in key order (to merge into a new run).
@@ -411,22 +428,22 @@ impl Run {
         fs: &F,
         layout: &Layout,
         id: &SessionId,
-    ) -> Result<std::result::Result<Vec<Record>, Damaged>> {
+    ) -> Result<Persisted<Vec<Posting>>> {
         let file =
             fs.open(&layout.receipt_index(id), OpenOptions::read(), Boundary::new("read"))?;
         let mut records = Vec::with_capacity(usize::try_from(self.header.records).unwrap_or(0));
         let mut bytes = vec![0u8; BLOCK_BYTES];
         for block in 0..self.header.blocks {
             if file.read_full_at((block + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
-                return Ok(Err(Damaged));
+                return Ok(Persisted::Damaged);
             }
-            let Some(mut found) = decode_block(&bytes) else { return Ok(Err(Damaged)) };
+            let Some(mut found) = decode_block(&bytes) else { return Ok(Persisted::Damaged) };
             records.append(&mut found);
         }
         if records.len() as u64 != self.header.records {
-            return Ok(Err(Damaged));
+            return Ok(Persisted::Damaged);
         }
-        Ok(Ok(records))
+        Ok(Persisted::Sound(records))
     }
 }
 
@@ -436,12 +453,12 @@ fn persist<F: Fs>(
     fs: &F,
     layout: &Layout,
     id: &SessionId,
-    records: &[Record],
+    records: &[Posting],
     cursor: Cursor,
     steps: &ReplaceBoundaries,
 ) -> Result<()> {
     let Some(pin) = tail_pin(fs, layout, id, cursor)? else { return Ok(()) };
-    let blocks: Vec<&[Record]> = records.chunks(RECORDS_PER_BLOCK).collect();
+    let blocks: Vec<&[Posting]> = records.chunks(RECORDS_PER_BLOCK).collect();
     let header = Header { records: records.len() as u64, blocks: blocks.len() as u64, cursor, pin };
     let mut bytes = header.encode();
     for block in blocks {
@@ -457,7 +474,7 @@ fn persist<F: Fs>(
 
 /// A receipt folded from the log past the run.
 #[derive(Clone, Debug)]
-struct Folded {
+struct FoldedReceipt {
     known: Known,
     position: Position,
 }
@@ -467,10 +484,10 @@ struct Folded {
 struct Index {
     /// The persisted run, if one was found intact (or written).
     run: Option<Run>,
-    /// Folded up to here: the run's cursor, then the lines folded since.
+    /// FoldedReceipt up to here: the run's cursor, then the lines folded since.
     cursor: Cursor,
     /// Receipts first seen past the run, by (operation, request digest).
-    folded: HashMap<(String, String), Folded>,
+    folded: HashMap<(String, String), FoldedReceipt>,
     /// Settlements past the run of receipts in the run: (key digest, mid).
     settled: HashSet<(Digest32, String)>,
     /// Lines folded since the run was written.
@@ -492,7 +509,7 @@ impl Index {
         layout: &Layout,
         id: &SessionId,
         lines: Vec<(Position, Line)>,
-    ) -> Result<std::result::Result<(), Damaged>> {
+    ) -> Result<Persisted<()>> {
         for (position, line) in lines {
             match line {
                 Line::Sent(SentEvent { mid: Some(mid), .. }, Some(receipt)) => {
@@ -504,13 +521,13 @@ impl Index {
                     // run came first.
                     if let Some(run) = &self.run {
                         match run.find(fs, layout, id, &key_digest(&key.0, &key.1))? {
-                            Err(damaged) => return Ok(Err(damaged)),
-                            Ok(Some(_)) => continue,
-                            Ok(None) => {}
+                            Persisted::Damaged => return Ok(Persisted::Damaged),
+                            Persisted::Sound(Some(_)) => continue,
+                            Persisted::Sound(None) => {}
                         }
                     }
                     let known = Known { mid, receipt: *receipt, settled: false };
-                    self.folded.insert(key, Folded { known, position });
+                    self.folded.insert(key, FoldedReceipt { known, position });
                 }
                 Line::Settled(settlement) => {
                     let key = (settlement.operation, settlement.request_digest);
@@ -528,7 +545,7 @@ impl Index {
                 Line::Sent(_, _) | Line::Status(_) => {}
             }
         }
-        Ok(Ok(()))
+        Ok(Persisted::Sound(()))
     }
 
     /// The receipt for `key` as the run and the folded lines know it.
@@ -539,32 +556,33 @@ impl Index {
         id: &SessionId,
         operation: &str,
         request_digest: &str,
-    ) -> Result<std::result::Result<Option<Known>, Damaged>> {
+    ) -> Result<Persisted<Option<Known>>> {
         let digest = key_digest(operation, request_digest);
         if let Some(run) = &self.run {
             match run.find(fs, layout, id, &digest)? {
-                Err(damaged) => return Ok(Err(damaged)),
-                Ok(None) => {}
-                Ok(Some(record)) => {
+                Persisted::Damaged => return Ok(Persisted::Damaged),
+                Persisted::Sound(None) => {}
+                Persisted::Sound(Some(record)) => {
                     // The mid and the receipt come from the line itself; it must be the
                     // receipt of this very key.
                     let Some(Line::Sent(SentEvent { mid: Some(mid), .. }, Some(receipt))) =
                         timeline::line_at(fs, layout, id, record.position)?
                     else {
-                        return Ok(Err(Damaged));
+                        return Ok(Persisted::Damaged);
                     };
                     if receipt.operation != operation || receipt.request_digest != request_digest {
-                        return Ok(Err(Damaged));
+                        return Ok(Persisted::Damaged);
                     }
                     let settled = record.settled || self.settled.contains(&(digest, mid.clone()));
-                    return Ok(Ok(Some(Known { mid, receipt: *receipt, settled })));
+                    return Ok(Persisted::Sound(Some(Known { mid, receipt: *receipt, settled })));
                 }
             }
         }
-        Ok(Ok(self
-            .folded
-            .get(&(operation.to_owned(), request_digest.to_owned()))
-            .map(|folded| folded.known.clone())))
+        Ok(Persisted::Sound(
+            self.folded
+                .get(&(operation.to_owned(), request_digest.to_owned()))
+                .map(|folded| folded.known.clone()),
+        ))
     }
 
     /// Receipts in all (the run's and the folded ones).
@@ -579,12 +597,12 @@ impl Index {
         fs: &F,
         layout: &Layout,
         id: &SessionId,
-    ) -> Result<std::result::Result<Vec<Record>, Damaged>> {
+    ) -> Result<Persisted<Vec<Posting>>> {
         let mut records = match &self.run {
             None => Vec::new(),
             Some(run) => match run.records(fs, layout, id)? {
-                Err(damaged) => return Ok(Err(damaged)),
-                Ok(records) => records,
+                Persisted::Damaged => return Ok(Persisted::Damaged),
+                Persisted::Sound(records) => records,
             },
         };
         if !self.settled.is_empty() {
@@ -598,19 +616,19 @@ impl Index {
                     let Some(Line::Sent(SentEvent { mid: Some(mid), .. }, _)) =
                         timeline::line_at(fs, layout, id, record.position)?
                     else {
-                        return Ok(Err(Damaged));
+                        return Ok(Persisted::Damaged);
                     };
                     record.settled = self.settled.contains(&(record.key, mid));
                 }
             }
         }
-        records.extend(self.folded.iter().map(|((operation, request_digest), folded)| Record {
+        records.extend(self.folded.iter().map(|((operation, request_digest), folded)| Posting {
             key: key_digest(operation, request_digest),
             position: folded.position,
             settled: folded.known.settled,
         }));
         records.sort_by_key(|record| record.key);
-        Ok(Ok(records))
+        Ok(Persisted::Sound(records))
     }
 }
 
@@ -641,10 +659,10 @@ impl ReceiptIndexes {
         let index = indexes.get_mut(id).expect("inserted above");
         for attempt in 0..2 {
             match Self::refresh_and_get(fs, layout, id, index, operation, request_digest, steps)? {
-                Ok(found) => return Ok(found),
+                Persisted::Sound(found) => return Ok(found),
                 // Damaged (or a log that moved under the run): rebuild from the log, once.
-                Err(Damaged) if attempt == 0 => *index = Index::default(),
-                Err(Damaged) => break,
+                Persisted::Damaged if attempt == 0 => *index = Index::default(),
+                Persisted::Damaged => break,
             }
         }
         Err(Error::Corrupt {
@@ -668,7 +686,7 @@ impl ReceiptIndexes {
         request_digest: &str,
     ) -> Result<Option<Known>> {
         let index = Index::persisted(fs, layout, id)?;
-        Ok(index.get(fs, layout, id, operation, request_digest)?.unwrap_or(None))
+        Ok(index.get(fs, layout, id, operation, request_digest)?.sound().flatten())
     }
 
     /// After a send appended lines to session `id`: folds them into the index a lookup of this
@@ -683,7 +701,7 @@ impl ReceiptIndexes {
     ) -> Result<()> {
         let mut indexes = lock(&self.by_session);
         let Some(index) = indexes.get_mut(id) else { return Ok(()) };
-        if let Err(Damaged) = Self::refresh(fs, layout, id, index, Some(steps))? {
+        if let Persisted::Damaged = Self::refresh(fs, layout, id, index, Some(steps))? {
             // Rebuilt from the log by the next lookup.
             *index = Index::default();
         }
@@ -698,9 +716,9 @@ impl ReceiptIndexes {
         operation: &str,
         request_digest: &str,
         steps: Option<&ReplaceBoundaries>,
-    ) -> Result<std::result::Result<Option<Known>, Damaged>> {
-        if let Err(damaged) = Self::refresh(fs, layout, id, index, steps)? {
-            return Ok(Err(damaged));
+    ) -> Result<Persisted<Option<Known>>> {
+        if let Persisted::Damaged = Self::refresh(fs, layout, id, index, steps)? {
+            return Ok(Persisted::Damaged);
         }
         index.get(fs, layout, id, operation, request_digest)
     }
@@ -712,16 +730,16 @@ impl ReceiptIndexes {
         id: &SessionId,
         index: &mut Index,
         steps: Option<&ReplaceBoundaries>,
-    ) -> Result<std::result::Result<(), Damaged>> {
+    ) -> Result<Persisted<()>> {
         let before = index.cursor;
         let (lines, next) = match timeline::read_from_positioned(fs, layout, id, index.cursor) {
             Ok(read) => read,
-            Err(Error::InvalidCursor { .. }) => return Ok(Err(Damaged)),
+            Err(Error::InvalidCursor { .. }) => return Ok(Persisted::Damaged),
             Err(error) => return Err(error),
         };
         index.unpersisted_lines += lines.len() as u64;
-        if let Err(damaged) = index.fold(fs, layout, id, lines)? {
-            return Ok(Err(damaged));
+        if let Persisted::Damaged = index.fold(fs, layout, id, lines)? {
+            return Ok(Persisted::Damaged);
         }
         index.cursor = next;
         if let Some(steps) = steps
@@ -729,8 +747,8 @@ impl ReceiptIndexes {
             && index.unpersisted_lines * PERSIST_EVERY_RECEIPTS_DIVISOR >= index.receipts()
         {
             let records = match index.merged(fs, layout, id)? {
-                Ok(records) => records,
-                Err(damaged) => return Ok(Err(damaged)),
+                Persisted::Sound(records) => records,
+                Persisted::Damaged => return Ok(Persisted::Damaged),
             };
             persist(fs, layout, id, &records, index.cursor, steps)?;
             match Run::open(fs, layout, id)? {
@@ -741,7 +759,7 @@ impl ReceiptIndexes {
                 _ => index.unpersisted_lines = 0,
             }
         }
-        Ok(Ok(()))
+        Ok(Persisted::Sound(()))
     }
 
     /// Drops a session's index (it is closed, or its handle was poisoned).

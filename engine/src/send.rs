@@ -46,7 +46,46 @@ use crate::store::Store;
 use crate::timeline::{self, Delivery, Line, Receipt, SentEvent};
 
 /// A keyed request's digests: operation, request digest, payload hash.
-type Keyed = (String, String, String);
+#[derive(Clone, Debug)]
+struct Keyed {
+    /// The caller's operation.
+    operation: String,
+    /// The digest of the operation and the raw key.
+    request_digest: String,
+    /// The digest of what is sent under the key (a retry must send the same).
+    payload_hash: String,
+}
+
+/// A key as a batch remembers it: its operation and request digest.
+type KeyId = (String, String);
+
+/// A key accepted earlier in a batch, whose line is not in the log yet.
+#[derive(Clone, Debug)]
+struct KeptKey {
+    /// What was sent under it.
+    payload_hash: String,
+    /// The message it was accepted as.
+    mid: String,
+}
+
+/// How one request of a batch is answered once the batch commits.
+#[derive(Debug)]
+enum Prepared {
+    /// Accepted: a new message, or a replay of a keyed one.
+    Accepted(Accepted),
+    /// Refused on its own (a revoked sender, a key conflict, a full queue); the rest of the
+    /// batch goes on.
+    Refused(Error),
+}
+
+impl Prepared {
+    fn into_answer(self) -> Result<Accepted> {
+        match self {
+            Prepared::Accepted(accepted) => Ok(accepted),
+            Prepared::Refused(error) => Err(error),
+        }
+    }
+}
 
 /// What a batch accumulates while it prepares its requests, before anything is written.
 struct Batch {
@@ -59,7 +98,7 @@ struct Batch {
     /// Whether the most recent human send used the note channel (`None`: not read yet).
     previous_note: Option<bool>,
     /// Keys accepted earlier in this batch: (operation, request digest) -> (payload hash, mid).
-    keys: HashMap<(String, String), (String, String)>,
+    keys: HashMap<KeyId, KeptKey>,
 }
 
 impl<F: Fs> Store<F> {
@@ -161,7 +200,7 @@ impl<F: Fs> Store<F> {
                 for request in requests {
                     let answer =
                         self.prepare(to, request, headless, last_line.as_ref(), &mut batch);
-                    answers.push(answer?);
+                    answers.push(answer?.into_answer());
                 }
                 if batch.lines.is_empty() && !batch.restored {
                     return Ok(answers);
@@ -177,8 +216,8 @@ impl<F: Fs> Store<F> {
         )
     }
 
-    /// Prepares one request of a batch: `Ok(answer)` for its answer once the batch commits (a
-    /// refusal included), `Err` for an error of the whole batch.
+    /// Prepares one request of a batch: how it is answered once the batch commits (a refusal
+    /// included), or an error of the whole batch.
     fn prepare(
         &self,
         to: &SessionId,
@@ -186,12 +225,12 @@ impl<F: Fs> Store<F> {
         headless: bool,
         last_line: Option<&Line>,
         batch: &mut Batch,
-    ) -> Result<Result<Accepted>> {
+    ) -> Result<Prepared> {
         let from = request.from.as_ref().map(SessionId::as_str);
         if let Some(sender) = from
             && self.is_revoked(sender)?
         {
-            return Ok(Err(Error::Revoked { sender: sender.to_owned() }));
+            return Ok(Prepared::Refused(Error::Revoked { sender: sender.to_owned() }));
         }
         let keyed: Option<Keyed> = request.key.as_ref().map(|key| {
             let request_digest = digest::request_digest(&key.operation, &key.key);
@@ -202,35 +241,39 @@ impl<F: Fs> Store<F> {
                 attributes: request.attributes.as_ref(),
             };
             let payload_hash = digest::payload_hash(&key.operation, &request_digest, &payload);
-            (key.operation.clone(), request_digest, payload_hash)
+            Keyed { operation: key.operation.clone(), request_digest, payload_hash }
         });
-        if let Some((operation, request_digest, payload_hash)) = &keyed {
+        if let Some(Keyed { operation, request_digest, payload_hash }) = &keyed {
             let conflict = |mid: &str| Error::KeyConflict {
                 operation: operation.clone(),
                 request_digest: request_digest.clone(),
                 mid: mid.to_owned(),
             };
             // Accepted earlier in this batch: its line is not in the log yet.
-            if let Some((hash, mid)) = batch.keys.get(&(operation.clone(), request_digest.clone()))
-            {
-                if hash != payload_hash {
-                    return Ok(Err(conflict(mid)));
+            if let Some(kept) = batch.keys.get(&(operation.clone(), request_digest.clone())) {
+                if kept.payload_hash != *payload_hash {
+                    return Ok(Prepared::Refused(conflict(&kept.mid)));
                 }
-                return Ok(Ok(Accepted { mid: mid.clone(), replayed: true, restored: false }));
+                let mid = kept.mid.clone();
+                return Ok(Prepared::Accepted(Accepted { mid, replayed: true, restored: false }));
             }
             if let Some(known) =
                 self.receipts.lookup(&self.fs, &self.layout, to, operation, request_digest, None)?
             {
                 if known.receipt.payload_hash != *payload_hash {
-                    return Ok(Err(conflict(&known.mid)));
+                    return Ok(Prepared::Refused(conflict(&known.mid)));
                 }
                 let restored = restore_debt(&mut batch.entries, &known);
                 batch.restored |= restored;
-                return Ok(Ok(Accepted { mid: known.mid, replayed: true, restored }));
+                return Ok(Prepared::Accepted(Accepted {
+                    mid: known.mid,
+                    replayed: true,
+                    restored,
+                }));
             }
         }
         if batch.entries.len() >= QUEUE_ENTRIES_MAX {
-            return Ok(Err(Error::TooLarge {
+            return Ok(Prepared::Refused(Error::TooLarge {
                 what: "delivery queue (entries)",
                 bytes: batch.entries.len() as u64,
                 bytes_max: QUEUE_ENTRIES_MAX as u64,
@@ -252,11 +295,11 @@ impl<F: Fs> Store<F> {
         }
         let mid = self.ids.mid();
         let ts = crate::env::format_ts(self.clock.now_ms());
-        let receipt = keyed.as_ref().map(|(operation, request_digest, payload_hash)| {
+        let receipt = keyed.as_ref().map(|keyed| {
             Box::new(Receipt {
-                operation: operation.clone(),
-                request_digest: request_digest.clone(),
-                payload_hash: payload_hash.clone(),
+                operation: keyed.operation.clone(),
+                request_digest: keyed.request_digest.clone(),
+                payload_hash: keyed.payload_hash.clone(),
                 delivery: Some(Delivery {
                     text: composed.text.clone(),
                     from: from.map(str::to_owned),
@@ -274,10 +317,10 @@ impl<F: Fs> Store<F> {
             },
             receipt,
         ));
-        if let Some((operation, request_digest, payload_hash)) = &keyed {
+        if let Some(keyed) = &keyed {
             batch.keys.insert(
-                (operation.clone(), request_digest.clone()),
-                (payload_hash.clone(), mid.clone()),
+                (keyed.operation.clone(), keyed.request_digest.clone()),
+                KeptKey { payload_hash: keyed.payload_hash.clone(), mid: mid.clone() },
             );
         }
         batch.entries.push(Entry {
@@ -285,10 +328,12 @@ impl<F: Fs> Store<F> {
             text: composed.text,
             from: from.map(str::to_owned),
             attributes: request.attributes.clone(),
-            dispatch: keyed
-                .map(|(operation, request_digest, _)| Dispatch { operation, request_digest }),
+            dispatch: keyed.map(|Keyed { operation, request_digest, .. }| Dispatch {
+                operation,
+                request_digest,
+            }),
         });
-        Ok(Ok(Accepted { mid, replayed: false, restored: false }))
+        Ok(Prepared::Accepted(Accepted { mid, replayed: false, restored: false }))
     }
 
     /// Boundaries 1 to 3 of the module header, for the whole batch.

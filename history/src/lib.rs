@@ -21,7 +21,7 @@ pub mod state;
 pub use discover::{Device, Found, Root, discover, git_root};
 pub use event::{Event, Harness, Kind, Lifecycle};
 pub use parse::{Meta, Parser};
-pub use read::{Read, open_regular, read_chunk, read_from};
+pub use read::{Reading, open_regular, read_chunk, read_from};
 pub use redact::{Identity, redact};
 pub use state::{Signal, Signals, State, state};
 

@@ -32,7 +32,7 @@ pub const LINE_BYTES_MAX: usize = 16 << 20;
 
 /// What one read of a transcript found.
 #[derive(Clone, Debug, Default)]
-pub struct Read {
+pub struct Reading {
     /// The events of the complete lines read.
     pub events: Vec<Event>,
     /// What the transcript said about its session (in the lines read).
@@ -52,7 +52,7 @@ pub fn read_from(
     harness: Harness,
     offset: u64,
     lines_before: u64,
-) -> Result<Read, Error> {
+) -> Result<Reading, Error> {
     read_chunk(path, &mut Parser::new(harness), offset, lines_before, u64::MAX)
 }
 
@@ -66,12 +66,12 @@ pub fn read_chunk(
     offset: u64,
     lines_before: u64,
     budget: u64,
-) -> Result<Read, Error> {
+) -> Result<Reading, Error> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let mut file = open_regular(path).map_err(io)?;
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
     let mut reader = BufReader::with_capacity(64 << 10, file);
-    let mut read = Read { offset, lines: lines_before, ..Read::default() };
+    let mut read = Reading { offset, lines: lines_before, ..Reading::default() };
     let mut line = Vec::new();
     loop {
         line.clear();

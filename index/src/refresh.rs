@@ -20,7 +20,7 @@ pub struct Refreshed {
 }
 
 /// Whether a session is exactly as its row recorded (see `Store::unchanged_since`).
-fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &Seen) -> Result<bool> {
+fn unchanged<F: Fs>(store: &Store<F>, id: &SessionId, seen: &RowMark) -> Result<bool> {
     if seen.content_version != CONTENT_VERSION {
         return Ok(false);
     }
@@ -35,7 +35,7 @@ const FRESHNESS_CHUNK: usize = 1024;
 fn freshness<F: Fs>(
     store: &Store<F>,
     ids: &[SessionId],
-    rows: &std::collections::HashMap<String, Seen>,
+    rows: &std::collections::HashMap<String, RowMark>,
 ) -> Result<Vec<bool>> {
     let check = |ids: &[SessionId]| -> Result<Vec<bool>> {
         ids.iter()
@@ -62,7 +62,7 @@ fn freshness<F: Fs>(
 }
 
 /// What a row recorded about the store when it was last updated.
-struct Seen {
+struct RowMark {
     cursor: Cursor,
     log_mtime_ns: i64,
     record: (i64, i64),
@@ -71,7 +71,7 @@ struct Seen {
     content_version: i64,
 }
 
-impl Seen {
+impl RowMark {
     fn signature(&self) -> Signature {
         Signature {
             record: Some((self.record.0 as u64, self.record.1 as u64)),
@@ -331,7 +331,7 @@ impl Index {
     }
 
     /// What every listed row recorded, in one query.
-    fn all_seen(&self) -> Result<std::collections::HashMap<String, Seen>> {
+    fn all_seen(&self) -> Result<std::collections::HashMap<String, RowMark>> {
         let mut statement = self
             .connection
             .prepare_cached(
@@ -344,7 +344,7 @@ impl Index {
             .query_map([], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
-                    Seen {
+                    RowMark {
                         cursor: Cursor {
                             segment: row.get::<_, i64>(1)? as u64,
                             offset: row.get::<_, i64>(2)? as u64,
@@ -369,7 +369,7 @@ impl Index {
         &mut self,
         store: &Store<F>,
         id: &SessionId,
-        seen: Option<&Seen>,
+        seen: Option<&RowMark>,
     ) -> Result<Option<u64>> {
         let Some(record) = store.record_signature(id)? else {
             // Being created (no record yet) or closed: nothing to list.
@@ -386,7 +386,7 @@ impl Index {
         };
         // Taken before the queue is read: a change after it is seen by the next refresh.
         let queue = signature_columns(store.queue_signature(id)?);
-        let fresh = |seen: &Seen| {
+        let fresh = |seen: &RowMark| {
             seen.content_version == CONTENT_VERSION
                 && seen.record == record
                 && seen.queue == queue

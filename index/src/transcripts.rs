@@ -152,7 +152,7 @@ impl Index {
         let mut scanned = Scanned::default();
         // What every row recorded, in one query: an unchanged transcript is skipped without a
         // transaction (the stat discovery made is its whole cost).
-        let seen: HashMap<String, Seen> = {
+        let seen: HashMap<String, ScanMark> = {
             let mut statement = self
                 .connection
                 .prepare_cached(&format!(
@@ -160,7 +160,7 @@ impl Index {
                 ))
                 .map_err(|e| self.sqlite(e))?;
             let rows = statement
-                .query_map([], |row| Ok((row.get(6)?, Seen::of(row)?)))
+                .query_map([], |row| Ok((row.get(6)?, ScanMark::of(row)?)))
                 .map_err(|e| self.sqlite(e))?;
             rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sqlite(e))?
         };
@@ -208,7 +208,7 @@ impl Index {
     /// them): their chunks were dropped unfolded.
     fn fold_read_ahead<'a>(
         &mut self,
-        work: Vec<(&'a Found, Option<Seen>)>,
+        work: Vec<(&'a Found, Option<ScanMark>)>,
         scanned: &mut Scanned,
     ) -> Result<Vec<&'a Found>> {
         let index_path = self.path.clone();
@@ -301,7 +301,7 @@ impl Index {
                         "SELECT {SEEN_COLUMNS} FROM transcripts WHERE path = ?1 AND removed = 0"
                     ),
                     params![found.path.to_string_lossy()],
-                    Seen::of,
+                    ScanMark::of,
                 )
                 .optional()
                 .map_err(sqlite)?;
@@ -391,7 +391,7 @@ impl Index {
 
 /// A row's watermark as a scan saw it.
 #[derive(Clone, Debug)]
-struct Seen {
+struct ScanMark {
     offset: u64,
     lines: u64,
     pin: String,
@@ -400,13 +400,13 @@ struct Seen {
     version: i64,
 }
 
-/// The columns of a [`Seen`], in [`Seen::of`]'s order.
+/// The columns of a [`ScanMark`], in [`ScanMark::of`]'s order.
 const SEEN_COLUMNS: &str = "offset, lines, pin, size, modified_ns, content_version";
 
-impl Seen {
+impl ScanMark {
     /// A row's watermark from [`SEEN_COLUMNS`] (the first six columns).
-    fn of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Seen> {
-        Ok(Seen {
+    fn of(row: &rusqlite::Row<'_>) -> rusqlite::Result<ScanMark> {
+        Ok(ScanMark {
             offset: row.get::<_, i64>(0)? as u64,
             lines: row.get::<_, i64>(1)? as u64,
             pin: row.get(2)?,
@@ -429,18 +429,18 @@ struct Chunk<'a> {
     found: &'a Found,
     from: u64,
     lines_before: u64,
-    read: std::result::Result<spex_history::Read, spex_history::Error>,
+    read: std::result::Result<spex_history::Reading, spex_history::Error>,
 }
 
 /// What folding one chunk did.
-struct Folded {
+struct FoldedTranscript {
     reset: bool,
     lines: u64,
 }
 
 /// Where a read of `found` starts: at its row's watermark while the bytes it was pinned to are
 /// still there, else at its start.
-fn plan(found: &Found, seen: Option<&Seen>) -> (u64, u64) {
+fn plan(found: &Found, seen: Option<&ScanMark>) -> (u64, u64) {
     seen.filter(|seen| {
         seen.version == HISTORY_CONTENT_VERSION
             && found.size >= seen.offset
@@ -464,8 +464,8 @@ fn fold(
     found: &Found,
     from: u64,
     lines_before: u64,
-    read: &spex_history::Read,
-) -> rusqlite::Result<Option<Folded>> {
+    read: &spex_history::Reading,
+) -> rusqlite::Result<Option<FoldedTranscript>> {
     let path_text = found.path.to_string_lossy().into_owned();
     let row = transaction
         .query_row(
@@ -609,7 +609,7 @@ fn fold(
             version,
         ],
     )?;
-    Ok(Some(Folded { reset, lines: read.lines - lines_before }))
+    Ok(Some(FoldedTranscript { reset, lines: read.lines - lines_before }))
 }
 
 /// The pin of a watermark: a SHA-256 of the (up to) [`PIN_BYTES`] bytes at the start of the
@@ -685,13 +685,13 @@ mod tests {
 
     use super::*;
 
-    fn row(index: &Index) -> Seen {
+    fn row(index: &Index) -> ScanMark {
         index
             .connection
             .query_row(
                 &format!("SELECT {SEEN_COLUMNS} FROM transcripts WHERE removed = 0"),
                 [],
-                Seen::of,
+                ScanMark::of,
             )
             .unwrap()
     }

@@ -53,7 +53,7 @@ pub(crate) enum Verdict {
 }
 
 /// The request as the guard sees it.
-pub(crate) struct Seen<'a> {
+pub(crate) struct Incoming<'a> {
     pub(crate) method: &'a str,
     pub(crate) query: &'a str,
     /// A header's value by its (case-insensitive) name.
@@ -91,7 +91,7 @@ impl Guard {
     }
 
     /// Decides about one request (see the module header).
-    pub(crate) fn check(&self, request: &Seen<'_>) -> Verdict {
+    pub(crate) fn check(&self, request: &Incoming<'_>) -> Verdict {
         let host = (request.header)("host").unwrap_or_default();
         if !self.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(&host)) {
             return Verdict::Deny(403, format!("host {host:?} is not this server"));
@@ -225,7 +225,7 @@ mod tests {
                 .find(|(key, _)| key.eq_ignore_ascii_case(name))
                 .map(|(_, v)| (*v).to_owned())
         };
-        guard().check(&Seen { method, query, header: &header })
+        guard().check(&Incoming { method, query, header: &header })
     }
 
     #[test]

@@ -61,7 +61,7 @@ use tokio::sync::watch;
 use self::api::{history_events, history_list, input, search, session, sessions, timeline};
 use self::reply::{Reply, STORE_ROOT};
 use self::streams::{Feed, session_events, stream_bound, watch_stream};
-use super::guard::{Guard, Seen, Verdict};
+use super::guard::{Guard, Incoming, Verdict};
 use crate::args::Global;
 use crate::exit::Code;
 use crate::render::{outln, print_json};
@@ -312,7 +312,7 @@ async fn admit(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
             headers.get(name).map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
         };
         let query = request.uri().query().unwrap_or("");
-        guard.check(&Seen { method: request.method().as_str(), query, header: &header })
+        guard.check(&Incoming { method: request.method().as_str(), query, header: &header })
     };
     // The path only: the query may carry the token.
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
