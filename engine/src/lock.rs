@@ -52,6 +52,7 @@ use faultfs::{Boundary, File, Fs, OpenOptions};
 
 use crate::env::Clock;
 use crate::error::{Error, Result};
+use crate::mutant::selected;
 
 /// How long a lock file may stay empty before it is considered abandoned.
 pub const EMPTY_GRACE_MS: u64 = 1_000;
@@ -126,7 +127,8 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     pub(crate) fn abandon(mut self) {
         self.held = false;
         let mut holding = holding();
-        holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
+        let held = holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
+        debug_assert!(held || selected().is_some(), "an abandoned lock is one this process took");
     }
 
     /// Releases the lock. If the removal fails, the file is left behind but no longer held:
@@ -135,7 +137,8 @@ impl<'a, F: Fs> LockGuard<'a, F> {
         self.held = false;
         let mut holding = holding();
         let removed = self.fs.remove_file(&self.path, self.remove);
-        holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
+        let held = holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
+        debug_assert!(held || selected().is_some(), "a released lock is one this process took");
         removed?;
         Ok(())
     }

@@ -232,6 +232,7 @@ pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
     assert!(!entries.is_empty(), "an empty queue is represented by no file");
     let mut bytes = serde_json::to_vec_pretty(entries).expect("queue entries always serialize");
     bytes.push(b'\n');
+    debug_assert_eq!(parse(&bytes).entries, entries, "an encoded queue decodes to itself");
     bytes
 }
 

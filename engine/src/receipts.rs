@@ -179,6 +179,7 @@ impl Posting {
         out[40..48].copy_from_slice(&self.position.offset.to_le_bytes());
         out[48] = u8::from(self.settled);
         out[49..POSTING_BYTES].fill(0);
+        debug_assert_eq!(Posting::decode(out), *self, "an encoded posting decodes to itself");
     }
 
     fn decode(bytes: &[u8]) -> Posting {
@@ -341,6 +342,7 @@ enum Persisted<T> {
     Damaged,
 }
 
+#[cfg(feature = "mutants")]
 impl<T> Persisted<T> {
     /// The answer, if the run gave one.
     fn sound(self) -> Option<T> {

@@ -571,12 +571,17 @@ pub(crate) fn write<F: Fs>(
     steps: &atomic::ReplaceBoundaries,
 ) -> Result<()> {
     let (layout, id) = (files.layout, files.id);
+    let bytes = record.encode();
+    debug_assert!(
+        Record::parse(&bytes, &layout.record(id)).is_ok_and(|reread| reread.encode() == bytes),
+        "a written record reads back as itself"
+    );
     atomic::replace(
         files.fs,
         &layout.session_dir(id),
         &layout.record(id),
         &layout.record_tmp(id),
-        &record.encode(),
+        &bytes,
         steps,
     )
 }

@@ -171,6 +171,7 @@ impl<F: Fs> Store<F> {
             [self.layout.record_tmp(id), self.layout.queue_tmp(id), self.layout.adapter_tmp(id)]
         {
             atomic::remove(&self.fs, &dir, &tmp, steps.recover_remove, steps.recover_dir_sync)?;
+            debug_assert!(!self.fs.exists(&tmp)?, "no staging file survives recovery: {tmp:?}");
         }
         let Some(mut record) = record else {
             return Ok(Recovered { queue, ..Recovered::default() });

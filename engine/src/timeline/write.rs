@@ -21,7 +21,7 @@ use faultfs::{Boundary, File, Fs, OpenOptions};
 use super::read::{list_segments, segment_len, sound_len};
 use crate::error::Result;
 use crate::layout::{Layout, SegmentNo, SessionId};
-use crate::mutant::{Mutant, active};
+use crate::mutant::{Mutant, active, selected};
 
 /// The boundaries of one transition's log writes.
 #[derive(Clone, Copy, Debug)]
@@ -143,6 +143,14 @@ pub(crate) fn append_or_cut_back<T: File>(
         }
         return Err(error.into());
     }
+    // The file ended at `len` (the caller holds the lock, and cut any torn tail off first): it
+    // grew by exactly the bytes.
+    debug_assert!(
+        selected().is_some() || file.len().ok() == Some(len + bytes.len() as u64),
+        "an append grows its file by exactly its bytes ({} from {len}, now {:?})",
+        bytes.len(),
+        file.len().ok()
+    );
     Ok(())
 }
 
@@ -229,6 +237,7 @@ pub(crate) fn repair_torn_tail<F: Fs>(
     }
     file.set_len(keep, steps.repair)?;
     file.sync_data(steps.repair_sync)?;
+    debug_assert_eq!(file.len().ok(), Some(keep), "a repaired segment ends at its sound length");
     Ok(len - keep)
 }
 
@@ -244,4 +253,26 @@ fn unterminated_cut<T: File>(file: &T, len: u64) -> Result<u64> {
         pos -= 1;
     }
     Ok(pos)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use faultfs::{Boundary, FaultPlan, File as _, Fs as _, OpenOptions, SimFs};
+
+    use super::append_or_cut_back;
+
+    /// The postcondition of an append is checked where it is written: told a wrong end of the
+    /// file (as a caller that skipped the torn-tail cut would be), the append trips it.
+    #[test]
+    #[should_panic(expected = "an append grows its file by exactly its bytes")]
+    fn an_append_told_the_wrong_end_trips_its_postcondition() {
+        let fs = SimFs::new(FaultPlan::none(1));
+        let step = Boundary::new("test.append");
+        let file = fs.open(Path::new("/log"), OpenOptions::create_new(), step).expect("a file");
+        file.append(b"a torn fragm", step).expect("the first bytes");
+        // The caller believes the file is empty.
+        let _ = append_or_cut_back(&file, 0, b"line\n", (step, step), (step, step), true);
+    }
 }

@@ -682,6 +682,10 @@ impl State {
         let now = self.clock_ms;
         let file = self.file_mut(ino);
         apply_write(&mut file.volatile, offset, bytes);
+        debug_assert!(
+            file.volatile.get(to_usize(offset)..).is_some_and(|tail| tail.starts_with(bytes)),
+            "reads see a write at once"
+        );
         self.inodes.get_mut(&ino).expect("open files keep their inode").modified_ms = now;
         self.pending.push(Pending::Data {
             ino,
@@ -696,6 +700,7 @@ impl State {
         let now = self.clock_ms;
         let file = self.file_mut(ino);
         file.volatile.resize(to_usize(len), 0);
+        debug_assert_eq!(file.volatile.len() as u64, len, "reads see a length change at once");
         self.inodes.get_mut(&ino).expect("open files keep their inode").modified_ms = now;
         self.pending.push(Pending::Data { ino, change: DataChange::SetLen { len } });
         if !self.rules.data_needs_sync {
@@ -714,6 +719,13 @@ impl State {
             }
             _ => true,
         });
+        debug_assert!(
+            !self
+                .pending
+                .iter()
+                .any(|p| matches!(p, Pending::Data { ino: left, .. } if *left == ino)),
+            "a sync leaves none of its file's data changes pending"
+        );
         if dropped {
             return;
         }
@@ -735,6 +747,13 @@ impl State {
             _ => true,
         });
         self.apply_names(synced.into_iter().flatten().collect());
+        debug_assert!(
+            !self.pending.iter().any(|pending| matches!(
+                pending,
+                Pending::Names { changes } if changes.iter().any(|change| change.dir == dir)
+            )),
+            "a directory sync leaves none of its name changes pending"
+        );
     }
 
     /// A seeded length in `0..len` for a short write at op `op_index`.
@@ -1011,6 +1030,7 @@ pub(crate) fn apply_write(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
         buf.resize(end, 0);
     }
     buf[start..end].copy_from_slice(bytes);
+    debug_assert!(buf.len() >= end, "a write extends its file to at least its end");
 }
 
 pub(crate) fn apply_change(buf: &mut Vec<u8>, change: &DataChange) {
