@@ -19,8 +19,8 @@
 //! # Durability and concurrency
 //!
 //! Written whole by atomic replace (see `atomic`); removed durably when it empties. Every
-//! mutation (a send's enqueue, a drain's removal, a replay's restore) goes through
-//! [`Store::write_queue`] under the session's record lock, so two processes can never lose each
+//! mutation (a send's enqueue, a drain's removal, a replay's restore) goes through `write`
+//! or `write_around` under the session's record lock, so two processes can never lose each
 //! other's change (the existing implementation enqueued under the record lock and removed under
 //! the delivery lock, and lost entries that way).
 
