@@ -61,13 +61,32 @@ impl SessionView {
     }
 }
 
-/// Reads session `id`'s view.
+/// Reads session `id`'s view (an unreadable adapter file is an error naming it).
 pub(crate) fn show(store: &Store<RealFs>, id: &SessionId) -> anyhow::Result<SessionView> {
     let record = store.record(id)?;
-    let owed = store.queue(id)?.into_iter().map(|entry| (entry.mid, entry.from)).collect();
-    let last = store.tail(id, 1)?.into_iter().next();
-    let triple = record.public_triple();
     let adapter = store.adapter(id, &record)?;
+    let last = store.tail(id, 1)?.into_iter().next();
+    gather(store, id, record, adapter, last)
+}
+
+/// Reads what the page shows of session `id`, as its stream polls it: no last event (the page
+/// has the events), and an unreadable adapter file reads as none, so the stream goes on (`spex
+/// doctor` names the file).
+pub(crate) fn for_page(store: &Store<RealFs>, id: &SessionId) -> anyhow::Result<SessionView> {
+    let record = store.record(id)?;
+    let adapter = store.adapter(id, &record).ok().flatten();
+    gather(store, id, record, adapter, None)
+}
+
+fn gather(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    record: Record,
+    adapter: Option<String>,
+    last: Option<Event>,
+) -> anyhow::Result<SessionView> {
+    let owed = store.queue(id)?.into_iter().map(|entry| (entry.mid, entry.from)).collect();
+    let triple = record.public_triple();
     let harness = adapter.as_deref().is_some_and(|spec| Harness::from_spec(spec).is_some());
     let agent = agent_progress(store, id, &triple, harness)?.map(|progress| progress.to_string());
     Ok(SessionView { id: id.clone(), record, triple, adapter, owed, agent, last })

@@ -7,15 +7,12 @@ use faultfs::RealFs;
 use serde_json::{Value, json};
 use spex_engine::{Event, Position, SessionId, Store};
 
-/// The most events one page may ask for.
-pub(crate) const PAGE_EVENTS_MAX: usize = 10_000;
-
 /// A page of a session's events, read backward from `before` (the end when `None`).
 #[derive(Debug)]
 pub(crate) struct PageRequest {
     /// The session.
     pub(crate) session: SessionId,
-    /// At most this many events (up to [`PAGE_EVENTS_MAX`]).
+    /// At most this many events.
     pub(crate) limit: usize,
     /// Where the page ends (a position an earlier page handed out as `older`).
     pub(crate) before: Option<Position>,
@@ -50,13 +47,6 @@ impl Marked {
 
 /// Reads the page `request` asks for (its cost depends on the limit, not on the log's size).
 pub(crate) fn page(store: &Store<RealFs>, request: &PageRequest) -> anyhow::Result<Marked> {
-    if request.limit > PAGE_EVENTS_MAX {
-        return Err(crate::exit::BadInput(format!(
-            "limit {} is not a number from 0 to {PAGE_EVENTS_MAX}",
-            request.limit
-        ))
-        .into());
-    }
     let page = store.page(&request.session, request.before, request.limit)?;
     Ok(Marked {
         session: request.session.clone(),

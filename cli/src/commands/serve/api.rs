@@ -11,12 +11,9 @@ use serde_json::{Value, json};
 use spex_engine::{Key, Position, SessionId, Store};
 
 use super::reply::{Reply, body_error, engine_error, index_error, op_error};
-use super::{App, BODY_BYTES_MAX, HTTP_OPERATION};
+use super::{App, BODY_BYTES_MAX, HTTP_OPERATION, TIMELINE_LIMIT_MAX};
 use crate::args::ReplyArg;
-use crate::ops::{
-    self,
-    timeline::{PAGE_EVENTS_MAX, PageRequest},
-};
+use crate::ops::{self, timeline::PageRequest};
 
 /// Runs `work` on the blocking pool (engine and index calls block on the disk and on locks).
 pub(super) async fn blocking(work: impl FnOnce() -> Reply + Send + 'static) -> Reply {
@@ -137,7 +134,7 @@ pub(super) fn history_events_blocking(app: &App, harness: &str, id: &str, query:
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         let number = value.parse::<u64>();
         match (name.as_ref(), number) {
-            ("limit", Ok(value)) if value <= PAGE_EVENTS_MAX as u64 => limit = value as usize,
+            ("limit", Ok(value)) if value <= TIMELINE_LIMIT_MAX as u64 => limit = value as usize,
             ("before", Ok(value)) => before = value,
             ("limit" | "before", _) => {
                 return Reply::error(400, format!("{name} {value:?} is not a number in range"));
@@ -251,7 +248,7 @@ pub(super) fn session_blocking(store: &Store<RealFs>, id: &str) -> Reply {
 
 /// A session's state and what it is owed, as `GET /api/sessions/:id` answers.
 pub(super) fn session_state(store: &Store<RealFs>, id: &SessionId) -> Result<Value, Reply> {
-    ops::show::show(store, id).map(|view| view.to_page_json()).map_err(|error| op_error(&error))
+    ops::show::for_page(store, id).map(|view| view.to_page_json()).map_err(|error| op_error(&error))
 }
 
 pub(super) fn parse_id(id: &str) -> Result<SessionId, Reply> {
@@ -271,8 +268,13 @@ pub(super) fn timeline_blocking(store: &Store<RealFs>, id: &str, query: &str) ->
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         match name.as_ref() {
             "limit" => match value.parse::<usize>() {
-                Ok(value) => request.limit = value,
-                Err(_) => return Reply::error(400, format!("limit {value:?} is not a number")),
+                Ok(value) if value <= TIMELINE_LIMIT_MAX => request.limit = value,
+                _ => {
+                    return Reply::error(
+                        400,
+                        format!("limit {value:?} is not a number from 0 to {TIMELINE_LIMIT_MAX}"),
+                    );
+                }
             },
             "before" => match value.parse::<Position>() {
                 Ok(position) => request.before = Some(position),

@@ -75,6 +75,9 @@ pub(crate) const BODY_BYTES_MAX: usize = TEXT_BYTES_MAX * 6 + 4096;
 /// The largest request head (request line and headers); larger ones get 431.
 pub(crate) const HEAD_BYTES_MAX: usize = 64 * 1024;
 
+/// The largest `limit` a timeline or history request may ask for.
+pub(crate) const TIMELINE_LIMIT_MAX: usize = 10_000;
+
 /// The most headers a request may carry (more get 431).
 const HEADERS_MAX: usize = 100;
 
