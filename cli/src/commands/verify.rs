@@ -158,6 +158,15 @@ struct SweepArgs {
     /// Inject no faults (crashes only).
     #[arg(long, conflicts_with = "faults")]
     no_faults: bool,
+    /// Judge every distinct image, also those a judged image stands for (one that agrees with
+    /// them on every path, kind and length and on the bytes of every file its judgement read):
+    /// slower, with the same verdicts.
+    #[arg(long, conflicts_with = "check_stand_ins")]
+    every_image: bool,
+    /// Check the images a judged one stands for: judge each of them anyway and fail when its
+    /// verdict differs from the one that stood for it (as slow as --every-image).
+    #[arg(long)]
+    check_stand_ins: bool,
     /// Sweep only shard I of N (0-based): crash point k is swept when k % N == I.
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     shard: Option<(u64, u64)>,
@@ -293,6 +302,8 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
             MediaArg::StaleTails => faultfs::Media::StaleTails,
         },
         jobs: args.jobs.map_or_else(sweep::cores, |jobs| jobs as usize),
+        reduce_equivalent: !args.every_image,
+        verify_equivalent: args.check_stand_ins,
     };
     select_mutant(args.mutant)?;
     let bar = crate::render::progress_bar("crash points");
@@ -322,6 +333,12 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         out!("{}", render_summary(seed, args, &options, &report))?;
     }
     if !report.violations.is_empty() {
+        return Ok(Code::Violation);
+    }
+    if !report.unequal_stand_ins.is_empty() {
+        for unequal in &report.unequal_stand_ins {
+            eprintln!("spex: an image stood for is judged otherwise: {unequal}");
+        }
         return Ok(Code::Violation);
     }
     if report.truncated && !args.partial {
@@ -461,8 +478,8 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
     let (rate, per_core) = images_per_second(report);
     let _ = writeln!(
         out,
-        "images judged: {} ({} more skipped: the same image against the same run at the same crash point)",
-        report.images, report.repeated,
+        "images judged: {}; {} more stood for by a judged image that agrees with them on everything its judgement read; {} more skipped: the same image against the same run at the same crash point",
+        report.images, report.equivalent, report.repeated,
     );
     let _ = writeln!(
         out,
@@ -472,6 +489,14 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         if report.jobs == 1 { "" } else { "s" },
         crate::when::format_duration(Duration::from_secs(report.elapsed.as_secs())),
     );
+    if options.verify_equivalent {
+        let _ = writeln!(
+            out,
+            "stand-ins checked: {} images stood for were judged too, {} of them otherwise",
+            report.equivalent,
+            report.unequal_stand_ins.len()
+        );
+    }
     if report.violations.is_empty() {
         let _ = writeln!(out, "violations: none");
     } else {

@@ -28,6 +28,7 @@ fn fingerprint(options: &Options, depth: u8, mutant: Option<Mutant>) -> Value {
         "modes": options.modes.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
         "depth": depth,
         "deepPowerImages": options.deep_power_images,
+        "everyImage": !options.reduce_equivalent,
         "faults": options.faults.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "media": match options.media {
             faultfs::Media::ZeroTails => "zero-tails",
@@ -91,6 +92,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
         "imagesPerSecondPerCore": images_per_second(report).1,
         "truncated": report.truncated,
         "repeatedImages": report.repeated,
+        "equivalentImages": report.equivalent,
         "reach": report.reach.iter().map(|(scenario, reach)| json!({
             "scenario": scenario, "planned": reach.planned, "done": reach.done,
         })).collect::<Vec<_>>(),
@@ -111,6 +113,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
             value["images"] = json!(cell.images);
             value["violations"] = json!(cell.violations);
             value["repeated"] = json!(cell.repeated);
+            value["equivalent"] = json!(cell.equivalent);
             value
         }).collect::<Vec<_>>(),
         "violations": report.violations.iter().map(|violation| json!({
@@ -147,6 +150,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
     report.images = u64_of(document, "images")?;
     report.truncated = document["truncated"].as_bool().context("no \"truncated\"")?;
     report.repeated = u64_of(document, "repeatedImages")?;
+    report.equivalent = u64_of(document, "equivalentImages")?;
     report.elapsed = Duration::from_millis(u64_of(document, "elapsedMs")?);
     report.jobs = usize::try_from(u64_of(document, "jobs")?)?;
     for reach in array(document, "reach")? {
@@ -175,6 +179,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
             images: u64_of(cell, "images")?,
             violations: u64_of(cell, "violations")?,
             repeated: u64_of(cell, "repeated")?,
+            equivalent: u64_of(cell, "equivalent")?,
         };
         report.cells.insert(cell_key(cell)?, counts);
     }
@@ -280,8 +285,8 @@ fn merge_sweeps(documents: &[(String, Value)]) -> anyhow::Result<Merged> {
     let mut document = document(&json!(seed), (0, 1), &swept, &report);
     document["mergedShards"] = json!(count);
     let mut text = format!(
-        "merged {count} shards of seed {seed}: {} of {} crash points, {} images judged\n",
-        report.crash_points, report.planned_points, report.images
+        "merged {count} shards of seed {seed}: {} of {} crash points, {} images judged, {} stood for by a judged one\n",
+        report.crash_points, report.planned_points, report.images, report.equivalent
     );
     let (exhaustive, sampled) = report
         .enumeration

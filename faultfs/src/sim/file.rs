@@ -97,7 +97,7 @@ impl File for SimFile {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let state = self.fs.lock();
+        let mut state = self.fs.lock();
         state.check_alive(Boundary::new("read"))?;
         let Node::File(file) = &state.inodes[&self.ino].node else {
             return Err(io_error(
@@ -110,6 +110,9 @@ impl File for SimFile {
         let start = to_usize(offset).min(file.volatile.len());
         let end = start.saturating_add(buf.len()).min(file.volatile.len());
         buf[..end - start].copy_from_slice(&file.volatile[start..end]);
+        if state.image_files.contains_key(&self.ino) {
+            state.image_files_read.insert(self.ino);
+        }
         Ok(end - start)
     }
 

@@ -98,6 +98,9 @@ pub enum ImageNode {
 #[derive(Clone)]
 pub struct Image {
     nodes: BTreeMap<String, ImageNode>,
+    /// The SHA-256 of each node's content (a file's bytes, a link's target; zeros for the
+    /// rest), in the order of `nodes`.
+    contents: Vec<[u8; 32]>,
     hash: [u8; 32],
     /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
     pub(crate) boot: u64,
@@ -145,6 +148,40 @@ impl Image {
     /// The content hash as lowercase hex.
     pub fn hash_hex(&self) -> String {
         hex::encode(self.hash)
+    }
+
+    /// A digest of what a process on a machine rebuilt from this image can observe without
+    /// reading the files outside `read`: every path, its kind, a file's length, a link's target,
+    /// the boot and the medium, and the bytes of the files in `read` only. Two images with the
+    /// same digest under the files one of them had read (see [`SimFs::observed`]) lead the same
+    /// deterministic program through the same steps: it sees the same thing at every step.
+    ///
+    /// [`SimFs::observed`]: super::SimFs::observed
+    pub fn digest_within(&self, read: &BTreeSet<String>) -> [u8; 32] {
+        debug_assert_eq!(self.contents.len(), self.nodes.len(), "one content hash per node");
+        let mut hasher = Sha256::new();
+        hasher.update(self.boot.to_le_bytes());
+        hasher.update([u8::from(self.media == Media::StaleTails)]);
+        for ((path, node), content) in self.nodes.iter().zip(&self.contents) {
+            hasher.update(path.as_bytes());
+            match node {
+                ImageNode::Dir => hasher.update([0, 0]),
+                ImageNode::File(bytes) => {
+                    hasher.update([0, 1]);
+                    hasher.update((bytes.len() as u64).to_le_bytes());
+                    if read.contains(path) {
+                        hasher.update([1]);
+                        hasher.update(content);
+                    }
+                }
+                ImageNode::Symlink(_) => {
+                    hasher.update([0, 2]);
+                    hasher.update(content);
+                }
+                ImageNode::Special => hasher.update([0, 3]),
+            }
+        }
+        hasher.finalize().into()
     }
 }
 
@@ -783,8 +820,10 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
         hasher.update([0, kind]);
         hasher.update(content_hash);
     }
+    let contents = nodes.values().map(|(_, content)| *content).collect();
     Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
+        contents,
         hash: hasher.finalize().into(),
         boot: 0,
         media: Media::ZeroTails,

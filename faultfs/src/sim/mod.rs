@@ -36,7 +36,7 @@ mod image;
 mod path;
 mod process;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Component, Path};
 // The simulated state is shared between threads (several "processes" in one test); under loom
@@ -231,6 +231,23 @@ pub(crate) struct State {
     media: Media,
     /// The most pieces of one group whose every subset a power loss enumerates.
     group_pieces_max: usize,
+    /// The files this machine was rebuilt with from an image, by inode: their paths in it.
+    image_files: BTreeMap<Ino, String>,
+    /// Those of them some read has seen the bytes of.
+    image_files_read: BTreeSet<Ino>,
+    /// Whether the whole state was handed out (a crash's images, a restarted copy), so that
+    /// any byte may have been seen.
+    exposed: bool,
+}
+
+/// What the processes on a machine rebuilt from an image saw of the image's file bytes (see
+/// [`SimFs::observed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// The bytes of these files (their paths in the image) and no other file's.
+    Files(BTreeSet<String>),
+    /// Possibly everything: the machine's whole state was handed out.
+    Everything,
 }
 
 /// A deterministic in-memory filesystem implementing the crash model. Cloning gives another
@@ -272,6 +289,9 @@ impl SimFs {
             ephemeral: Vec::new(),
             media: Media::ZeroTails,
             group_pieces_max: GROUP_PIECES_MAX_DEFAULT,
+            image_files: BTreeMap::new(),
+            image_files_read: BTreeSet::new(),
+            exposed: false,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -309,10 +329,13 @@ impl SimFs {
                 state.next_ino += 1;
                 let inode = match node {
                     ImageNode::Dir => Node::Dir(DirNode::default()),
-                    ImageNode::File(bytes) => Node::File(FileNode {
-                        durable: Arc::new(bytes.to_vec()),
-                        volatile: bytes.to_vec(),
-                    }),
+                    ImageNode::File(bytes) => {
+                        state.image_files.insert(ino, path.clone());
+                        Node::File(FileNode {
+                            durable: Arc::new(bytes.to_vec()),
+                            volatile: bytes.to_vec(),
+                        })
+                    }
                     ImageNode::Symlink(target) => Node::Symlink(target.clone()),
                     ImageNode::Special => Node::Special,
                 };
@@ -336,7 +359,11 @@ impl SimFs {
     /// dead process's advisory locks are released; its lock *files* stay).
     pub fn restart(&self, plan: FaultPlan) -> SimFs {
         // Everything on the machine carries over; what belonged to the killed process does not.
-        let mut state = self.lock().clone();
+        let mut state = {
+            let mut state = self.lock();
+            state.exposed = true;
+            state.clone()
+        };
         let pid = self.process_id + 1;
         state.clock_ms += 1;
         state.processes.remove(&self.process_id);
@@ -417,13 +444,30 @@ impl SimFs {
     /// kernel accepted); `PowerLoss` gives durable state plus the subsets of pending changes the
     /// model allows (see `image`). Images are deduplicated by content hash.
     pub fn crash(&self, mode: CrashMode) -> CrashImages {
-        let state = self.lock();
+        let mut state = self.lock();
+        state.exposed = true;
         let mut crash = image::crash_images(&state, mode);
         for image in &mut crash.images {
             image.boot = state.boot + 1;
             image.media = state.media;
         }
         crash
+    }
+
+    /// What the processes on this machine have seen of the bytes of the files it was rebuilt
+    /// with from an image ([`SimFs::from_image`]): the files some read reached (whatever part of
+    /// them), or everything once the whole state was handed out ([`SimFs::crash`],
+    /// [`SimFs::restart`]). Paths, kinds, lengths and link targets are not counted: a harness
+    /// comparing images by what was read of them ([`Image::digest_within`]) compares those in
+    /// full.
+    pub fn observed(&self) -> Observed {
+        let state = self.lock();
+        if state.exposed {
+            return Observed::Everything;
+        }
+        Observed::Files(
+            state.image_files_read.iter().map(|ino| state.image_files[ino].clone()).collect(),
+        )
     }
 
     /// How many crashes lie behind this machine (0 for a new one; a restart or a machine

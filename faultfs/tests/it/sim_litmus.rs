@@ -7,7 +7,9 @@
 
 use std::path::Path;
 
-use faultfs::{Boundary, CrashMode, Fault, FaultPlan, File, Fs, OpenOptions, Rules, SimFs};
+use faultfs::{
+    Boundary, CrashMode, Fault, FaultPlan, File, Fs, Observed, OpenOptions, Rules, SimFs,
+};
 
 const B: Boundary = Boundary::new("litmus");
 
@@ -219,4 +221,31 @@ fn lock_excludes_other_open_files_until_dropped() {
     assert!(fs.process_start_ms(2000).unwrap().is_some());
     fs.kill_process(2000);
     assert_eq!(fs.process_start_ms(2000).unwrap(), None);
+}
+
+/// A machine rebuilt from an image knows which of the image's files some read reached, until
+/// its whole state is handed out; two images that differ only in the bytes of a file no read
+/// reached have the same digest within what was read, and differ once the file was read or
+/// its length differs.
+#[test]
+fn a_rebuilt_machine_knows_which_files_it_read() {
+    let image_with = |unread: &[u8]| {
+        let fs = fs_with_dir(Rules::default());
+        for (path, bytes) in [("/d/read", &b"read me"[..]), ("/d/unread", unread)] {
+            fs.open(p(path), OpenOptions::create(), B).unwrap().append(bytes, B).unwrap();
+        }
+        fs.crash(CrashMode::ProcessKill).images.remove(0)
+    };
+    let (a, b, longer) = (image_with(b"one"), image_with(b"two"), image_with(b"three"));
+    let machine = SimFs::from_image(&a, FaultPlan::none(1));
+    assert_eq!(machine.observed(), Observed::Files(Default::default()));
+    assert_eq!(machine.read(p("/d/read")).unwrap(), b"read me");
+    let Observed::Files(read) = machine.observed() else { panic!("nothing was handed out") };
+    assert_eq!(read, ["/d/read".to_owned()].into());
+    assert_eq!(a.digest_within(&read), b.digest_within(&read), "only unread bytes differ");
+    assert_ne!(a.digest_within(&read), longer.digest_within(&read), "a length is observable");
+    let both = ["/d/read".to_owned(), "/d/unread".to_owned()].into();
+    assert_ne!(a.digest_within(&both), b.digest_within(&both), "read bytes are observable");
+    let _ = machine.crash(CrashMode::PowerLoss);
+    assert_eq!(machine.observed(), Observed::Everything);
 }

@@ -3,7 +3,7 @@
 use faultfs::{CrashMode, FaultPlan, SimFs};
 
 use super::options::Options;
-use super::point::{Source, judge_sequence, token_base};
+use super::point::{Sequence, Source, digest_of, judge_sequence, token_base};
 use super::report::{Place, Report};
 use super::run;
 use super::scenario::Scenario;
@@ -69,6 +69,7 @@ pub(crate) fn fault_point(
     let key =
         (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;
+    let run_digest = digest_of(&run);
     for (image_index, image) in power.images.iter().enumerate() {
         let place = Place {
             scenario,
@@ -79,7 +80,8 @@ pub(crate) fn fault_point(
                 ..token_base(options, scenario, CrashMode::PowerLoss, k, image_index)
             },
         };
-        judge_sequence(options, &run, Source::Reboot(image), &place, false, report);
+        let sequence = Sequence { run: &run, run_digest: &run_digest, deep: false };
+        judge_sequence(options, sequence, Source::Reboot(image), &place, report);
     }
     // A new process reopens on what the failing one left, works, and the power goes.
     let key =
@@ -95,5 +97,6 @@ pub(crate) fn fault_point(
         },
     };
     let depth2 = Options { depth2: false, ..options.clone() };
-    judge_sequence(&depth2, &run, Source::Restart(&fs), &place, true, report);
+    let sequence = Sequence { run: &run, run_digest: &run_digest, deep: true };
+    judge_sequence(&depth2, sequence, Source::Restart(&fs), &place, report);
 }

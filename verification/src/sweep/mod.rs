@@ -125,7 +125,7 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
     let judge = |point: &Point| {
         let scenario = &options.scenarios[point.scenario];
         let (boundaries, ops) = &passes[point.scenario];
-        let mut part = Report::default();
+        let mut part = Report::for_point(options);
         sweep_point(options, scenario, boundaries, point.k, &mut part);
         for &fault in &options.faults {
             if point.k < *ops {

@@ -34,6 +34,13 @@ pub struct Options {
     pub media: faultfs::Media,
     /// Threads judging crash points at once (the report does not depend on it).
     pub jobs: usize,
+    /// Leave out the images a judged image stands for (see `Report::equivalent`); off, every
+    /// distinct image is judged (the verdicts are the same, which a test checks).
+    pub reduce_equivalent: bool,
+    /// Judge the images stood for anyway and compare each verdict with the one of the image
+    /// that stood for it (see `Report::unequal_stand_ins`): a check of the reduction, as slow
+    /// as judging every image.
+    pub verify_equivalent: bool,
 }
 
 /// The machine's cores: the default number of jobs.
@@ -56,6 +63,8 @@ impl Options {
             deep_power_images: 1,
             media: faultfs::Media::ZeroTails,
             jobs: cores(),
+            reduce_equivalent: true,
+            verify_equivalent: false,
         }
     }
 }

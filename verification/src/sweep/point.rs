@@ -43,6 +43,7 @@ pub(crate) fn sweep_point(
     let fs = SimFs::new(FaultPlan::crash_at(seed, k));
     fs.set_media(options.media);
     let run = execute(&fs, scenario, seed);
+    let run_digest = digest_of(&run);
     report.crash_points += 1;
     let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
     if let Some(name) = boundaries.get(k as usize) {
@@ -63,7 +64,8 @@ pub(crate) fn sweep_point(
         report.cells.entry(base.key("", mode)).or_default().points += 1;
         match mode {
             CrashMode::ProcessKill => {
-                judge_sequence(options, &run, Source::Restart(&fs), &base, true, report);
+                let sequence = Sequence { run: &run, run_digest: &run_digest, deep: true };
+                judge_sequence(options, sequence, Source::Restart(&fs), &base, report);
             }
             CrashMode::PowerLoss => {
                 let crash = fs.crash(mode);
@@ -80,57 +82,83 @@ pub(crate) fn sweep_point(
                     // repairs the tail: that repair must be crash-safe too).
                     let deep = index < options.deep_power_images
                         || (options.deep_power_images > 0 && Some(index) == torn);
-                    judge_sequence(options, &run, Source::Reboot(image), &place, deep, report);
+                    let sequence = Sequence { run: &run, run_digest: &run_digest, deep };
+                    judge_sequence(options, sequence, Source::Reboot(image), &place, report);
                 }
             }
         }
     }
 }
 
-/// Judges the phase that follows a crash of `run` on `source`; when `deep`, also a power loss
-/// after that phase, and (with `depth2`) a crash at every op of it in every mode.
+/// The run a sequence starts from: the run that crashed, its digest, and whether the sequence
+/// goes deep (a power loss after its phase, a crash at every op of it).
+#[derive(Clone, Copy)]
+pub(crate) struct Sequence<'a> {
+    pub(crate) run: &'a run::Execution,
+    pub(crate) run_digest: &'a [u8; 32],
+    pub(crate) deep: bool,
+}
+
+/// Judges the phase that follows a crash of the sequence's run on `source`; when deep, also a
+/// power loss after that phase, and (with `depth2`) a crash at every op of it in every mode.
+/// An image that a judged one stands for is left out unless the sequence goes deep.
 pub(crate) fn judge_sequence(
     options: &Options,
-    run: &run::Execution,
+    sequence: Sequence<'_>,
     source: Source<'_>,
     place: &Place<'_>,
-    deep: bool,
     report: &mut Report,
 ) {
     let seed = options.seed;
     let scenario = place.scenario;
     let first = place.token.mode;
-    let fs = source.machine(FaultPlan::none(seed));
-    let checked = match phase::check_image(fs.clone(), scenario, run, seed) {
-        Ok(checked) => checked,
-        Err(_) => {
-            let messages = vec!["recovery crashed without a planned fault".to_owned()];
-            record(report, &place.key("", first), place.token.clone(), place, messages);
-            return;
+    let run = sequence.run;
+    let key = place.key("", first);
+    let stand_in = match source {
+        Source::Reboot(image) if !sequence.deep => {
+            report.stood_for(&key, image, sequence.run_digest)
         }
+        Source::Reboot(_) | Source::Restart(_) => None,
     };
-    let mut messages = run.violations.clone();
-    messages.extend(checked.violations);
-    let clean = messages.is_empty();
-    record(report, &place.key("", first), place.token.clone(), place, messages);
-    if !deep || !clean {
+    if stand_in.is_some() && !options.verify_equivalent {
         return;
     }
+    let fs = source.machine(FaultPlan::none(seed));
+    let (messages, checked) = match phase::check_image(fs.clone(), scenario, run, seed) {
+        Ok(checked) => {
+            let mut messages = run.violations.clone();
+            messages.extend(checked.violations.iter().cloned());
+            (messages, Some(checked))
+        }
+        Err(_) => (vec!["recovery crashed without a planned fault".to_owned()], None),
+    };
+    if let Some(verdict) = stand_in {
+        report.compare_stand_in(&key, &verdict, &messages);
+        return;
+    }
+    if let Source::Reboot(image) = source {
+        report.note_judged(&key, image, sequence.run_digest, fs.observed(), &messages);
+    }
+    let clean = messages.is_empty();
+    record(report, &key, place.token.clone(), place, messages);
+    let Some(checked) = checked.filter(|_| sequence.deep && clean) else {
+        return;
+    };
     report.note_reached(&fs);
     // Kill (or reboot), restart, work, power loss.
-    let sequence = format!("{}+work+power", first.name());
-    let key = place.key(&sequence, CrashMode::PowerLoss);
+    let name = format!("{}+work+power", first.name());
+    let key = place.key(&name, CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;
     let crash = fs.crash(CrashMode::PowerLoss);
     report.count_enumeration(scenario, &crash);
     let run_digest = digest_of(&checked.run);
     for (index, image) in crash.images.iter().enumerate() {
-        if !report.first_judgement(&key, image, &run_digest) {
+        let Some(messages) =
+            judge_image(report, &key, image, scenario, &checked.run, &run_digest, seed)
+        else {
             continue;
-        }
+        };
         let token = Token { then_power: Some(index), ..place.token.clone() };
-        let machine = SimFs::from_image(image, FaultPlan::none(seed));
-        let messages = judge_last(machine, scenario, &checked.run, seed);
         record(report, &key, token, place, messages);
     }
     if first == CrashMode::ProcessKill {
@@ -152,41 +180,74 @@ pub(crate) fn judge_sequence(
         for &second in &options.modes {
             let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
             report.cells.entry(key.clone()).or_default().points += 1;
-            for (index, machine) in
-                after_second_crash(&halted, second, &key, scenario, seed, report)
+            for (index, messages) in
+                judge_second_crash(&halted, second, &key, scenario, seed, report)
             {
                 let token = Token { second: Some((second, j, index)), ..place.token.clone() };
-                let messages = judge_last(machine, scenario, &halted.run, seed);
                 record(report, &key, token, place, messages);
             }
         }
     }
 }
 
-/// The machines a crash in `mode` of the halted phase leaves, each with its image number: the
-/// restarted machine after a kill; after a power loss, each image not yet judged in `key`
-/// against the same run.
-fn after_second_crash(
+/// Judges the last phase on `image` (a power loss's) in cell `key` against `run` (its digest
+/// `run_digest`); `None` when the same image was judged against the same run at this crash
+/// point already, or when a judged image stands for it.
+fn judge_image(
+    report: &mut Report,
+    key: &CellKey,
+    image: &faultfs::Image,
+    scenario: &Scenario,
+    run: &run::Execution,
+    run_digest: &[u8; 32],
+    seed: u64,
+) -> Option<Vec<String>> {
+    if !report.first_judgement(key, image, run_digest) {
+        return None;
+    }
+    let stand_in = report.stood_for(key, image, run_digest);
+    if stand_in.is_some() && !report.verify {
+        return None;
+    }
+    let machine = SimFs::from_image(image, FaultPlan::none(seed));
+    let messages = judge_last(machine.clone(), scenario, run, seed);
+    if let Some(verdict) = stand_in {
+        report.compare_stand_in(key, &verdict, &messages);
+        return None;
+    }
+    report.note_judged(key, image, run_digest, machine.observed(), &messages);
+    Some(messages)
+}
+
+/// The verdicts on the machines a crash in `mode` of the halted phase leaves, each with its
+/// image number: the restarted machine after a kill; after a power loss, each image
+/// [`judge_image`] judges.
+fn judge_second_crash(
     halted: &phase::Halted,
     mode: CrashMode,
     key: &CellKey,
     scenario: &Scenario,
     seed: u64,
     report: &mut Report,
-) -> Vec<(usize, SimFs)> {
+) -> Vec<(usize, Vec<String>)> {
     match mode {
-        CrashMode::ProcessKill => vec![(0, halted.fs.restart(FaultPlan::none(seed)))],
+        CrashMode::ProcessKill => {
+            let machine = halted.fs.restart(FaultPlan::none(seed));
+            vec![(0, judge_last(machine, scenario, &halted.run, seed))]
+        }
         CrashMode::PowerLoss => {
             let crash = halted.fs.crash(mode);
             report.count_enumeration(scenario, &crash);
             let run_digest = digest_of(&halted.run);
-            let mut machines = Vec::new();
+            let mut verdicts = Vec::new();
             for (index, image) in crash.images.iter().enumerate() {
-                if report.first_judgement(key, image, &run_digest) {
-                    machines.push((index, SimFs::from_image(image, FaultPlan::none(seed))));
+                if let Some(messages) =
+                    judge_image(report, key, image, scenario, &halted.run, &run_digest, seed)
+                {
+                    verdicts.push((index, messages));
                 }
             }
-            machines
+            verdicts
         }
     }
 }
@@ -230,12 +291,12 @@ fn judge_first_commands(
         report.count_enumeration(scenario, &crash);
         let run_digest = digest_of(&next);
         for (index, image) in crash.images.iter().enumerate() {
-            if !report.first_judgement(&key, image, &run_digest) {
+            let Some(messages) =
+                judge_image(report, &key, image, scenario, &next, &run_digest, seed)
+            else {
                 continue;
-            }
+            };
             let token = Token { first: Some((n, index)), ..place.token.clone() };
-            let machine = SimFs::from_image(image, FaultPlan::none(seed));
-            let messages = judge_last(machine, scenario, &next, seed);
             record(report, &key, token, place, messages);
         }
         if !options.depth2 {
@@ -257,12 +318,11 @@ fn judge_first_commands(
                 let sequence = format!("kill+takeover-{}+{}", step.transition(), second.name());
                 let key = place.key(&sequence, second);
                 report.cells.entry(key.clone()).or_default().points += 1;
-                for (index, machine) in
-                    after_second_crash(&halted, second, &key, scenario, seed, report)
+                for (index, messages) in
+                    judge_second_crash(&halted, second, &key, scenario, seed, report)
                 {
                     let token =
                         Token { first_crash: Some((n, second, j, index)), ..place.token.clone() };
-                    let messages = judge_last(machine, scenario, &halted.run, seed);
                     record(report, &key, token, place, messages);
                 }
             }
@@ -271,7 +331,7 @@ fn judge_first_commands(
 }
 
 /// A digest of everything a judgement of `run` depends on.
-fn digest_of(run: &run::Execution) -> [u8; 32] {
+pub(crate) fn digest_of(run: &run::Execution) -> [u8; 32] {
     Sha256::digest(format!("{run:?}").as_bytes()).into()
 }
 

@@ -62,6 +62,8 @@ pub struct Cell {
     pub violations: u64,
     /// Images skipped: already judged against the same run elsewhere in the sweep.
     pub repeated: u64,
+    /// Images not judged because a judged one stands for them (see [`Report::equivalent`]).
+    pub equivalent: u64,
 }
 
 /// Key of a matrix cell: (scenario, transition, boundary, mode).
@@ -104,6 +106,25 @@ pub struct Report {
     pub repeated: u64,
     /// (image, boot, run) digests already judged at this crash point.
     judged: std::collections::HashSet<[u8; 32]>,
+    /// Images not judged because an image judged at the same crash point, in the same cell and
+    /// against the same run agreed with them on everything its judgement could observe (every
+    /// path, kind, length and link target, and the bytes of every file it read): the
+    /// judgement is a deterministic program of what it observes, so it would have gone the
+    /// same way (see `faultfs`'s `Image::digest_within`).
+    pub equivalent: u64,
+    /// Per (cell, run), the judged images' digests, grouped by the files their judgement read.
+    classes: std::collections::HashMap<[u8; 32], Vec<Class>>,
+    /// When verifying the reduction ([`Options::verify_equivalent`]), every image stood for
+    /// whose own verdict differs from the one of the image that stood for it (none, if the
+    /// reduction is sound).
+    ///
+    /// [`Options::verify_equivalent`]: super::options::Options::verify_equivalent
+    pub unequal_stand_ins: Vec<String>,
+    /// Whether images stood for are judged anyway, to check the reduction.
+    pub(crate) verify: bool,
+    /// Whether images a judged one stands for are left out (on by default; off judges every
+    /// image, to compare verdicts against).
+    pub(crate) reduce: bool,
     /// Per scenario, the crash points set out to visit and those visited.
     pub reach: BTreeMap<String, Reach>,
     /// Every boundary a simulated op of the sweep passed (the scenarios, the phases after a
@@ -159,6 +180,7 @@ impl Report {
             into.images += cell.images;
             into.violations += cell.violations;
             into.repeated += cell.repeated;
+            into.equivalent += cell.equivalent;
         }
         for violation in part.violations {
             let kept = self
@@ -173,6 +195,8 @@ impl Report {
         self.crash_points += part.crash_points;
         self.images += part.images;
         self.repeated += part.repeated;
+        self.equivalent += part.equivalent;
+        self.unequal_stand_ins.extend(part.unequal_stand_ins);
         self.reached.extend(part.reached);
         self.crashed.extend(part.crashed);
         for (scenario, counts) in part.enumeration {
@@ -231,6 +255,90 @@ impl Report {
             self.cells.entry(key.clone()).or_default().repeated += 1;
         }
         fresh
+    }
+}
+
+/// The images judged in one cell against one run whose judgements read the same files.
+#[derive(Clone, Debug)]
+struct Class {
+    /// The files (paths in the image) the judgements read.
+    read: BTreeSet<String>,
+    /// Each judged image's digest within `read`, and its verdict.
+    verdicts: std::collections::HashMap<[u8; 32], Vec<String>>,
+}
+
+impl Report {
+    /// The empty report of one crash point swept with `options`.
+    pub(crate) fn for_point(options: &super::options::Options) -> Report {
+        Report {
+            reduce: options.reduce_equivalent,
+            verify: options.verify_equivalent,
+            ..Report::default()
+        }
+    }
+
+    fn class_key(key: &CellKey, run: &[u8; 32]) -> [u8; 32] {
+        let mut hasher = Sha256::new();
+        hasher.update(format!("{key:?}").as_bytes());
+        hasher.update(run);
+        hasher.finalize().into()
+    }
+
+    /// The verdict of an image judged at this crash point in `key` against the run with digest
+    /// `run` that stands for `image` (they agree on everything that judgement observed);
+    /// counts `image` as stood for.
+    pub(crate) fn stood_for(
+        &mut self,
+        key: &CellKey,
+        image: &faultfs::Image,
+        run: &[u8; 32],
+    ) -> Option<Vec<String>> {
+        if !self.reduce {
+            return None;
+        }
+        let classes = self.classes.get(&Report::class_key(key, run))?;
+        let verdict = classes
+            .iter()
+            .find_map(|class| class.verdicts.get(&image.digest_within(&class.read)))?
+            .clone();
+        self.equivalent += 1;
+        self.cells.entry(key.clone()).or_default().equivalent += 1;
+        Some(verdict)
+    }
+
+    /// Notes that `image` was judged in `key` against the run with digest `run`, what its
+    /// judgement observed of it, and its verdict.
+    pub(crate) fn note_judged(
+        &mut self,
+        key: &CellKey,
+        image: &faultfs::Image,
+        run: &[u8; 32],
+        observed: faultfs::Observed,
+        verdict: &[String],
+    ) {
+        let faultfs::Observed::Files(read) = observed else { return };
+        if !self.reduce {
+            return;
+        }
+        let digest = image.digest_within(&read);
+        let classes = self.classes.entry(Report::class_key(key, run)).or_default();
+        let verdict = verdict.to_vec();
+        match classes.iter_mut().find(|class| class.read == read) {
+            Some(class) => {
+                class.verdicts.insert(digest, verdict);
+            }
+            None => classes.push(Class { read, verdicts: [(digest, verdict)].into() }),
+        }
+    }
+
+    /// When verifying the reduction: an image stood for was judged after all; its verdict must
+    /// be the one of the image that stood for it.
+    pub(crate) fn compare_stand_in(&mut self, key: &CellKey, stand_in: &[String], own: &[String]) {
+        if stand_in != own {
+            self.unequal_stand_ins.push(format!(
+                "{key:?}: the image standing in was judged {stand_in:?}, an image it stood for {own:?}"
+            ));
+        }
     }
 }
 

@@ -303,3 +303,49 @@ fn shards_and_jobs_merge_to_one_run() {
         assert_eq!(other.reach, one.reach);
     }
 }
+
+/// Leaving out the images a judged one stands for (it agrees with them on every path, kind and
+/// length and on the bytes of every file its judgement read) changes no verdict. With a broken
+/// engine: judged anyway, every image stood for gets the verdict of the one standing in for it;
+/// the sweep with the reduction and the sweep judging every image find violations in the same
+/// cells, and in each cell the images judged plus those stood for are the images judged
+/// without the reduction.
+#[test]
+fn images_a_judged_one_stands_for_change_no_verdict() {
+    let options = |reduce_equivalent: bool, verify_equivalent: bool| Options {
+        scenarios: vec![sweep::scenario::named("send").expect("a scenario")],
+        faults: vec![faultfs::Fault::Eio],
+        depth2: false,
+        reduce_equivalent,
+        verify_equivalent,
+        ..Options::full(4)
+    };
+    spex_engine::mutant::select(Some(Mutant::NoQueueDirSync));
+    let checked = sweep::sweep(&options(true, true), &mut |_| {});
+    let reduced = sweep::sweep(&options(true, false), &mut |_| {});
+    let every = sweep::sweep(&options(false, false), &mut |_| {});
+    spex_engine::mutant::select(None);
+    assert!(checked.equivalent > 100, "images stood for: {}", checked.equivalent);
+    assert!(
+        checked.unequal_stand_ins.is_empty(),
+        "{} images stood for are judged otherwise; the first: {:?}",
+        checked.unequal_stand_ins.len(),
+        checked.unequal_stand_ins.first()
+    );
+    assert_eq!(reduced.equivalent, checked.equivalent);
+    assert_eq!(every.equivalent, 0);
+    assert!(!every.violations.is_empty(), "the mutant is caught");
+    assert_eq!(reduced.images + reduced.equivalent, every.images);
+    assert_eq!(reduced.cells.keys().collect::<Vec<_>>(), every.cells.keys().collect::<Vec<_>>());
+    let mut stood_for_in_violating_cells = 0;
+    for (key, cell) in &every.cells {
+        let with = reduced.cells[key];
+        assert_eq!(with.images + with.equivalent, cell.images, "{key:?}");
+        assert_eq!(with.violations > 0, cell.violations > 0, "{key:?}: {with:?} vs {cell:?}");
+        assert!(with.violations <= cell.violations, "{key:?}");
+        if cell.violations > 0 {
+            stood_for_in_violating_cells += with.equivalent;
+        }
+    }
+    assert!(stood_for_in_violating_cells > 0, "some image stood for sits in a violating cell");
+}
