@@ -27,7 +27,7 @@
 //!
 //! Images are deduplicated by a SHA-256 over their paths, kinds and contents.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -216,7 +216,7 @@ pub struct CrashImages {
 }
 
 /// What survives of one piece in one image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Choice {
     Skip,
     Apply,
@@ -330,11 +330,16 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
     (dirs, files)
 }
 
-/// Builds images of one state, caching the hashes of files that no piece touches.
+/// Builds images of one state, caching the hashes of files that no piece touches and each
+/// file's bytes per choice of its own pieces (most candidates of a crash differ in one file).
 struct Builder<'a> {
     state: &'a State,
     pieces: &'a Pieces,
     durable_hashes: BTreeMap<Ino, [u8; 32]>,
+    /// The data pieces (chunks and lengths) of each file, in issue order.
+    by_file: BTreeMap<Ino, Vec<usize>>,
+    /// A file's bytes and their hash, by the file and the choices of its pieces.
+    outcomes: HashMap<(Ino, Vec<Choice>), FileBytes>,
     seen: HashSet<[u8; 32]>,
     images: Vec<Image>,
     generated: usize,
@@ -390,10 +395,18 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
 
 impl<'a> Builder<'a> {
     fn new(state: &'a State, pieces: &'a Pieces) -> Self {
+        let mut by_file: BTreeMap<Ino, Vec<usize>> = BTreeMap::new();
+        for (index, piece) in pieces.list.iter().enumerate() {
+            if let PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. } = piece.kind {
+                by_file.entry(ino).or_default().push(index);
+            }
+        }
         Builder {
             state,
             pieces,
             durable_hashes: BTreeMap::new(),
+            by_file,
+            outcomes: HashMap::new(),
             seen: HashSet::new(),
             images: Vec::new(),
             generated: 0,
@@ -470,11 +483,40 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Applies the chosen pieces, in issue order, to the durable state.
+    /// Applies the chosen pieces, in issue order, to the durable state. Each file's bytes
+    /// depend only on the choices of its own pieces, so they are built (and hashed) once per
+    /// distinct choice of them.
     fn materialize(&mut self, choices: &[Choice]) -> Image {
-        let changed = Changed::gather(self.state, self.pieces, choices);
-        let files = changed.hashed_files(self.state);
-        self.assemble(&changed.entries, &files)
+        let state = self.state;
+        let entries = Changed::names(state, self.pieces, choices);
+        let mut files = BTreeMap::new();
+        for (&ino, indices) in &self.by_file {
+            let own: Vec<Choice> = indices.iter().map(|&index| choices[index]).collect();
+            if own.iter().all(|choice| *choice == Choice::Skip) {
+                continue;
+            }
+            let outcome = self.outcomes.entry((ino, own)).or_insert_with_key(|(_, own)| {
+                let (mut buf, mut len) = durable_content(state, ino);
+                let mut covered = Vec::new();
+                for (&index, &choice) in indices.iter().zip(own) {
+                    if choice == Choice::Skip {
+                        continue;
+                    }
+                    apply_data(
+                        &self.pieces.list[index].kind,
+                        choice,
+                        &mut buf,
+                        &mut len,
+                        &mut covered,
+                    );
+                }
+                let bytes = final_bytes(state, ino, buf, len, Some(&covered));
+                let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                (Arc::new(bytes), hash)
+            });
+            files.insert(ino, outcome.clone());
+        }
+        self.assemble(&entries, &files)
     }
 
     /// Every image of every subset of the pieces, when there are few enough of them
@@ -597,6 +639,9 @@ fn walk<'a>(
     finish(nodes)
 }
 
+/// A file's bytes in an image, shared, and their SHA-256.
+type FileBytes = (Arc<Vec<u8>>, [u8; 32]);
+
 /// Directories' entries, by directory.
 type DirEntries = BTreeMap<Ino, BTreeMap<String, Ino>>;
 
@@ -688,70 +733,43 @@ struct Changed {
 impl Changed {
     /// Applies the chosen pieces, in issue order, to the durable state.
     fn gather(state: &State, pieces: &Pieces, choices: &[Choice]) -> Changed {
-        let mut entries: BTreeMap<Ino, BTreeMap<String, Ino>> = BTreeMap::new();
+        let entries = Changed::names(state, pieces, choices);
         let mut contents: BTreeMap<Ino, (Vec<u8>, u64)> = BTreeMap::new();
         let mut covered: BTreeMap<Ino, Vec<(usize, usize)>> = BTreeMap::new();
         for (piece, choice) in pieces.list.iter().zip(choices) {
             if *choice == Choice::Skip {
                 continue;
             }
-            match &piece.kind {
-                PieceKind::Names { pending, .. } => {
-                    let Pending::Names { changes } = &state.pending[*pending] else {
-                        unreachable!("name pieces point at name changes");
-                    };
-                    for change in changes {
-                        let dir = entries
-                            .entry(change.dir)
-                            .or_insert_with(|| state.dir(change.dir).durable.clone());
-                        match change.target {
-                            Some(target) => dir.insert(change.name.clone(), target),
-                            None => dir.remove(&change.name),
-                        };
-                    }
-                }
-                PieceKind::Size { ino, len } => {
-                    contents.entry(*ino).or_insert_with(|| durable_content(state, *ino)).1 = *len;
-                }
-                PieceKind::Chunk { ino, start, snapshot, written } => {
-                    let (buf, _) =
-                        contents.entry(*ino).or_insert_with(|| durable_content(state, *ino));
-                    let start_at = to_usize(*start);
-                    match *choice {
-                        Choice::Apply => {
-                            let snapshot_end = start_at + snapshot.len();
-                            if buf.len() < snapshot_end {
-                                buf.resize(snapshot_end, 0);
-                            }
-                            buf[start_at..snapshot_end].copy_from_slice(snapshot);
-                            covered
-                                .entry(*ino)
-                                .or_default()
-                                .push((start_at, start_at + to_usize(chunk_bytes())));
-                            // The chunk past the snapshot was beyond the end of file: zeros.
-                            let chunk_end = (start_at + to_usize(chunk_bytes())).min(buf.len());
-                            if snapshot_end < chunk_end {
-                                buf[snapshot_end..chunk_end].fill(0);
-                            }
-                        }
-                        Choice::Upto(cut) => {
-                            let (lo, hi) = (written.0, written.1.min(cut));
-                            if lo < hi {
-                                let (lo, hi) = (to_usize(lo), to_usize(hi));
-                                if buf.len() < hi {
-                                    buf.resize(hi, 0);
-                                }
-                                buf[lo..hi]
-                                    .copy_from_slice(&snapshot[lo - start_at..hi - start_at]);
-                                covered.entry(*ino).or_default().push((lo, hi));
-                            }
-                        }
-                        Choice::Skip => {}
-                    }
-                }
+            if let PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. } = piece.kind {
+                let (buf, len) = contents.entry(ino).or_insert_with(|| durable_content(state, ino));
+                apply_data(&piece.kind, *choice, buf, len, covered.entry(ino).or_default());
             }
         }
         Changed { entries, contents, covered }
+    }
+
+    /// The directories whose entries the chosen name pieces change, as they end up.
+    fn names(state: &State, pieces: &Pieces, choices: &[Choice]) -> DirEntries {
+        let mut entries: DirEntries = BTreeMap::new();
+        for (piece, choice) in pieces.list.iter().zip(choices) {
+            let PieceKind::Names { pending, .. } = &piece.kind else { continue };
+            if *choice == Choice::Skip {
+                continue;
+            }
+            let Pending::Names { changes } = &state.pending[*pending] else {
+                unreachable!("name pieces point at name changes");
+            };
+            for change in changes {
+                let dir = entries
+                    .entry(change.dir)
+                    .or_insert_with(|| state.dir(change.dir).durable.clone());
+                match change.target {
+                    Some(target) => dir.insert(change.name.clone(), target),
+                    None => dir.remove(&change.name),
+                };
+            }
+        }
+        entries
     }
 
     /// [`Changed::files`], each shared and with its SHA-256 (what images are told apart by).
@@ -768,16 +786,73 @@ impl Changed {
     /// stale medium) stale bytes where it grew without a surviving write.
     fn files<'a>(&'a self, state: &'a State) -> impl Iterator<Item = (Ino, Vec<u8>)> + 'a {
         self.contents.iter().map(move |(&ino, (buf, len))| {
-            let mut buf = buf.clone();
-            buf.resize(to_usize(*len), 0);
-            if state.media == Media::StaleTails
-                && let Node::File(file) = &state.inodes[&ino].node
-            {
-                stale_fill(&mut buf, file.durable.len(), self.covered.get(&ino));
-            }
-            (ino, buf)
+            (ino, final_bytes(state, ino, buf.clone(), *len, self.covered.get(&ino)))
         })
     }
+}
+
+/// Applies one surviving data piece to a file's bytes `buf` and length `len`, noting the byte
+/// ranges its write covered. A skipped piece must not reach here (a length piece would apply).
+fn apply_data(
+    kind: &PieceKind,
+    choice: Choice,
+    buf: &mut Vec<u8>,
+    len: &mut u64,
+    covered: &mut Vec<(usize, usize)>,
+) {
+    debug_assert_ne!(choice, Choice::Skip, "a skipped piece changes nothing");
+    match kind {
+        PieceKind::Names { .. } => unreachable!("name pieces change directories"),
+        PieceKind::Size { len: new, .. } => *len = *new,
+        PieceKind::Chunk { start, snapshot, written, .. } => {
+            let start_at = to_usize(*start);
+            match choice {
+                Choice::Apply => {
+                    let snapshot_end = start_at + snapshot.len();
+                    if buf.len() < snapshot_end {
+                        buf.resize(snapshot_end, 0);
+                    }
+                    buf[start_at..snapshot_end].copy_from_slice(snapshot);
+                    covered.push((start_at, start_at + to_usize(chunk_bytes())));
+                    // The chunk past the snapshot was beyond the end of file: zeros.
+                    let chunk_end = (start_at + to_usize(chunk_bytes())).min(buf.len());
+                    if snapshot_end < chunk_end {
+                        buf[snapshot_end..chunk_end].fill(0);
+                    }
+                }
+                Choice::Upto(cut) => {
+                    let (lo, hi) = (written.0, written.1.min(cut));
+                    if lo < hi {
+                        let (lo, hi) = (to_usize(lo), to_usize(hi));
+                        if buf.len() < hi {
+                            buf.resize(hi, 0);
+                        }
+                        buf[lo..hi].copy_from_slice(&snapshot[lo - start_at..hi - start_at]);
+                        covered.push((lo, hi));
+                    }
+                }
+                Choice::Skip => {}
+            }
+        }
+    }
+}
+
+/// A changed file's final bytes: `buf` cut or extended to `len`, and (on the stale medium) stale
+/// bytes where it grew without a surviving write.
+fn final_bytes(
+    state: &State,
+    ino: Ino,
+    mut buf: Vec<u8>,
+    len: u64,
+    covered: Option<&Vec<(usize, usize)>>,
+) -> Vec<u8> {
+    buf.resize(to_usize(len), 0);
+    if state.media == Media::StaleTails
+        && let Node::File(file) = &state.inodes[&ino].node
+    {
+        stale_fill(&mut buf, file.durable.len(), covered);
+    }
+    buf
 }
 
 /// What a medium may show where a file grew without its data reaching the disk.
