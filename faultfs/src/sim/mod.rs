@@ -332,7 +332,7 @@ impl SimFs {
                     ImageNode::File(bytes) => {
                         state.image_files.insert(ino, path.clone());
                         Node::File(FileNode {
-                            durable: Arc::new(bytes.to_vec()),
+                            durable: Arc::clone(bytes),
                             volatile: bytes.to_vec(),
                         })
                     }

@@ -12,20 +12,20 @@ impl State {
     /// followed (even by an `O_NOFOLLOW` open); one in the last position is returned itself
     /// (lstat), unless `follow_last`. `None` when a name is missing, a file sits where a
     /// directory must, or links loop.
-    pub(super) fn resolve(&self, components: &[&str], follow_last: bool) -> Option<Ino> {
-        let mut pending: Vec<String> = components.iter().rev().map(|c| (*c).to_owned()).collect();
+    pub(super) fn resolve<'a>(&'a self, components: &[&'a str], follow_last: bool) -> Option<Ino> {
+        let mut pending: Vec<&'a str> = components.iter().rev().copied().collect();
         let mut ino = ROOT_INO;
         let mut followed = 0;
         while let Some(component) = pending.pop() {
             let Node::Dir(dir) = &self.inodes[&ino].node else { return None };
-            let next = *dir.volatile.get(&component)?;
+            let next = *dir.volatile.get(component)?;
             match &self.inodes[&next].node {
                 Node::Symlink(target) if follow_last || !pending.is_empty() => {
                     followed += 1;
                     if followed > SYMLINKS_FOLLOWED_MAX {
                         return None;
                     }
-                    pending.extend(split_image_path(target).into_iter().rev().map(str::to_owned));
+                    pending.extend(split_image_path(target).into_iter().rev());
                     ino = ROOT_INO;
                 }
                 _ => ino = next,
@@ -35,14 +35,14 @@ impl State {
     }
 
     /// [`State::resolve`], the last component not followed.
-    pub(super) fn lookup_components(&self, components: &[&str]) -> Option<Ino> {
+    pub(super) fn lookup_components<'a>(&'a self, components: &[&'a str]) -> Option<Ino> {
         self.resolve(components, false)
     }
 
     /// Resolves `components` to a directory, or a `NotFound`/`NotADirectory` error.
-    pub(super) fn lookup_dir(
-        &self,
-        components: &[&str],
+    pub(super) fn lookup_dir<'a>(
+        &'a self,
+        components: &[&'a str],
         op: OpKind,
         path: &Path,
         boundary: Boundary,
