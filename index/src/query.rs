@@ -74,20 +74,150 @@ pub struct Filter {
     pub all: bool,
 }
 
+/// What a search hit is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HitKind {
+    /// A message said to a spex session.
+    Said,
+    /// A declaration of a spex session (its note).
+    Note,
+    /// A person's message in a transcript.
+    Prompt,
+    /// The agent's answer in a transcript.
+    Answer,
+    /// A tool the agent ran, in a transcript.
+    Tool,
+    /// A session the listing names (every word is in its id, title or project).
+    Session,
+}
+
+impl HitKind {
+    /// The kind's name, as the index stores it and `--json` shows it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            HitKind::Said => "said",
+            HitKind::Note => "note",
+            HitKind::Prompt => "prompt",
+            HitKind::Answer => "answer",
+            HitKind::Tool => "tool",
+            HitKind::Session => "session",
+        }
+    }
+
+    /// The kind named `name`, as the index stores it.
+    pub fn parse(name: &str) -> Option<HitKind> {
+        [
+            HitKind::Said,
+            HitKind::Note,
+            HitKind::Prompt,
+            HitKind::Answer,
+            HitKind::Tool,
+            HitKind::Session,
+        ]
+        .into_iter()
+        .find(|kind| kind.name() == name)
+    }
+
+    /// Whose words they are: `person`, `agent`, or `session` (the listing's).
+    pub const fn side(self) -> &'static str {
+        match self {
+            HitKind::Answer | HitKind::Tool | HitKind::Note => "agent",
+            HitKind::Session => "session",
+            HitKind::Said | HitKind::Prompt => "person",
+        }
+    }
+}
+
+impl std::fmt::Display for HitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl rusqlite::types::FromSql for HitKind {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let name = value.as_str()?;
+        HitKind::parse(name).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(format!("a hit of unknown kind {name:?}").into())
+        })
+    }
+}
+
+/// Where a hit's text comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HitSource {
+    /// A spex session's own timeline.
+    Spex,
+    /// A harness's transcript.
+    Transcript(spex_history::Harness),
+}
+
+impl HitSource {
+    /// The source's name, as the index stores it and `--json` and `--source` name it: `spex`,
+    /// or the harness's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            HitSource::Spex => "spex",
+            HitSource::Transcript(harness) => harness.name(),
+        }
+    }
+
+    /// The source named `name`.
+    pub fn parse(name: &str) -> Option<HitSource> {
+        match name {
+            "spex" => Some(HitSource::Spex),
+            name => spex_history::Harness::parse(name).map(HitSource::Transcript),
+        }
+    }
+}
+
+impl rusqlite::types::FromSql for HitSource {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let name = value.as_str()?;
+        HitSource::parse(name).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(
+                format!("a hit from unknown source {name:?}").into(),
+            )
+        })
+    }
+}
+
+/// How a hit matched its query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matched {
+    /// Every word of the query matched whole words.
+    Word,
+    /// Every word is inside a session's id, or a history session's title or project: the hit
+    /// names the session (kind `session`).
+    Listing,
+    /// Every word of at least three characters is inside the text (CJK, parts of identifiers).
+    Substring,
+}
+
+impl Matched {
+    /// The name `--json` shows (`match`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Matched::Word => "word",
+            Matched::Listing => "listing",
+            Matched::Substring => "substring",
+        }
+    }
+}
+
 /// One search hit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hit {
     /// The session.
     pub session: String,
-    /// `said` (a message to the session), `note` (a declaration of the session), or from a
-    /// transcript `prompt` (a person's message), `answer` (the agent's) or `tool` (a tool it ran).
-    pub kind: String,
+    /// What it is.
+    pub kind: HitKind,
     /// When.
     pub ts: Option<String>,
     /// The message id, for a message.
     pub mid: Option<String>,
-    /// `spex` (a session's own timeline), or the harness whose transcript matched.
-    pub source: String,
+    /// A session's own timeline, or the transcript of a harness.
+    pub source: HitSource,
     /// The transcript line, for a transcript's hit.
     pub line: Option<u64>,
     /// A snippet of the matching text (`…` where it was cut), as plain text.
@@ -97,11 +227,8 @@ pub struct Hit {
     /// bm25 rank (lower is better) of a word match; 0 for a substring match (those are listed
     /// newest first).
     pub rank: f64,
-    /// `word` (every word of the query matched whole words), `listing` (every word is inside a
-    /// session's id, or a history session's title or project: the hit names the session, kind
-    /// `session`) or `substring` (every word of at least three characters is inside the text:
-    /// CJK, parts of identifiers), listed in that order.
-    pub matched: &'static str,
+    /// How it matched; hits are listed word matches first, then the listing's, then substrings.
+    pub matched: Matched,
 }
 
 impl Hit {
@@ -109,7 +236,7 @@ impl Hit {
     /// identity, `spex_history::redact`); a session's own texts as stored, as its timeline shows
     /// them.
     pub fn shown(mut self, identity: &spex_history::Identity) -> Hit {
-        if self.source != "spex" {
+        if self.source != HitSource::Spex {
             let redacted = spex_history::redact(&self.snippet, identity);
             if redacted != self.snippet {
                 // The marks are found again in the redacted text: what was marked and is still
@@ -166,15 +293,11 @@ impl Hit {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "session": self.session,
-            "kind": self.kind,
+            "kind": self.kind.name(),
             "ts": self.ts,
             "mid": self.mid,
-            "source": self.source,
-            "side": match self.kind.as_str() {
-                "answer" | "tool" | "note" => "agent",
-                "session" => "session",
-                _ => "person",
-            },
+            "source": self.source.name(),
+            "side": self.kind.side(),
             "line": self.line,
             "snippet": self.snippet,
             // Each match as [start, end) in characters (Unicode scalar values) of the snippet.
@@ -183,7 +306,7 @@ impl Hit {
                 [start, start + self.snippet[range.clone()].chars().count()]
             }).collect::<Vec<_>>(),
             "rank": self.rank,
-            "match": self.matched,
+            "match": self.matched.name(),
         })
     }
 }
@@ -241,15 +364,13 @@ impl Index {
         // theirs is already a hit.
         let room = filter.limit.saturating_sub(hits.len());
         if room > 0 {
-            let hit: std::collections::HashSet<(String, String)> =
-                hits.iter().map(|(_, hit)| (hit.source.clone(), hit.session.clone())).collect();
+            let hit: std::collections::HashSet<(HitSource, String)> =
+                hits.iter().map(|(_, hit)| (hit.source, hit.session.clone())).collect();
             let listed = self.listing_hits(query, filter)?;
             hits.extend(
                 listed
                     .into_iter()
-                    .filter(|listed| {
-                        !hit.contains(&(listed.source.clone(), listed.session.clone()))
-                    })
+                    .filter(|listed| !hit.contains(&(listed.source, listed.session.clone())))
                     .take(room)
                     .map(|listed| (0, listed)),
             );
@@ -279,7 +400,7 @@ impl Index {
             .filter(|word| !word.is_empty())
             .map(str::to_owned)
             .collect();
-        let mut candidates: Vec<(String, String, Option<String>, String)> = Vec::new();
+        let mut candidates: Vec<(HitSource, String, Option<String>, String)> = Vec::new();
         let spex_wanted = filter.source.as_deref().is_none_or(|source| source == "spex")
             && filter.project.is_none();
         if spex_wanted {
@@ -306,7 +427,7 @@ impl Index {
                 .map_err(|e| self.sqlite(e))?;
             for row in rows {
                 let (id, when) = row.map_err(|e| self.sqlite(e))?;
-                candidates.push(("spex".to_owned(), id.clone(), when, id));
+                candidates.push((HitSource::Spex, id.clone(), when, id));
             }
         }
         if filter.status.is_none() {
@@ -331,7 +452,9 @@ impl Index {
                     .collect::<Vec<_>>()
                     .join(" · ");
                 let when = t.last_activity.clone().or(t.last_ts.clone());
-                candidates.push((t.harness, t.id, when, text));
+                // The index records only the harnesses it reads.
+                let Some(source) = HitSource::parse(&t.harness) else { continue };
+                candidates.push((source, t.id, when, text));
             }
         }
         let mut hits: Vec<Hit> = candidates
@@ -348,7 +471,7 @@ impl Index {
                 Some(
                     Hit {
                         session,
-                        kind: "session".to_owned(),
+                        kind: HitKind::Session,
                         ts,
                         mid: None,
                         source,
@@ -356,7 +479,7 @@ impl Index {
                         snippet,
                         marks: Vec::new(),
                         rank: 0.0,
-                        matched: "listing",
+                        matched: Matched::Listing,
                     }
                     .unmarked(),
                 )
@@ -396,8 +519,8 @@ impl Index {
             ),
         };
         let (table, matched) = match phase {
-            Phase::Words(_) => ("content", "word"),
-            Phase::Substrings { .. } => ("grams", "substring"),
+            Phase::Words(_) => ("content", Matched::Word),
+            Phase::Substrings { .. } => ("grams", Matched::Substring),
         };
         if filter.status.is_some() {
             sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
@@ -724,15 +847,15 @@ mod tests {
         super::substring_snippet(text, words).map(|marked| {
             let hit = Hit {
                 session: String::new(),
-                kind: String::new(),
+                kind: HitKind::Said,
                 ts: None,
                 mid: None,
-                source: "spex".to_owned(),
+                source: HitSource::Spex,
                 line: None,
                 snippet: marked,
                 marks: Vec::new(),
                 rank: 0.0,
-                matched: "substring",
+                matched: Matched::Substring,
             };
             hit.unmarked().marked("[", "]")
         })
@@ -772,16 +895,16 @@ mod tests {
     fn marks_survive_redaction_where_the_match_is_still_shown() {
         let hit = Hit {
             session: "s".to_owned(),
-            kind: "answer".to_owned(),
+            kind: HitKind::Answer,
             ts: None,
             mid: None,
-            source: "codex".to_owned(),
+            source: HitSource::Transcript(spex_history::Harness::Codex),
             line: Some(1),
             snippet: "deploy with \u{E000}token\u{E001} sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA and \u{E000}token\u{E001}"
                 .to_owned(),
             marks: Vec::new(),
             rank: 0.0,
-            matched: "word",
+            matched: Matched::Word,
         }
         .unmarked();
         assert_eq!(hit.marks.len(), 2);

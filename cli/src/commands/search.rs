@@ -107,9 +107,11 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             || render::literal(ts),
             |ts| ts.to_zoned_datetime(zone.clone()).strftime("%Y-%m-%d %H:%M").to_string(),
         );
-        let place = match (hit.source.as_str(), hit.line) {
-            ("spex", _) | (_, None) => render::literal(&hit.session),
-            (harness, Some(line)) => format!("{harness}:{}:{line}", render::literal(&hit.session)),
+        let place = match (hit.source, hit.line) {
+            (spex_index::HitSource::Spex, _) | (_, None) => render::literal(&hit.session),
+            (source, Some(line)) => {
+                format!("{}:{}:{line}", source.name(), render::literal(&hit.session))
+            }
         };
         let lead = format!("{when}  {place}  {:<6}  ", hit.kind);
         let (snippet, carets) = highlight(hit, paint);

@@ -267,12 +267,12 @@ fn search_is_literal_ranked_and_filtered() {
     let hits = index.search("deploy", &all).unwrap();
     assert_eq!(hits.len(), 2);
     assert_eq!(
-        (hits[0].session.as_str(), hits[0].kind.as_str()),
+        (hits[0].session.as_str(), hits[0].kind.name()),
         ("a", "said"),
         "said ranks above notes"
     );
     assert!(hits[0].marked("[", "]").contains("[deploy]"), "{}", hits[0].snippet);
-    assert_eq!(hits[1].kind, "note");
+    assert_eq!(hits[1].kind, spex_index::HitKind::Note);
     // FTS syntax in the query is data.
     let literal = index.search("NEAR(x* OR \"quoted\"", &all).unwrap();
     assert_eq!(literal.len(), 1);

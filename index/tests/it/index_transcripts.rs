@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use spex_history::{Found, Harness, Root, discover};
-use spex_index::{Index, SearchFilter};
+use spex_index::{HitKind, Index, SearchFilter};
 
 fn fixture(harness: &str) -> PathBuf {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
@@ -38,7 +38,7 @@ fn search(index: &Index, query: &str) -> Vec<(String, String, Option<u64>)> {
         .search(query, &filter)
         .unwrap()
         .into_iter()
-        .map(|hit| (hit.source, hit.kind, hit.line))
+        .map(|hit| (hit.source.name().to_owned(), hit.kind.name().to_owned(), hit.line))
         .collect()
 }
 
@@ -249,16 +249,16 @@ fn the_listing_is_searched_with_the_texts() {
     let filter = SearchFilter { limit: 20, ..SearchFilter::default() };
     let hits = index.search("A45D62A8", &filter).unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
-    assert_eq!((hits[0].kind.as_str(), hits[0].matched), ("session", "listing"));
-    assert_eq!((hits[0].source.as_str(), hits[0].line), ("codex", None));
+    assert_eq!((hits[0].kind.name(), hits[0].matched.name()), ("session", "listing"));
+    assert_eq!((hits[0].source.name(), hits[0].line), ("codex", None));
     assert!(hits[0].marked("[", "]").contains("[a45d62a8]"), "{}", hits[0].snippet);
     // Its project, under the listing's filters.
-    assert_eq!(index.search("dev/api", &filter).unwrap()[0].kind, "session");
+    assert_eq!(index.search("dev/api", &filter).unwrap()[0].kind, HitKind::Session);
     let elsewhere =
         SearchFilter { limit: 20, project: Some("/home/dev/web".to_owned()), ..filter.clone() };
     assert!(index.search("A45D62A8", &elsewhere).unwrap().is_empty());
     let spex = SearchFilter { limit: 20, source: Some("spex".to_owned()), ..filter.clone() };
     assert!(index.search("A45D62A8", &spex).unwrap().is_empty());
     // A session with a text that matches is not listed again.
-    assert!(index.search("30", &filter).unwrap().iter().all(|hit| hit.kind != "session"));
+    assert!(index.search("30", &filter).unwrap().iter().all(|hit| hit.kind != HitKind::Session));
 }
