@@ -51,7 +51,9 @@ pub use feed::Change;
 #[cfg(feature = "mutants")]
 pub use fold::TRUST_WATERMARK_MUTANT;
 pub use fold::{Folded, Watermark, fold};
-pub use query::{Filter, Hit, HitKind, HitSource, Matched, Row, SearchFilter, Sort, literal_query};
+pub use query::{
+    Filter, Hit, HitKind, HitSource, Matched, Row, RowStatus, SearchFilter, Sort, literal_query,
+};
 pub use refresh::Refreshed;
 pub use schema::Healed;
 pub use transcripts::{

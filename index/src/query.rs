@@ -3,13 +3,52 @@
 use crate::{Error, Index, Result};
 use rusqlite::params;
 
+/// A listed session's status: the one its record authored, or `corrupt` for a session whose
+/// files could not be read (its note says why).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowStatus {
+    /// The record's status.
+    Authored(spex_engine::Status),
+    /// The session could not be read.
+    Corrupt,
+}
+
+impl RowStatus {
+    /// The name the index stores and `--json` shows.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RowStatus::Authored(status) => status.name(),
+            RowStatus::Corrupt => "corrupt",
+        }
+    }
+
+    /// The status named `name`.
+    pub fn parse(name: &str) -> Option<RowStatus> {
+        match name {
+            "corrupt" => Some(RowStatus::Corrupt),
+            name => spex_engine::Status::parse(name).map(RowStatus::Authored),
+        }
+    }
+}
+
+impl rusqlite::types::FromSql for RowStatus {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let name = value.as_str()?;
+        RowStatus::parse(name).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(
+                format!("a session of unknown status {name:?}").into(),
+            )
+        })
+    }
+}
+
 /// One session as the index lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
     /// The session id.
     pub id: String,
     /// Its status.
-    pub status: String,
+    pub status: RowStatus,
     /// Its proposal.
     pub proposal: Option<String>,
     /// Its note.
@@ -38,7 +77,7 @@ impl Row {
         serde_json::json!({
             "id": self.id,
             "state": {
-                "status": self.status,
+                "status": self.status.name(),
                 "proposal": self.proposal,
                 "note": self.note,
                 "display": self.display,

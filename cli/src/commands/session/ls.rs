@@ -98,7 +98,7 @@ pub(super) fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
             display: row.display.clone(),
             when: row.last_activity.clone().or_else(|| row.created_at.clone()),
             owed: row.owed.map(|owed| owed as usize),
-            preview: if row.status == "corrupt" {
+            preview: if row.status == spex_index::RowStatus::Corrupt {
                 // The reason names the damaged file (`spex doctor` says what a repair does).
                 render::first_line(row.note.as_deref().unwrap_or("damaged"))
             } else {
