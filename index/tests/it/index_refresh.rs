@@ -378,3 +378,20 @@ fn no_snippet_shows_a_secret_whatever_the_query_pulls_into_its_window() {
         assert!(leak(&stored, secret).is_none(), "{label} is stored in the clear");
     }
 }
+
+/// The listing reads each session's status as a type: a status the index never writes (a
+/// hand-edited index) is an error naming the index file and the value, never a panic and never
+/// shown as if it were a status.
+#[test]
+fn a_status_the_index_never_writes_is_an_error_naming_it() {
+    let world = World::new();
+    world.create("a");
+    let mut index = world.index();
+    index.refresh(&world.store).unwrap();
+    let all = Filter { sort: Sort::Activity, status: None, all: true };
+    let rows = index.sessions(&all).unwrap();
+    assert_eq!(rows[0].status, spex_index::RowStatus::Authored(Status::Active));
+    rusqlite_connection(&world).execute("UPDATE sessions SET status = 'bogus'", []).unwrap();
+    let error = index.sessions(&all).unwrap_err().to_string();
+    assert!(error.contains(spex_index::INDEX_FILE) && error.contains("bogus"), "{error}");
+}
