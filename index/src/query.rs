@@ -33,13 +33,23 @@ impl RowStatus {
 
 impl rusqlite::types::FromSql for RowStatus {
     fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-        let name = value.as_str()?;
-        RowStatus::parse(name).ok_or_else(|| {
-            rusqlite::types::FromSqlError::Other(
-                format!("a session of unknown status {name:?}").into(),
-            )
-        })
+        stored_name(value, RowStatus::parse, "a session status")
     }
+}
+
+/// A value the index stores by its name, read back as its type; a name the index never writes
+/// (a hand-edited index) is a conversion error naming it as `what`.
+fn stored_name<T>(
+    value: rusqlite::types::ValueRef<'_>,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+) -> rusqlite::types::FromSqlResult<T> {
+    let name = value.as_str()?;
+    parse(name).ok_or_else(|| {
+        rusqlite::types::FromSqlError::Other(
+            format!("{what} the index never writes: {name:?}").into(),
+        )
+    })
 }
 
 /// One session as the index lists it.
@@ -175,10 +185,7 @@ impl std::fmt::Display for HitKind {
 
 impl rusqlite::types::FromSql for HitKind {
     fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-        let name = value.as_str()?;
-        HitKind::parse(name).ok_or_else(|| {
-            rusqlite::types::FromSqlError::Other(format!("a hit of unknown kind {name:?}").into())
-        })
+        stored_name(value, HitKind::parse, "a hit kind")
     }
 }
 
@@ -212,12 +219,7 @@ impl HitSource {
 
 impl rusqlite::types::FromSql for HitSource {
     fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-        let name = value.as_str()?;
-        HitSource::parse(name).ok_or_else(|| {
-            rusqlite::types::FromSqlError::Other(
-                format!("a hit from unknown source {name:?}").into(),
-            )
-        })
+        stored_name(value, HitSource::parse, "a hit source")
     }
 }
 

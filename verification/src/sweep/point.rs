@@ -120,7 +120,7 @@ pub(crate) fn judge_sequence(
         }
         Source::Reboot(_) | Source::Restart(_) => None,
     };
-    if stand_in.is_some() && !options.verify_equivalent {
+    if stand_in.is_some() && !report.verify {
         return;
     }
     let fs = source.machine(FaultPlan::none(seed));
