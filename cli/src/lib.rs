@@ -87,6 +87,14 @@ enum Command {
     /// Sessions across harnesses: the Claude Code and Codex transcripts on this machine, listed
     /// and shown as conversations, redacted by default.
     History(commands::history::Args),
+    /// What the agents spent: tokens, turns and cost of every Claude Code and Codex session, per
+    /// day, session, project, model or harness.
+    #[command(after_help = "Examples:
+  spex usage                                  per day, local zone
+  spex usage --by model --since 7days
+  spex usage --by session --since 2026-12-01
+  spex --json usage --by project | jq '.rows[] | {key, tokens, cost}'")]
+    Usage(commands::usage::Args),
     /// Pick a session interactively: every spex, Claude Code and Codex session; type to filter,
     /// Enter opens its conversation, Ctrl-R resumes a harness session in its harness.
     #[command(after_help = "Examples:
@@ -146,6 +154,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Doctor(args) => commands::doctor::run(&args, global),
         Command::Serve(args) => commands::serve::run(&args, global),
         Command::History(args) => commands::history::run(&args, global),
+        Command::Usage(args) => commands::usage::run(&args, global),
         Command::Pick(args) => commands::pick::run(&args, global),
         Command::Where(args) => commands::where_::run(&args, global),
         Command::Completions(args) => commands::completions::run(&args, &mut Cli::command()),

@@ -776,7 +776,7 @@ pub(crate) fn event_json(
             serde_json::json!({ "tool": name, "input": shown(summary) })
         }
         Kind::ToolResult { ok, bytes } => serde_json::json!({ "ok": ok, "bytes": bytes }),
-        Kind::Usage { model, input, output, cache_read, cache_write } => serde_json::json!({
+        Kind::Usage { model, input, output, cache_read, cache_write, .. } => serde_json::json!({
             "model": model, "input": input, "output": output,
             "cacheRead": cache_read, "cacheWrite": cache_write,
         }),

@@ -59,8 +59,18 @@ pub enum Kind {
     ToolCall { name: String, summary: String },
     /// A tool's result came back.
     ToolResult { ok: bool, bytes: u64 },
-    /// Tokens a model call used.
-    Usage { model: Option<String>, input: u64, output: u64, cache_read: u64, cache_write: u64 },
+    /// Tokens a model call used: `input` not read from a cache, `cache_read` read from one,
+    /// `cache_write` written to one. `reply` names the reply they were spent on, when the
+    /// transcript says (Claude Code's message id; the Codex CLI's running total, which a
+    /// re-emitted count repeats), so a reader that meets the same reply again counts it once.
+    Usage {
+        model: Option<String>,
+        input: u64,
+        output: u64,
+        cache_read: u64,
+        cache_write: u64,
+        reply: Option<String>,
+    },
     /// The session's lifecycle.
     Lifecycle(Lifecycle),
     /// A record this parser does not handle (its raw kind), counted, never a failure.

@@ -41,12 +41,15 @@ pub struct Parser {
     /// Claude Code writes one line per content block of a reply, each with the reply's usage:
     /// usage is counted once per reply id.
     usage_seen: HashSet<String>,
+    /// The Codex CLI's running token total as of its last count: a count that repeats it (the
+    /// CLI re-emits counts for its display) is no new reply.
+    codex_total: Option<String>,
 }
 
 impl Parser {
     /// A parser for a transcript of `harness`.
     pub fn new(harness: Harness) -> Parser {
-        Parser { harness, meta: Meta::default(), usage_seen: HashSet::new() }
+        Parser { harness, meta: Meta::default(), usage_seen: HashSet::new(), codex_total: None }
     }
 
     /// Parses line `line` (1-based, without its newline), appending its events to `out`.
@@ -133,13 +136,14 @@ impl Parser {
                 }
                 let usage = &message["usage"];
                 let id = message["id"].as_str().unwrap_or("").to_owned();
-                if usage.is_object() && (id.is_empty() || self.usage_seen.insert(id)) {
+                if usage.is_object() && (id.is_empty() || self.usage_seen.insert(id.clone())) {
                     out.push(event(Kind::Usage {
                         model: self.meta.model.clone(),
                         input: usage["input_tokens"].as_u64().unwrap_or(0),
                         output: usage["output_tokens"].as_u64().unwrap_or(0),
                         cache_read: usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
                         cache_write: usage["cache_creation_input_tokens"].as_u64().unwrap_or(0),
+                        reply: (!id.is_empty()).then_some(id),
                     }));
                 }
                 if message["stop_reason"].as_str() == Some("end_turn") {
@@ -193,7 +197,12 @@ impl Parser {
             "event_msg" => match payload["type"].as_str() {
                 Some("token_count") => {
                     let usage = &payload["info"]["last_token_usage"];
-                    if usage.is_object() {
+                    let total = codex_total(&payload["info"]["total_token_usage"]);
+                    let repeated = total.is_some() && total == self.codex_total;
+                    if total.is_some() {
+                        self.codex_total.clone_from(&total);
+                    }
+                    if usage.is_object() && !repeated {
                         let input = usage["input_tokens"].as_u64().unwrap_or(0);
                         let cached = usage["cached_input_tokens"].as_u64().unwrap_or(0);
                         out.push(event(Kind::Usage {
@@ -202,6 +211,7 @@ impl Parser {
                             output: usage["output_tokens"].as_u64().unwrap_or(0),
                             cache_read: cached,
                             cache_write: 0,
+                            reply: total,
                         }));
                     }
                 }
@@ -321,4 +331,19 @@ fn codex_output(output: &Value) -> (bool, u64) {
         && object["success"].as_bool() != Some(false);
     let bytes = object["output"].as_str().map_or_else(|| object.to_string().len(), str::len);
     (ok, bytes as u64)
+}
+
+/// The Codex CLI's running token total as one text (`total:` then input, cached input, output and
+/// reasoning tokens), the identity of the reply that brought it there; `None` when the count has
+/// no total.
+fn codex_total(total: &Value) -> Option<String> {
+    let field = |name: &str| total[name].as_u64();
+    let fields =
+        ["input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens"];
+    if fields.iter().all(|name| field(name).is_none()) {
+        return None;
+    }
+    let numbers: Vec<String> =
+        fields.iter().map(|name| field(name).unwrap_or(0).to_string()).collect();
+    Some(format!("total:{}", numbers.join("/")))
 }

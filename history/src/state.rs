@@ -167,8 +167,14 @@ mod tests {
         let user = event(Kind::User { text: "go".to_owned() });
         let tool = event(Kind::ToolCall { name: "shell".to_owned(), summary: String::new() });
         let answer = event(Kind::Assistant { text: "done".to_owned() });
-        let usage =
-            event(Kind::Usage { model: None, input: 1, output: 1, cache_read: 0, cache_write: 0 });
+        let usage = event(Kind::Usage {
+            model: None,
+            input: 1,
+            output: 1,
+            cache_read: 0,
+            cache_write: 0,
+            reply: None,
+        });
         let minute = 60 * 1_000_000_000;
         assert_eq!(state(&[user.clone(), tool.clone()], 0, minute, false), State::Running);
         assert_eq!(state(&[user.clone(), tool], 0, 10 * minute, false), State::Unfinished);

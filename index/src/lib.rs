@@ -32,7 +32,7 @@
 //! `schema` opens the database and its tables; `fold` is the one algorithm that folds a log
 //! past a watermark; `refresh` brings the rows up to date; `transcripts` folds harness
 //! transcripts (Claude Code, Codex) past their own watermarks, so search covers what the agents
-//! answered; `query` lists and searches; `feed` is the change feed watchers follow.
+//! answered, and `usage` keeps what their replies spent; `query` lists and searches; `feed` is the change feed watchers follow.
 //!
 //! [`is_activity`]: spex_engine::timeline::activity::is_activity
 
@@ -42,6 +42,7 @@ mod query;
 mod refresh;
 mod schema;
 mod transcripts;
+mod usage;
 
 use std::path::PathBuf;
 
@@ -60,9 +61,10 @@ pub use transcripts::{
     HISTORY_CONTENT_VERSION, History, Scanned, TRANSCRIPT_CHUNK_BYTES, TRANSCRIPT_CHUNK_ENV,
     Transcript,
 };
+pub use usage::Spent;
 
 /// Version of the tables; a different version on disk recreates them (they are derived).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 /// Version of what is extracted into the content index; a session indexed under another version
 /// is re-extracted on its next refresh.
 pub const CONTENT_VERSION: i64 = 1;

@@ -228,6 +228,7 @@ impl Index {
                  DROP TABLE IF EXISTS grams;
                  DROP TABLE IF EXISTS transcripts;
                  DROP TABLE IF EXISTS meta;
+                 DROP TABLE IF EXISTS usage;
                  CREATE TABLE sessions(
                      id TEXT PRIMARY KEY,
                      status TEXT NOT NULL, proposal TEXT, note TEXT, display TEXT NOT NULL,
@@ -267,6 +268,12 @@ impl Index {
                      counts TEXT, unknown TEXT, signals TEXT,
                      change_version INTEGER NOT NULL DEFAULT 0,
                      removed INTEGER NOT NULL DEFAULT 0);
+                 CREATE TABLE usage(
+                     path TEXT NOT NULL, line INTEGER NOT NULL, ts TEXT, model TEXT, reply TEXT,
+                     turn INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+                     cache_read INTEGER NOT NULL, cache_write INTEGER NOT NULL,
+                     UNIQUE(path, reply));
+                 CREATE INDEX usage_line ON usage(path, line);
                  CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                  INSERT INTO meta VALUES ('version', 0);
                  INSERT INTO meta VALUES ('generation', 0);

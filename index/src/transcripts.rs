@@ -364,6 +364,7 @@ impl Index {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| Error::Sqlite { path: self.path.clone(), source: e })?;
             delete_content(&transaction, &harness, &id)
+                .and_then(|()| crate::usage::forget(&transaction, &path))
                 .and_then(|()| {
                     transaction
                         .execute(
@@ -515,6 +516,9 @@ fn fold(
         // A full scan of the texts (their session is not indexed): only for a row that had some.
         delete_content(transaction, source, &found.id)?;
     }
+    if reset {
+        crate::usage::forget(transaction, &path_text)?;
+    }
     // Enrichment never erases what is known.
     let meta = &read.meta;
     for (slot, value) in [
@@ -526,6 +530,7 @@ fn fold(
             slot.clone_from(value);
         }
     }
+    let model_before = transcript.model.clone();
     if meta.model.is_some() {
         transcript.model.clone_from(&meta.model);
     }
@@ -565,6 +570,7 @@ fn fold(
         };
         insert_content(transaction, &text)?;
     }
+    crate::usage::record(transaction, &path_text, &read.events, model_before)?;
     // The size and modification time are the transcript's only once it is read to its end: a
     // row folded part way is not "unchanged" to the next scan.
     let (size, modified_ns) = if read.more { (-1, -1) } else { (size, found.modified_ns) };

@@ -19,6 +19,7 @@ pub(crate) mod runs;
 pub(crate) mod search;
 pub(crate) mod serve;
 pub(crate) mod session;
+pub(crate) mod usage;
 pub(crate) mod verify;
 pub(crate) mod verify_locks;
 pub(crate) mod verify_report;

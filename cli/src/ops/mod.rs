@@ -17,3 +17,4 @@ pub(crate) mod search;
 pub(crate) mod send;
 pub(crate) mod show;
 pub(crate) mod timeline;
+pub(crate) mod usage;

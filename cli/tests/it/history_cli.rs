@@ -924,3 +924,56 @@ fn history_import_places_checks_and_refuses() {
     assert!(!fresh.exists() || walk(&fresh).is_empty(), "nothing written");
     assert!(!store.path("escaped.jsonl").exists());
 }
+
+#[test]
+fn usage_sums_replies_and_turns_and_prices_them() {
+    let store = Store::new();
+    let json = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&history(&store, args).ok()).unwrap()
+    };
+    let by_harness = json(&["--json", "usage", "--by", "harness"]);
+    let rows = by_harness["rows"].as_array().unwrap();
+    // Claude Code: three replies (one written on two lines, counted once), two turns; Codex: one
+    // reply, two turns.
+    assert_eq!(rows[0]["key"], "claude");
+    assert_eq!((rows[0]["replies"].as_u64(), rows[0]["turns"].as_u64()), (Some(3), Some(2)));
+    assert_eq!(rows[0]["input"], 4500);
+    assert_eq!(rows[0]["cacheRead"], 30200);
+    assert_eq!(rows[1]["key"], "codex");
+    assert_eq!((rows[1]["replies"].as_u64(), rows[1]["turns"].as_u64()), (Some(1), Some(2)));
+    // 4,500 input, 180 output, 30,200 cache read, 300 cache write at 3, 15, 0.3, 3.75 per million.
+    assert_eq!(rows[0]["cost"], 0.026385);
+    assert_eq!(by_harness["prices"]["asOf"], "2025-11-24");
+    // The table: days, the total last, the prices' date on stderr.
+    let run = history(&store, &["usage"]);
+    let text = run.ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("DAY") && lines[0].ends_with("COST"), "{text}");
+    assert!(lines[1].starts_with("2026-11-30") && lines[1].contains("34,200"), "{text}");
+    assert!(lines[2].starts_with("total") && lines[2].ends_with("$0.03"), "{text}");
+    assert!(run.stderr().contains("as of 2025-11-24"), "{}", run.stderr());
+    // Sessions carry their titles, redacted.
+    let sessions = json(&["--json", "usage", "--by", "session"]);
+    assert!(!sessions.to_string().contains("sk-ant-api03"), "{sessions}");
+    // Another price table: a model it does not price is named, its tokens left out of the cost.
+    let table = store.dir.path().join("prices.json");
+    std::fs::write(
+        &table,
+        r#"{"asOf":"2026-12-01","currency":"USD","unit":"per million tokens","sources":["test"],
+            "note":"","models":{"gpt-5-codex":{"input":1000000,"output":0,"cacheRead":0,"cacheWrite":0}}}"#,
+    )
+    .unwrap();
+    let priced = json(&["--json", "usage", "--by", "model", "--prices", table.to_str().unwrap()]);
+    let codex = priced["rows"].as_array().unwrap().iter().find(|r| r["key"] == "gpt-5-codex");
+    assert_eq!(codex.unwrap()["cost"], 1000.0, "1,000 input tokens at 1,000,000 per million");
+    assert_eq!(priced["total"]["unpriced"], serde_json::json!(["claude-sonnet-4-5"]));
+    assert_eq!(priced["total"]["cost"], 1000.0);
+    // Since: only what happened after it.
+    let late = json(&["--json", "usage", "--since", "2026-11-30T09:30:00Z"]);
+    assert_eq!(late["total"]["turns"], 3, "{late}");
+    assert_eq!(late["total"]["replies"], 1, "{late}");
+    // Bad input names what is wrong.
+    history(&store, &["usage", "--by", "week"]).fails(2, "not a grouping");
+    std::fs::write(&table, "{\"asOf\":1}").unwrap();
+    history(&store, &["usage", "--prices", table.to_str().unwrap()]).fails(2, "prices.json");
+}

@@ -539,6 +539,18 @@ fn history_sessions_are_served_redacted() {
     assert_eq!(server.get("/api/history/codex/nobody").0, 404);
     assert_eq!(server.get(&format!("/api/history/gemini/{codex}")).0, 404);
     assert_eq!(server.get(&format!("/api/history/codex/{codex}?limit=x")).0, 400);
+    // What the agents spent: the same report `spex usage` makes.
+    let (status, usage) = server.get("/api/usage?by=harness");
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(
+        (usage["total"]["replies"].as_u64(), usage["total"]["turns"].as_u64()),
+        (Some(4), Some(4))
+    );
+    let (status, daily) = server.get("/api/usage?tz=Asia/Tokyo");
+    assert_eq!(status, 200, "{daily}");
+    assert_eq!(daily["rows"][0]["key"], "2026-11-30", "18:00 and 19:00 in Tokyo: {daily}");
+    assert_eq!(server.get("/api/usage?by=week").0, 400);
+    assert_eq!(server.get("/api/usage?tz=Mars/Olympus").0, 400);
 }
 
 // The web page: served at `/` behind the token (the printed URL sets the cookie the page's own

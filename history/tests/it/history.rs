@@ -108,7 +108,8 @@ fn claude_code_records_become_events() {
             input: 1200,
             output: 40,
             cache_read: 9000,
-            cache_write: 300
+            cache_write: 300,
+            reply: Some("msg_01".to_owned()),
         }
     );
     assert_eq!(events[1].ts.as_deref(), Some("2026-11-30T09:00:05.000Z"));
@@ -169,7 +170,8 @@ fn codex_records_become_events() {
             input: 1000,
             output: 400,
             cache_read: 4000,
-            cache_write: 0
+            cache_write: 0,
+            reply: Some("total:9000/6000/700/300".to_owned()),
         }
     );
     assert_eq!(
@@ -326,4 +328,49 @@ fn a_digest_folded_in_parts_equals_one_folded_whole() {
     };
     digest.fold(&[event]);
     assert_eq!(digest.title.as_deref(), Some("fix the build"));
+}
+
+#[test]
+fn a_reply_is_counted_once_however_often_its_usage_is_written() {
+    // The Codex CLI re-emits a count with the running total unchanged (a display refresh, no new
+    // reply); a total that drops (a resumed session) is a new reply.
+    let count = |total: u64, last: u64| {
+        format!(
+            r#"{{"timestamp":"2026-11-30T10:00:00.000Z","type":"event_msg","payload":{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":{total},"cached_input_tokens":0,"output_tokens":1,"reasoning_output_tokens":0,"total_tokens":{total}}},"last_token_usage":{{"input_tokens":{last},"cached_input_tokens":0,"output_tokens":1,"reasoning_output_tokens":0,"total_tokens":{last}}}}}}}}}"#
+        )
+    };
+    let mut parser = Parser::new(Harness::Codex);
+    let mut events = Vec::new();
+    for (line, (total, last)) in
+        [(100, 100), (100, 100), (250, 150), (250, 150), (40, 40)].into_iter().enumerate()
+    {
+        parser.line(line as u64 + 1, &count(total, last), &mut events);
+    }
+    let inputs: Vec<u64> = events
+        .iter()
+        .filter_map(|event| match event.kind {
+            Kind::Usage { input, .. } => Some(input),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inputs, [100, 150, 40]);
+    // Claude Code writes a reply's usage on each of its content blocks' lines: once per id.
+    let block = |id: &str, text: &str| {
+        format!(
+            r#"{{"type":"assistant","timestamp":"2026-11-30T10:00:00.000Z","message":{{"id":"{id}","model":"claude-sonnet-4-5","content":[{{"type":"text","text":"{text}"}}],"usage":{{"input_tokens":7,"output_tokens":3}}}}}}"#
+        )
+    };
+    let mut parser = Parser::new(Harness::ClaudeCode);
+    let mut events = Vec::new();
+    for (line, text) in [block("m1", "a"), block("m1", "b"), block("m2", "c")].iter().enumerate() {
+        parser.line(line as u64 + 1, text, &mut events);
+    }
+    let replies: Vec<Option<String>> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            Kind::Usage { reply, .. } => Some(reply.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies, [Some("m1".to_owned()), Some("m2".to_owned())]);
 }

@@ -262,3 +262,86 @@ fn the_listing_is_searched_with_the_texts() {
     // A session with a text that matches is not listed again.
     assert!(index.search("30", &filter).unwrap().iter().all(|hit| hit.kind != HitKind::Session));
 }
+
+/// What a transcript's replies spent, as the index keeps it: (line, model, turn, input, output).
+fn spent(index: &Index) -> Vec<(String, Option<String>, bool, u64, u64)> {
+    let rows = index.spent(None).unwrap();
+    rows.into_iter()
+        .map(|row| (row.ts.unwrap_or_default(), row.model, row.turn, row.input, row.output))
+        .collect()
+}
+
+/// The usage projection is the same whether a transcript is folded at once or a line per scan
+/// (each scan a new read from the watermark, which may fall between the lines of one reply): a
+/// reply is counted once, a re-emitted count adds nothing, a rewrite replaces, a removal drops.
+#[test]
+fn usage_is_counted_once_per_reply_however_the_transcript_is_folded() {
+    let whole_dir = tempfile::tempdir().unwrap();
+    let mut whole = Index::open(whole_dir.path()).unwrap();
+    let fixture_path = fixture("claude");
+    let text = std::fs::read_to_string(&fixture_path).unwrap();
+    let claude = |dir: &Path| {
+        let project = dir.join("claude/projects/-home-dev-shop");
+        std::fs::create_dir_all(&project).unwrap();
+        let path = project.join(fixture_path.file_name().unwrap());
+        (Root { harness: Harness::ClaudeCode, dir: dir.join("claude") }, path)
+    };
+    let (root, path) = claude(whole_dir.path());
+    std::fs::write(&path, &text).unwrap();
+    whole.scan_history(&found(&root)).unwrap();
+    let expected = spent(&whole);
+    let replies = expected.iter().filter(|row| !row.2).count();
+    assert_eq!(replies, 3, "the fixture's three replies (one written on two lines)");
+    assert_eq!(expected.iter().filter(|row| row.2).count(), 2, "two turns");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let (root, path) = claude(dir.path());
+    std::fs::write(&path, "").unwrap();
+    for line in text.split_inclusive('\n') {
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(line.as_bytes()).unwrap();
+        drop(file);
+        index.scan_history(&found(&root)).unwrap();
+    }
+    assert_eq!(spent(&index), expected, "folded a line at a time");
+
+    // A Codex count re-emitted after the watermark is no new reply.
+    let (codex, codex_path) = codex_home(dir.path(), 20);
+    index.scan_history(&found(&codex)).unwrap();
+    let codex_rows =
+        |index: &Index| index.spent(None).unwrap().into_iter().filter(|r| r.harness == "codex");
+    let before = codex_rows(&index).count();
+    assert_eq!(before, 3, "two turns and one reply");
+    let count = std::fs::read_to_string(&codex_path)
+        .unwrap()
+        .lines()
+        .find(|line| line.contains("token_count"))
+        .unwrap()
+        .to_owned();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&codex_path).unwrap();
+    writeln!(file, "{count}").unwrap();
+    drop(file);
+    assert_eq!(index.scan_history(&found(&codex)).unwrap().lines, 1);
+    assert_eq!(codex_rows(&index).count(), before);
+
+    // Rewritten: read again from the start, the same rows once.
+    let rewritten = text.replace("off by a cent", "off by a dime");
+    std::fs::write(&path, &rewritten).unwrap();
+    assert_eq!(index.scan_history(&found(&root)).unwrap().reset, 1);
+    let claude_rows: Vec<_> =
+        spent(&index).into_iter().filter(|row| row.0.as_str() < "2026-11-30T10").collect();
+    assert_eq!(claude_rows, expected, "the Claude transcript's are before the Codex one's");
+    // Gone: its rows go.
+    std::fs::remove_file(&path).unwrap();
+    index.scan_history(&found(&root)).unwrap();
+    assert!(index.spent(None).unwrap().iter().all(|row| row.harness == "codex"));
+    assert!(
+        index
+            .spent(Some("2026-11-30T10:00:05.000Z"))
+            .unwrap()
+            .iter()
+            .all(|row| row.ts.as_deref().is_some_and(|ts| ts >= "2026-11-30T10:00:05.000Z")),
+        "since narrows by time"
+    );
+}

@@ -34,6 +34,10 @@ pub(super) async fn search(State(app): State<App>, RawQuery(query): RawQuery) ->
     blocking(move || search_blocking(&app, query.as_deref().unwrap_or(""))).await
 }
 
+pub(super) async fn usage(State(app): State<App>, RawQuery(query): RawQuery) -> Reply {
+    blocking(move || usage_blocking(&app, query.as_deref().unwrap_or(""))).await
+}
+
 pub(super) async fn history_list(State(app): State<App>) -> Reply {
     blocking(move || history_blocking(&app)).await
 }
@@ -233,6 +237,49 @@ pub(super) fn search_blocking(app: &App, query: &str) -> Reply {
     };
     match ops::search::search(&index, ops::search::Query { text, filter }, &app.identity) {
         Ok(found) => Reply::ok(found.to_json()),
+        Err(error) => op_error(&error),
+    }
+}
+
+/// `GET /api/usage?by=day|session|project|model|harness&since=&tz=`: what the agents spent (see
+/// `spex usage`), days counted in `tz` (an IANA zone name; default UTC: the server's zone is not
+/// the client's).
+pub(super) fn usage_blocking(app: &App, query: &str) -> Reply {
+    let mut by = ops::usage::By::Day;
+    let mut since_text = None;
+    let mut zone = jiff::tz::TimeZone::UTC;
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "by" => match ops::usage::By::parse(&value) {
+                Ok(parsed) => by = parsed,
+                Err(error) => return Reply::error(400, error),
+            },
+            "since" => since_text = Some(value.into_owned()),
+            "tz" => match jiff::tz::TimeZone::get(&value) {
+                Ok(named) => zone = named,
+                Err(_) => return Reply::error(400, format!("tz {value:?} is not a time zone")),
+            },
+            other => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    let since =
+        match since_text.map(|text| crate::when::since(&text, jiff::Timestamp::now(), &zone)) {
+            Some(Ok(since)) => Some(since),
+            Some(Err(error)) => return Reply::error(400, error.0),
+            None => None,
+        };
+    let mut index = match fresh_index(&app.store) {
+        Ok(index) => index,
+        Err(reply) => return reply,
+    };
+    let found = match spex_history::discover(&app.roots) {
+        Ok(found) => found,
+        Err(error) => return Reply::error(500, error.to_string()),
+    };
+    let asked = ops::usage::Asked { by, since, zone };
+    let prices = ops::usage::Prices::committed();
+    match ops::usage::measure(&mut index, &found, &asked, prices, &app.identity) {
+        Ok((report, _)) => Reply::ok(report.to_json()),
         Err(error) => op_error(&error),
     }
 }

@@ -4,6 +4,7 @@
 //! |------------------------------------------|-------------------------------------------------|
 //! | `GET /api/sessions`                      | sessions, most recently worked in first (index) |
 //! | `GET /api/search?q=..&session=&status=&since=&harness=&project=&limit=` | full-text hits (index) |
+//! | `GET /api/usage?by=&since=&tz=` | tokens, turns and cost of the harness sessions (index) |
 //! | `GET /api/watch`                         | server-sent events: reset, then increments      |
 //! | `GET /api/sessions/:id/timeline?limit=N&before=P` | the last N public events before P (default the end), oldest first; `older`, `end` |
 //! | `GET /api/sessions/:id/events?after=P`   | server-sent events: the session's new events and its state |
@@ -58,7 +59,7 @@ use spex_engine::Store;
 use spex_engine::layout::TEXT_BYTES_MAX;
 use tokio::sync::watch;
 
-use self::api::{history_events, history_list, input, search, session, sessions, timeline};
+use self::api::{history_events, history_list, input, search, session, sessions, timeline, usage};
 use self::reply::{Reply, STORE_ROOT};
 use self::streams::{Feed, session_events, stream_bound, watch_stream};
 use super::guard::{Guard, Incoming, Verdict};
@@ -265,6 +266,7 @@ pub(crate) fn router(
         .route("/api/sessions/{id}", get(session))
         .route("/api/sessions", get(sessions))
         .route("/api/search", get(search))
+        .route("/api/usage", get(usage))
         .route("/api/watch", get(watch_stream))
         .route("/api/sessions/{id}/timeline", get(timeline))
         .route("/api/sessions/{id}/events", get(session_events))
