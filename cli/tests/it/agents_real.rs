@@ -249,6 +249,24 @@ fn converses(harness: &str, api: Api) {
     let last = world.model.main_requests().last().expect("a request").texts().join("\n");
     assert!(last.contains("Which region?") && last.contains("And after that?"));
     assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
+    // What it spent, from the transcript the harness wrote: two turns, and each main-loop
+    // request's reply counted once, whatever the harness wrote it as.
+    let usage = world.json(&["usage", "--by", "session"]);
+    let key = format!("{harness}:{native}");
+    let row = usage["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|row| row["key"] == key.as_str())
+        .unwrap_or_else(|| panic!("{key} in {usage}"));
+    assert_eq!(row["turns"], 2, "{usage}");
+    let replies = world.model.main_requests().len() as u64;
+    assert_eq!(row["replies"].as_u64(), Some(replies), "{usage}");
+    assert!(row["output"].as_u64().expect("output") >= replies, "{usage}");
+    assert!(row["input"].as_u64().expect("input") + row["cacheRead"].as_u64().expect("cache") > 0);
+    // The model the harness asked for is not in the price table: named, and no cost guessed.
+    assert_eq!(row["unpriced"].as_array().map(Vec::len), Some(1), "{usage}");
+    assert!(row["cost"].is_null(), "{usage}");
 }
 
 #[test]
