@@ -440,8 +440,92 @@ function renderConversation(scroll) {
   if (scroll === "bottom") window.scrollTo(0, document.body.scrollHeight);
 }
 
+// The usage view: tokens per day for the last 30 days with any, in the reader's zone, as
+// stacked bars (output, input, cache) and a table, from GET /api/usage.
+const USAGE_DAYS = 30;
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attributes, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function count(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
+
+function costOf(row) {
+  if (row.cost === null || row.cost === undefined) return "no price";
+  return `$${row.cost.toFixed(2)}${row.unpriced && row.unpriced.length ? "+?" : ""}`;
+}
+
+function drawUsage(report) {
+  const rows = (report.rows || []).slice(-USAGE_DAYS);
+  const chart = $("usage-chart");
+  const width = 800;
+  const height = 200;
+  const bottom = 18;
+  chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  chart.replaceChildren();
+  const most = Math.max(1, ...rows.map((row) => row.tokens));
+  const slot = width / Math.max(rows.length, 1);
+  const bar = Math.max(2, Math.min(40, slot * 0.7));
+  rows.forEach((row, index) => {
+    const x = index * slot + (slot - bar) / 2;
+    let y = height - bottom;
+    const group = svg("g", { class: "day", "data-day": row.key, "data-tokens": row.tokens });
+    group.append(svg("title", {}, `${row.key}: ${count(row.tokens)} tokens, ${costOf(row)}`));
+    for (const [part, value] of [["output", row.output], ["input", row.input + row.cacheWrite], ["cache", row.cacheRead]]) {
+      const tall = ((height - bottom - 4) * value) / most;
+      y -= tall;
+      group.append(svg("rect", { class: part, x, y, width: bar, height: tall }));
+    }
+    if (rows.length <= 12 || index % Math.ceil(rows.length / 12) === 0) {
+      group.append(svg("text", { class: "axis", x: x + bar / 2, y: height - 4, "text-anchor": "middle" }, row.key.slice(5)));
+    }
+    chart.append(group);
+  });
+  const body = $("usage-table").tBodies[0];
+  body.replaceChildren();
+  const total = { ...report.total, key: "all days" };
+  for (const row of [...rows].reverse().concat(rows.length ? [total] : [])) {
+    const tr = el("tr");
+    for (const text of [row.key, count(row.turns), count(row.replies), count(row.tokens), costOf(row)]) {
+      tr.append(el("td", "", text));
+    }
+    body.append(tr);
+  }
+  $("usage-state").textContent = rows.length ? "" : "no usage recorded";
+  const prices = report.prices || {};
+  $("usage-prices").textContent =
+    `Costs at list prices as of ${prices.asOf} (${(prices.sources || []).join(", ")}); ` +
+    "a model without a price is left out of them (+?).";
+}
+
+async function openUsage() {
+  $("usage-state").textContent = "reading…";
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  const response = await fetch(`/api/usage?by=day&tz=${encodeURIComponent(zone)}`);
+  const report = await response.json();
+  if (!response.ok) {
+    $("usage-state").textContent = report.error || `HTTP ${response.status}`;
+    return;
+  }
+  drawUsage(report);
+}
+
 function route() {
   const hash = location.hash;
+  $("usage-view").hidden = hash !== "#/usage";
+  if (hash === "#/usage") {
+    closeConversation();
+    $("board-view").hidden = true;
+    $("session-view").hidden = true;
+    openUsage();
+    return;
+  }
   const transcript = hash.match(/^#\/h\/([^/]+)\/(.+)$/);
   if (transcript) {
     const harness = decodeURIComponent(transcript[1]);

@@ -216,6 +216,18 @@ async fn the_web_page_works_in_a_real_browser() {
     assert!(rows.to_string().contains("spex alpha"), "the linked spex session: {rows}");
     assert!(!rows.to_string().contains("sk-ant-api03"), "redacted: {rows}");
     screenshot(&client, "board.png").await;
+    // What the agents spent, per day: a bar for the fixtures' day, in the table with its tokens.
+    client.execute("location.hash = '#/usage'", vec![]).await.unwrap();
+    let bars = "return [...document.querySelectorAll('#usage-chart g.day')].map(g => g.dataset.day + ' ' + g.dataset.tokens + ' ' + g.querySelectorAll('rect').length)";
+    until(&client, "the usage chart", bars, |v| *v == json!(["2026-11-30 40580 3"])).await;
+    let table = "return document.querySelector('#usage-table tbody').textContent";
+    let cells = until(&client, "the usage table", table, |v| {
+        v.as_str().is_some_and(|text| text.contains("40,580"))
+    })
+    .await;
+    assert!(cells.to_string().contains("$0.03"), "{cells}");
+    screenshot(&client, "usage.png").await;
+    client.execute("location.hash = '#/'", vec![]).await.unwrap();
     client
         .find(Locator::Css("#kind-filter option[value=codex]"))
         .await
