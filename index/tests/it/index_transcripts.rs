@@ -345,3 +345,38 @@ fn usage_is_counted_once_per_reply_however_the_transcript_is_folded() {
         "since narrows by time"
     );
 }
+
+/// What an older extractor left (another content version: no usage rows, a stale title) is
+/// extracted again by the next scan, transcript by transcript, without a reset of the index:
+/// every texts once, the usage back, and the spex sessions' rows untouched.
+#[test]
+fn a_new_extractor_version_re_extracts_every_transcript_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(dir.path()).unwrap();
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+    let roots = [
+        Root { harness: Harness::ClaudeCode, dir: base.join("claude") },
+        Root { harness: Harness::Codex, dir: base.join("codex") },
+    ];
+    let found = discover(&roots).unwrap();
+    index.scan_history(&found).unwrap();
+    let rows = index.transcripts().unwrap();
+    let spent = index.spent(None).unwrap();
+    let hits = search(&index, "connections");
+    assert_eq!(hits.len(), 1);
+    let connection = rusqlite::Connection::open(dir.path().join(spex_index::INDEX_FILE)).unwrap();
+    let older = spex_index::HISTORY_CONTENT_VERSION - 1;
+    connection
+        .execute("UPDATE transcripts SET content_version = ?1, title = 'stale'", [older])
+        .unwrap();
+    connection.execute("DELETE FROM usage", []).unwrap();
+    drop(connection);
+    assert!(index.spent(None).unwrap().is_empty(), "the older extractor kept no usage");
+    let scanned = index.scan_history(&found).unwrap();
+    assert_eq!((scanned.read, scanned.reset), (2, 2), "both read again from their start");
+    assert_eq!(index.transcripts().unwrap(), rows, "the same rows as a first fold");
+    assert_eq!(index.spent(None).unwrap(), spent, "the usage extracted");
+    assert_eq!(search(&index, "connections"), hits, "every text once");
+    let again = index.scan_history(&found).unwrap();
+    assert_eq!(again.read, 0, "then unchanged");
+}
