@@ -25,7 +25,7 @@ pub(crate) const SESSION_ENV: &str = "SPEX_SESSION_ID";
 
 /// The environment `spex` reads, with what each does (for the man pages). A variable set but
 /// empty counts as unset.
-pub(crate) const ENVIRONMENT: [(&str, &str); 16] = [
+pub(crate) const ENVIRONMENT: [(&str, &str); 17] = [
     (ROOT_ENV, "The store root, as --root (which wins)."),
     (
         "SPEXCODE_HOME",
@@ -58,6 +58,10 @@ pub(crate) const ENVIRONMENT: [(&str, &str); 16] = [
     (
         "SPEX_SEED",
         "The seed of verify and demo runs when --seed is not given (each run prints its seed).",
+    ),
+    (
+        spex_history::DEVICE_ID_ENV,
+        "This machine's device id in exports, imports and the fleet (default: a digest of the machine id).",
     ),
     ("NO_COLOR", "Any value turns colour off when --color is auto."),
     ("TZ", "The zone times are shown in (UTC with --utc)."),

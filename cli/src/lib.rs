@@ -10,6 +10,7 @@
 mod args;
 mod commands;
 mod exit;
+mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 mod ops;
@@ -87,6 +88,13 @@ enum Command {
     /// Sessions across harnesses: the Claude Code and Codex transcripts on this machine, listed
     /// and shown as conversations, redacted by default.
     History(commands::history::Args),
+    /// Other devices' servers, asked by `history ls --fleet`, `search --fleet` and
+    /// `history show DEVICE:ID`.
+    #[command(after_help = "Examples:
+  spex fleet add laptop http://127.0.0.1:7478 --token-file ~/.config/spex/laptop.token
+  spex fleet ls
+  spex history ls --fleet")]
+    Fleet(commands::fleet::Args),
     /// What the agents spent: tokens, turns and cost of every Claude Code and Codex session, per
     /// day, session, project, model or harness.
     #[command(after_help = "Examples:
@@ -154,6 +162,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Doctor(args) => commands::doctor::run(&args, global),
         Command::Serve(args) => commands::serve::run(&args, global),
         Command::History(args) => commands::history::run(&args, global),
+        Command::Fleet(args) => commands::fleet::run(&args, global),
         Command::Usage(args) => commands::usage::run(&args, global),
         Command::Pick(args) => commands::pick::run(&args, global),
         Command::Where(args) => commands::where_::run(&args, global),

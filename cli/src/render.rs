@@ -793,9 +793,69 @@ pub(crate) fn event_json(
     value
 }
 
+/// The event [`event_json`] wrote (as another device's server answers it), or `None` when the
+/// value is not one. Texts come back as they were shown (redacted by the device that wrote them).
+pub(crate) fn event_from_json(value: &serde_json::Value) -> Option<spex_history::Event> {
+    use spex_history::{Kind, Lifecycle};
+    let text = |name: &str| value[name].as_str().map(str::to_owned);
+    let count = |name: &str| value[name].as_u64().unwrap_or(0);
+    let kind = match value["kind"].as_str()? {
+        "user" => Kind::User { text: text("text")? },
+        "assistant" => Kind::Assistant { text: text("text")? },
+        "tool-call" => Kind::ToolCall { name: text("tool")?, summary: text("input")? },
+        "tool-result" => Kind::ToolResult { ok: value["ok"].as_bool()?, bytes: count("bytes") },
+        "usage" => Kind::Usage {
+            model: text("model"),
+            input: count("input"),
+            output: count("output"),
+            cache_read: count("cacheRead"),
+            cache_write: count("cacheWrite"),
+            reply: None,
+        },
+        "start" => Kind::Lifecycle(Lifecycle::Start),
+        "summary" => Kind::Lifecycle(Lifecycle::Summary { text: text("text")? }),
+        "turn-end" => Kind::Lifecycle(Lifecycle::TurnEnd),
+        "aborted" => Kind::Lifecycle(Lifecycle::Aborted { reason: text("reason")? }),
+        "unknown" => Kind::Unknown { kind: text("raw")? },
+        _ => return None,
+    };
+    Some(spex_history::Event { ts: text("ts"), line: value["line"].as_u64()?, kind })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_decodes_to_itself() {
+        use spex_history::{Event, Kind, Lifecycle};
+        let kinds = [
+            Kind::User { text: "fix it".to_owned() },
+            Kind::Assistant { text: "done".to_owned() },
+            Kind::ToolCall { name: "Bash".to_owned(), summary: "cargo test".to_owned() },
+            Kind::ToolResult { ok: false, bytes: 12 },
+            Kind::Usage {
+                model: Some("m".to_owned()),
+                input: 1,
+                output: 2,
+                cache_read: 3,
+                cache_write: 4,
+                reply: None,
+            },
+            Kind::Lifecycle(Lifecycle::Start),
+            Kind::Lifecycle(Lifecycle::Summary { text: "so far".to_owned() }),
+            Kind::Lifecycle(Lifecycle::TurnEnd),
+            Kind::Lifecycle(Lifecycle::Aborted { reason: "interrupted".to_owned() }),
+            Kind::Unknown { kind: "x/y".to_owned() },
+        ];
+        for (line, kind) in kinds.into_iter().enumerate() {
+            let event =
+                Event { ts: Some("2026-12-01T00:00:00Z".to_owned()), line: line as u64, kind };
+            let json = event_json(&event, &|text| text.to_owned());
+            assert_eq!(event_from_json(&json).as_ref(), Some(&event), "{json}");
+        }
+        assert_eq!(event_from_json(&serde_json::json!({"kind": "user"})), None);
+    }
 
     #[test]
     fn only_literal_characters_reach_a_pane() {

@@ -156,19 +156,26 @@ pub struct Device {
     pub host: Option<String>,
 }
 
+/// The environment variable that sets this machine's device id (tests run several "machines" on
+/// one).
+pub const DEVICE_ID_ENV: &str = "SPEX_DEVICE_ID";
+
 impl Device {
-    /// This machine.
+    /// This machine: its id from [`DEVICE_ID_ENV`] when set, else a digest of the machine id.
     pub fn this_machine() -> Device {
         use sha2::Digest as _;
-        let id = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
-            .iter()
-            .find_map(|path| std::fs::read_to_string(path).ok())
-            .map(|text| text.trim().to_owned())
-            .filter(|text| !text.is_empty())
-            .map(|text| {
-                let digest = sha2::Sha256::digest(format!("spex-device:{text}").as_bytes());
-                hex::encode(&digest[..8])
-            });
+        let set = std::env::var(DEVICE_ID_ENV).ok().filter(|id| !id.trim().is_empty());
+        let id = set.map(|id| id.trim().to_owned()).or_else(|| {
+            ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+                .iter()
+                .find_map(|path| std::fs::read_to_string(path).ok())
+                .map(|text| text.trim().to_owned())
+                .filter(|text| !text.is_empty())
+                .map(|text| {
+                    let digest = sha2::Sha256::digest(format!("spex-device:{text}").as_bytes());
+                    hex::encode(&digest[..8])
+                })
+        });
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
             .map(|name| name.trim().to_owned())

@@ -18,7 +18,7 @@ pub mod read;
 pub mod redact;
 pub mod state;
 
-pub use discover::{Device, Found, Root, discover, git_root};
+pub use discover::{DEVICE_ID_ENV, Device, Found, Root, discover, git_root};
 pub use event::{Event, Harness, Kind, Lifecycle};
 pub use parse::{Meta, Parser};
 pub use read::{Reading, open_regular, read_chunk, read_from};

@@ -19,9 +19,9 @@
 //!   refused) and, when an `Origin` is present, the server's own origin (403).
 //! - No CORS headers are ever sent, so no other origin can read an answer.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::net::SocketAddr;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -69,7 +69,7 @@ impl Guard {
         addr: SocketAddr,
     ) -> anyhow::Result<Guard> {
         let token = match token_file {
-            Some(path) => read_token(path)?,
+            Some(path) => crate::files::read_token(path)?,
             None => store_token(&root.join(TOKEN_FILE))?,
         };
         let port = addr.port();
@@ -167,28 +167,6 @@ fn query_token(query: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-/// The token in `path` (trimmed), refused when others can read the file.
-fn read_token(path: &Path) -> anyhow::Result<String> {
-    let metadata =
-        std::fs::metadata(path).with_context(|| format!("token file {}", path.display()))?;
-    if metadata.permissions().mode() & 0o077 != 0 {
-        anyhow::bail!(
-            "token file {} can be read by others (mode {:o}); make it 0600",
-            path.display(),
-            metadata.permissions().mode() & 0o777
-        );
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(4096).read_to_string(&mut text))
-        .with_context(|| format!("token file {}", path.display()))?;
-    let token = text.trim().to_owned();
-    if token.len() < 32 {
-        anyhow::bail!("token file {}: the token is shorter than 32 characters", path.display());
-    }
-    Ok(token)
-}
-
 /// The store's token: read, or created (0600, exclusively) when there is none.
 fn store_token(path: &PathBuf) -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
@@ -201,7 +179,9 @@ fn store_token(path: &PathBuf) -> anyhow::Result<String> {
                 .with_context(|| format!("token file {}", path.display()))?;
             Ok(token)
         }
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read_token(path),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            crate::files::read_token(path)
+        }
         Err(error) => Err(error).with_context(|| format!("token file {}", path.display())),
     }
 }

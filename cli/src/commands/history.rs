@@ -8,6 +8,7 @@ use spex_history::{Found, Harness, Identity, Root, State, Summary};
 
 use crate::args::Global;
 use crate::exit::{BadInput, Code};
+use crate::ops::fleet::{self, Fleet, Member};
 use crate::render::{self, Paint, print_json};
 
 /// Arguments of `spex history`.
@@ -93,6 +94,13 @@ struct LsArgs {
     /// degraded.
     #[arg(long, value_name = "STATE", value_parser = parse_state_word)]
     status: Option<String>,
+    /// Also every device of the fleet (`spex fleet`): each row names its device; a device that
+    /// does not answer within --timeout is named unreachable and the rest still answer.
+    #[arg(long)]
+    fleet: bool,
+    /// How long each device of the fleet may take to answer.
+    #[arg(long, default_value = "5s", value_parser = crate::when::parse_duration, requires = "fleet")]
+    timeout: std::time::Duration,
 }
 
 /// The first word of every state's name, as `--status` takes it.
@@ -158,10 +166,15 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             if let Some(word) = &ls.status {
                 listed.retain(|entry| entry.state.name().split([' ', '(']).next() == Some(word));
             }
-            if let Some(since) = &ls.since {
-                let zone = crate::when::zone(false);
-                let since = crate::when::since(since, jiff::Timestamp::now(), &zone)
-                    .map_err(crate::exit::BadInput::from)?;
+            let since = ls
+                .since
+                .as_deref()
+                .map(|text| {
+                    crate::when::since(text, jiff::Timestamp::now(), &crate::when::zone(false))
+                })
+                .transpose()
+                .map_err(crate::exit::BadInput::from)?;
+            if let Some(since) = &since {
                 listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
             }
             if let Some(project) = &ls.project {
@@ -174,6 +187,9 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                 });
             }
             listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
+            if ls.fleet {
+                return fleet_list(global, &listed, ls, since.as_deref(), &shown);
+            }
             if let Some(limit) = ls.limit {
                 listed.truncate(limit);
             }
@@ -199,6 +215,10 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             super::export::export(global, transcript, spex, export.out.as_deref(), export.raw)
         }
         Command::Show(show) => {
+            let fleet = Fleet::read(&global.root()?.path)?;
+            if let Some((member, id)) = crate::ops::fleet::remote(&fleet, &show.id) {
+                return remote_show(global, member, id, show);
+            }
             let transcript = resolve(&found, &show.id)?;
             let (summary, mut events) = spex_history::summarize(transcript)?;
             global.page();
@@ -756,6 +776,211 @@ pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
             format!("{} resume {id}", crate::ops::agent::Harness::Codex.default_command())
         }
     }
+}
+
+/// `history ls --fleet`: this machine's rows (already narrowed) and every answering device's,
+/// narrowed the same way, most recently active first, each naming its device. A remote row
+/// carries no path: its transcript is a file of another machine.
+fn fleet_list(
+    global: &Global,
+    listed: &[Listed],
+    ls: &LsArgs,
+    since: Option<&str>,
+    shown: &dyn Fn(&str) -> String,
+) -> anyhow::Result<Code> {
+    let fleet = Fleet::read(&global.root()?.path)?;
+    let answers = fleet::ask_all(&fleet, "/api/history", ls.timeout);
+    let device = spex_history::Device::this_machine();
+    let mut rows: Vec<serde_json::Value> = listed
+        .iter()
+        .map(|entry| {
+            let mut row = entry.to_json(shown);
+            row["state"] = entry.state.name().into();
+            row["device"] = json!({
+                "name": null, "here": true, "id": device.id, "host": device.host.as_deref().map(shown),
+            });
+            row
+        })
+        .collect();
+    let project =
+        ls.project.as_ref().map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
+    for answer in &answers {
+        let Ok(body) = &answer.body else { continue };
+        for row in body["history"].as_array().into_iter().flatten() {
+            let text = |name: &str| row[name].as_str().unwrap_or("");
+            let activity = row["lastActivity"].as_str().or(row["last"].as_str());
+            let kept = ls.harness.is_none_or(|harness| harness.name() == text("harness"))
+                && ls
+                    .status
+                    .as_deref()
+                    .is_none_or(|word| text("state").split([' ', '(']).next() == Some(word))
+                && since.is_none_or(|since| activity.is_some_and(|when| when >= since))
+                && project
+                    .as_ref()
+                    .is_none_or(|dir| std::path::Path::new(text("project")).starts_with(dir));
+            if !kept {
+                continue;
+            }
+            let mut row = row.clone();
+            if let Some(map) = row.as_object_mut() {
+                map.remove("path");
+                map.insert(
+                    "device".to_owned(),
+                    json!({ "name": answer.member.name, "here": false }),
+                );
+            }
+            rows.push(row);
+        }
+    }
+    let activity = |row: &serde_json::Value| {
+        row["lastActivity"].as_str().or(row["last"].as_str()).unwrap_or("").to_owned()
+    };
+    rows.sort_by(|a, b| {
+        activity(b).cmp(&activity(a)).then(a["id"].to_string().cmp(&b["id"].to_string()))
+    });
+    if let Some(limit) = ls.limit {
+        rows.truncate(limit);
+    }
+    let devices: Vec<_> = answers
+        .iter()
+        .map(|answer| {
+            json!({
+                "name": answer.member.name,
+                "url": answer.member.url,
+                "reachable": answer.body.is_ok(),
+                "error": answer.body.as_ref().err(),
+            })
+        })
+        .collect();
+    if global.json {
+        print_json(json!({ "sessions": rows, "devices": devices }))?;
+        return Ok(Code::Ok);
+    }
+    for answer in &answers {
+        if let Err(why) = &answer.body {
+            eprintln!("spex: {} is unreachable: {why}", answer.member.name);
+        }
+    }
+    global.page();
+    let zone = crate::when::zone(false);
+    let now = jiff::Timestamp::now();
+    let header: Vec<String> = ["DEVICE", "ID", "HARNESS", "STATE", "ACTIVE", "FIRST MESSAGE"]
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            let text = |name: &str| row[name].as_str().unwrap_or("-").to_owned();
+            let when = crate::when::parse_ts(&activity(row))
+                .map_or_else(|| "-".to_owned(), |then| crate::when::relative(now, then, &zone));
+            let id = text("id");
+            vec![
+                row["device"]["name"].as_str().unwrap_or("(here)").to_owned(),
+                render::literal(&id.chars().take(8).collect::<String>()),
+                text("harness"),
+                render::literal(&text("state")),
+                when,
+                render::first_line(&render::literal(row["title"].as_str().unwrap_or(""))),
+            ]
+        })
+        .collect();
+    render::out!("{}", render::table(&header, &cells, render::terminal_columns()))?;
+    Ok(Code::Ok)
+}
+
+/// `history show DEVICE:ID`: a conversation of another device, read through its server (which
+/// redacts it): its listing resolves the id (or a unique prefix), then its events are shown as
+/// a local conversation is.
+fn remote_show(
+    global: &Global,
+    member: &Member,
+    id: &str,
+    show: &ShowArgs,
+) -> anyhow::Result<Code> {
+    let unreachable = |why: String| BadInput(format!("{} is unreachable: {why}", member.name));
+    let listing = fleet::ask(member, "/api/history", fleet::ANSWER_WITHIN).map_err(unreachable)?;
+    let rows: Vec<&serde_json::Value> = listing["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["id"].as_str().is_some_and(|theirs| theirs.starts_with(id)))
+        .collect();
+    let row = match rows.as_slice() {
+        [row] => *row,
+        [] => {
+            return Err(BadInput(format!("{} has no harness session {id:?}", member.name)).into());
+        }
+        many => {
+            let ids: Vec<&str> = many.iter().filter_map(|row| row["id"].as_str()).collect();
+            return Err(BadInput(format!(
+                "{}:{id} names {} sessions ({}); give more of the id",
+                member.name,
+                ids.len(),
+                ids.join(", ")
+            ))
+            .into());
+        }
+    };
+    let (harness, full) = (row["harness"].as_str().unwrap_or(""), row["id"].as_str().unwrap_or(""));
+    let path = format!(
+        "/api/history/{}/{}?limit=10000",
+        form_urlencoded::byte_serialize(harness.as_bytes()).collect::<String>(),
+        form_urlencoded::byte_serialize(full.as_bytes()).collect::<String>(),
+    );
+    let detail = fleet::ask(member, &path, fleet::ANSWER_WITHIN).map_err(unreachable)?;
+    let mut events: Vec<spex_history::Event> = detail["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(render::event_from_json)
+        .collect();
+    if let Some(last) = show.last {
+        events.drain(..events.len().saturating_sub(last));
+    }
+    global.page();
+    if global.json {
+        let mut document = detail["history"].clone();
+        if let Some(map) = document.as_object_mut() {
+            map.remove("path");
+            map.insert("device".to_owned(), json!({ "name": member.name, "here": false }));
+            map.insert(
+                "events".to_owned(),
+                detail["events"]
+                    .as_array()
+                    .map_or_else(Vec::new, |all| {
+                        all[all.len().saturating_sub(events.len())..].to_vec()
+                    })
+                    .into(),
+            );
+        }
+        print_json(document)?;
+        return Ok(Code::Ok);
+    }
+    // Redacted by its device already: shown as it came.
+    let shown = |text: &str| text.to_owned();
+    let paint = Paint::for_stdout(global.color);
+    let title = row["title"].as_str().unwrap_or("(untitled)");
+    render::out!(
+        "{}
+",
+        paint.bold(&render::literal(title))
+    )?;
+    render::out!(
+        "{}
+
+",
+        paint.dim(&format!(
+            "{harness} · on {} · {}",
+            member.name,
+            row["state"].as_str().unwrap_or("-")
+        ))
+    )?;
+    let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
+    for event in &events {
+        render::out!("{}", view.event(event, &shown))?;
+    }
+    Ok(Code::Ok)
 }
 
 #[cfg(test)]

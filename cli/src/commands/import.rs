@@ -11,7 +11,7 @@
 //! copied: its next scan reads what was placed.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::Context as _;
@@ -111,7 +111,7 @@ pub(crate) fn import(global: &Global, file: &Path) -> anyhow::Result<Code> {
     let store = global.root()?.path;
     let provenance = store.join("imports").join(format!("{}-{id}.json", harness.name()));
     if !unchanged {
-        place_file(&target, transcript)?;
+        crate::files::place(&target, transcript)?;
         let device = spex_history::Device::this_machine();
         let record = json!({
             "schema": super::export::EXPORT_SCHEMA,
@@ -124,7 +124,7 @@ pub(crate) fn import(global: &Global, file: &Path) -> anyhow::Result<Code> {
             "redacted": manifest["redacted"],
             "manifest": manifest,
         });
-        place_file(&provenance, &serde_json::to_vec_pretty(&record)?)?;
+        crate::files::place(&provenance, &serde_json::to_vec_pretty(&record)?)?;
     }
     let kept: Vec<&str> =
         expected.iter().copied().filter(|path| path.starts_with("spex/")).collect();
@@ -189,34 +189,4 @@ fn safe_place(harness: Harness, place: &str) -> Result<PathBuf, String> {
         return Err(format!("the place {place:?} is not a transcript path under {top}/"));
     }
     Ok(path)
-}
-
-/// Writes `bytes` at `target` (private), whole or not at all: beside it, synced, renamed into
-/// place, the directory synced.
-fn place_file(target: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-    let dir = target.parent().context("a place has a directory")?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    let staging = target.with_extension("import-partial");
-    let written = (|| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&staging)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&staging, target)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if let Err(error) = written {
-        let _ignored = std::fs::remove_file(&staging);
-        return Err(error).with_context(|| format!("cannot write {}", target.display()));
-    }
-    Ok(())
 }

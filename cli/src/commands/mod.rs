@@ -8,6 +8,7 @@ pub(crate) mod completions;
 pub(crate) mod demo;
 pub(crate) mod doctor;
 pub(crate) mod export;
+pub(crate) mod fleet;
 pub(crate) mod guard;
 pub(crate) mod harness;
 pub(crate) mod history;

@@ -30,9 +30,16 @@ pub(crate) struct Args {
     /// Only harness transcripts of this project: their working directory is DIR or under it.
     #[arg(long, value_name = "DIR")]
     project: Option<std::path::PathBuf>,
-    /// At most this many hits.
+    /// At most this many hits (from each device, with --fleet).
     #[arg(long, default_value_t = 20)]
     limit: usize,
+    /// Also every device of the fleet (`spex fleet`): each hit names its device; a device that
+    /// does not answer within --timeout is named unreachable and the rest still answer.
+    #[arg(long, conflicts_with = "session")]
+    fleet: bool,
+    /// How long each device of the fleet may take to answer.
+    #[arg(long, default_value = "5s", value_parser = crate::when::parse_duration, requires = "fleet")]
+    timeout: std::time::Duration,
 }
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
@@ -61,6 +68,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             limit: args.limit,
         },
     };
+    let fleet_since = query.filter.since.clone();
     // Without a store, a search of the harness transcripts builds the index they are searched
     // in (in a new store, as `spex index refresh` does); with no transcripts either, there is
     // nothing to search.
@@ -94,8 +102,28 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             ops::search::search(&index, query, &spex_history::Identity::of_this_machine())?
         }
     };
+    let remote =
+        if args.fleet { fleet_hits(global, args, fleet_since.as_deref())? } else { Vec::new() };
     if global.json {
-        print_json(found.to_json())?;
+        let mut document = found.to_json();
+        if args.fleet {
+            let mut hits: Vec<serde_json::Value> =
+                document["hits"].as_array().cloned().unwrap_or_default();
+            let mut devices = Vec::new();
+            for (name, answer) in &remote {
+                devices.push(serde_json::json!({
+                    "name": name, "reachable": answer.is_ok(), "error": answer.as_ref().err(),
+                }));
+                for hit in answer.iter().flatten() {
+                    let mut hit = hit.clone();
+                    hit["device"] = serde_json::json!(name);
+                    hits.push(hit);
+                }
+            }
+            document["hits"] = hits.into();
+            document["devices"] = devices.into();
+        }
+        print_json(document)?;
         return Ok(Code::Ok);
     }
     let hits = found.hits;
@@ -120,10 +148,81 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             outln!("{}{carets}", " ".repeat(render::width(&lead)))?;
         }
     }
-    if hits.is_empty() && !global.quiet {
+    let mut remote_hits = 0;
+    for (name, answer) in &remote {
+        match answer {
+            Err(why) => eprintln!("spex: {name} is unreachable: {why}"),
+            Ok(found) => {
+                for hit in found {
+                    remote_hits += 1;
+                    let text = |field: &str| hit[field].as_str().unwrap_or("-").to_owned();
+                    let ts = text("ts");
+                    let when = crate::when::parse_ts(&ts).map_or_else(
+                        || render::literal(&ts),
+                        |ts| {
+                            ts.to_zoned_datetime(zone.clone())
+                                .strftime("%Y-%m-%d %H:%M")
+                                .to_string()
+                        },
+                    );
+                    let place = match hit["line"].as_u64() {
+                        Some(line) => {
+                            format!("{name}:{}:{}:{line}", text("source"), text("session"))
+                        }
+                        None => format!("{name}:{}", text("session")),
+                    };
+                    let snippet = render::literal(&text("snippet")).replace('\n', " ");
+                    outln!(
+                        "{}  {}  {:<6}  {snippet}",
+                        paint.dim(&when),
+                        paint.bold(&render::literal(&place)),
+                        text("kind")
+                    )?;
+                }
+            }
+        }
+    }
+    if hits.is_empty() && remote_hits == 0 && !global.quiet {
         eprintln!("spex: no matches for {:?}", args.query);
     }
     Ok(Code::Ok)
+}
+
+/// One device's name and its hits (as its server answers them), or why it did not answer.
+type DeviceHits = (String, Result<Vec<serde_json::Value>, String>);
+
+/// The hits of every device of the fleet for the same search: per device (in the fleet's
+/// order), its hits or why it did not answer.
+fn fleet_hits(
+    global: &Global,
+    args: &Args,
+    since: Option<&str>,
+) -> anyhow::Result<Vec<DeviceHits>> {
+    let fleet = crate::ops::fleet::Fleet::read(&global.root()?.path)?;
+    let mut query: Vec<(&str, String)> =
+        vec![("q", args.query.clone()), ("limit", args.limit.to_string())];
+    if let Some(since) = since {
+        query.push(("since", since.to_owned()));
+    }
+    if let Some(harness) = &args.harness {
+        query.push(("harness", harness.clone()));
+    }
+    if let Some(status) = &args.status {
+        query.push(("status", status.clone()));
+    }
+    if let Some(project) = &args.project {
+        query.push(("project", project.to_string_lossy().trim_end_matches('/').to_owned()));
+    }
+    let encoded: String =
+        form_urlencoded::Serializer::new(String::new()).extend_pairs(query).finish();
+    let path = format!("/api/search?{encoded}");
+    Ok(crate::ops::fleet::ask_all(&fleet, &path, args.timeout)
+        .into_iter()
+        .map(|answer| {
+            let hits = answer.body.map(|body| body["hits"].as_array().cloned().unwrap_or_default());
+            (answer.member.name.clone(), hits)
+        })
+        .collect())
 }
 
 /// A hit's snippet for the terminal, literal and on one line: its matches in colour, or, without

@@ -5,6 +5,7 @@ mod agents_real;
 mod cli_demo;
 mod common;
 mod corpus_cli;
+mod fleet_cli;
 mod history_cli;
 mod index_cli;
 mod people_cli;

@@ -1,0 +1,192 @@
+//! The fleet: other devices' `spex serve`, named in this store's `fleet.json`, asked over HTTP
+//! for their indexed metadata (history sessions, search hits) and for a conversation's detail,
+//! each redacted by the device that owns it. Nothing remote is ever presented as a local file:
+//! every remote row names its device, and no remote path is shown as one of this machine's.
+//!
+//! A device is asked with its token (read from the token file at each use, refused when others
+//! can read it) and within a bound: every device is asked at once, and one that has not answered
+//! within the bound (or answered with an error) is reported unreachable, with why, while the
+//! others' answers are used.
+//!
+//! Crash story: `fleet.json` is written whole or not at all (`crate::files`); nothing else here
+//! writes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::exit::BadInput;
+
+/// The fleet's file, under the store's root.
+pub(crate) const FLEET_FILE: &str = "fleet.json";
+
+/// How long a device may take to answer, by default.
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// The largest answer read from a device.
+const ANSWER_BYTES_MAX: u64 = 64 << 20;
+
+/// Another device's server.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Member {
+    /// What this store calls it (`laptop`): letters, digits, `-` and `_`.
+    pub(crate) name: String,
+    /// Its server's base URL (`http://127.0.0.1:7478`).
+    pub(crate) url: String,
+    /// The file holding its server's token (readable by its owner only).
+    pub(crate) token_file: PathBuf,
+}
+
+/// Every device of the fleet, as `fleet.json` lists them.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Fleet {
+    pub(crate) devices: Vec<Member>,
+}
+
+impl Fleet {
+    /// The fleet of the store at `root` (none listed when it has no file).
+    pub(crate) fn read(root: &Path) -> anyhow::Result<Fleet> {
+        let path = root.join(FLEET_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a fleet file", path.display())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Fleet::default()),
+            Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// Writes the fleet of the store at `root`, whole or not at all.
+    pub(crate) fn write(&self, root: &Path) -> anyhow::Result<()> {
+        let mut text = serde_json::to_string_pretty(self).context("the fleet as JSON")?;
+        text.push('\n');
+        crate::files::place(&root.join(FLEET_FILE), text.as_bytes())
+    }
+
+    /// The device named `name`.
+    pub(crate) fn member(&self, name: &str) -> Option<&Member> {
+        self.devices.iter().find(|member| member.name == name)
+    }
+}
+
+/// Checks a device's name: 1 to 32 letters, digits, `-` and `_`.
+pub(crate) fn check_name(name: &str) -> Result<(), BadInput> {
+    let fits = (1..=32).contains(&name.len())
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
+    if fits {
+        Ok(())
+    } else {
+        Err(BadInput(format!(
+            "device name {name:?}: use 1 to 32 letters, digits, - and _ (it is typed as NAME:ID)"
+        )))
+    }
+}
+
+/// Checks a server's URL: `http://HOST:PORT` with nothing after it (a trailing `/` is dropped).
+pub(crate) fn check_url(url: &str) -> Result<String, BadInput> {
+    let url = url.trim_end_matches('/');
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        BadInput(format!(
+            "{url:?}: give the server's http://HOST:PORT (spex serve listens on loopback; reach \
+             another machine's through a tunnel, e.g. ssh -L 7478:127.0.0.1:7477 HOST)"
+        ))
+    })?;
+    let plain = !rest.is_empty() && !rest.contains(['/', '?', '#', '@', ' ']);
+    if plain {
+        Ok(url.to_owned())
+    } else {
+        Err(BadInput(format!("{url:?} is not http://HOST:PORT")))
+    }
+}
+
+/// What one device answered.
+#[derive(Debug)]
+pub(crate) struct Answer<'a> {
+    pub(crate) member: &'a Member,
+    /// Its JSON, or why there is none (unreachable, too slow, refused, not JSON).
+    pub(crate) body: Result<Value, String>,
+}
+
+/// Asks every device of `fleet` for `path_and_query` (`/api/history`) at once, each within
+/// `within`; the answers in the fleet's order.
+pub(crate) fn ask_all<'a>(
+    fleet: &'a Fleet,
+    path_and_query: &str,
+    within: Duration,
+) -> Vec<Answer<'a>> {
+    std::thread::scope(|scope| {
+        let asked: Vec<_> = fleet
+            .devices
+            .iter()
+            .map(|member| (member, scope.spawn(move || ask(member, path_and_query, within))))
+            .collect();
+        asked
+            .into_iter()
+            .map(|(member, asking)| Answer {
+                member,
+                body: asking.join().unwrap_or_else(|_| Err("the request panicked".to_owned())),
+            })
+            .collect()
+    })
+}
+
+/// Asks one device for `path_and_query` within `within`: its JSON, or why not.
+pub(crate) fn ask(
+    member: &Member,
+    path_and_query: &str,
+    within: Duration,
+) -> Result<Value, String> {
+    let token =
+        crate::files::read_token(&member.token_file).map_err(|error| format!("{error:#}"))?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(within))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}{path_and_query}", member.url);
+    let mut response =
+        agent.get(&url).header("Authorization", &format!("Bearer {token}")).call().map_err(
+            |error| match error {
+                ureq::Error::Timeout(_) => format!("no answer within {within:?}"),
+                other => other.to_string(),
+            },
+        )?;
+    let status = response.status().as_u16();
+    let body: Value = response
+        .body_mut()
+        .with_config()
+        .limit(ANSWER_BYTES_MAX)
+        .read_json()
+        .map_err(|error| format!("HTTP {status}, not JSON: {error}"))?;
+    if status != 200 {
+        let said = body["error"].as_str().unwrap_or("no reason given");
+        return Err(format!("HTTP {status}: {said}"));
+    }
+    Ok(body)
+}
+
+/// A reference to another device's conversation, `DEVICE:ID`, when `text` is one of `fleet`'s.
+pub(crate) fn remote<'a>(fleet: &'a Fleet, text: &'a str) -> Option<(&'a Member, &'a str)> {
+    let (name, id) = text.split_once(':')?;
+    fleet.member(name).map(|member| (member, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_urls_are_checked() {
+        assert!(check_name("laptop-2").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name("a:b").is_err(), "a name is typed before a colon");
+        assert_eq!(check_url("http://127.0.0.1:7478/").unwrap(), "http://127.0.0.1:7478");
+        assert!(check_url("https://host:1").is_err());
+        assert!(check_url("http://host:1/api").is_err());
+        assert!(check_url("http://user@host:1").is_err());
+    }
+}
