@@ -443,10 +443,9 @@ function renderConversation(scroll) {
 // The usage view: tokens per day for the last 30 days with any, in the reader's zone, as
 // stacked bars (output, input, cache) and a table, from GET /api/usage.
 const USAGE_DAYS = 30;
-const SVG = "http://www.w3.org/2000/svg";
-
+// The chart's own namespace (the page names no origin, not even the SVG namespace's URL).
 function svg(tag, attributes, text) {
-  const node = document.createElementNS(SVG, tag);
+  const node = document.createElementNS($("usage-chart").namespaceURI, tag);
   for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
   if (text !== undefined) node.textContent = text;
   return node;
