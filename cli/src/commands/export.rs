@@ -45,6 +45,35 @@ pub(crate) fn export(
     out: Option<&Path>,
     raw: bool,
 ) -> anyhow::Result<Code> {
+    let store = global.existing_store()?;
+    let (manifest, bytes) = archive(store.as_ref(), transcript, spex, raw)?;
+    let out = out.map_or_else(
+        || PathBuf::from(format!("{}-{}.tar.zst", transcript.harness.name(), transcript.id)),
+        Path::to_path_buf,
+    );
+    write_new(&out, &bytes)?;
+    if raw && !global.quiet {
+        eprintln!(
+            "spex: --raw: {} holds the conversation unredacted (credentials and local paths as written); keep it to your own machines",
+            out.display()
+        );
+    }
+    if global.json {
+        print_json(json!({ "out": out, "manifest": manifest }))?;
+    } else {
+        render::outln!("{}", out.display())?;
+    }
+    Ok(Code::Ok)
+}
+
+/// The export of `transcript` (linked to spex session `spex` of `store`, if any): its manifest,
+/// and the archive's bytes (a tar compressed with zstd). Redacted unless `raw`.
+pub(crate) fn archive(
+    store: Option<&spex_engine::Store<faultfs::RealFs>>,
+    transcript: &Found,
+    spex: Option<&str>,
+    raw: bool,
+) -> anyhow::Result<(serde_json::Value, Vec<u8>)> {
     let identity = Identity::of_this_machine();
     let shown =
         |text: &str| if raw { text.to_owned() } else { spex_history::redact(text, &identity) };
@@ -61,7 +90,7 @@ pub(crate) fn export(
         bytes: text_bytes(&bytes, &transcript.path, raw, &shown)?,
     });
     if let Some(spex) = spex
-        && let Some(store) = global.existing_store()?
+        && let Some(store) = store
     {
         let dir = store.layout().session_dir(&spex_engine::SessionId::new(spex)?);
         for path in session_files(&dir)? {
@@ -105,23 +134,8 @@ pub(crate) fn export(
             "sha256": hex::encode(sha2::Sha256::digest(&entry.bytes)),
         })).collect::<Vec<_>>(),
     });
-    let out = out.map_or_else(
-        || PathBuf::from(format!("{}-{}.tar.zst", transcript.harness.name(), transcript.id)),
-        Path::to_path_buf,
-    );
-    write_archive(&out, &manifest, &entries)?;
-    if raw && !global.quiet {
-        eprintln!(
-            "spex: --raw: {} holds the conversation unredacted (credentials and local paths as written); keep it to your own machines",
-            out.display()
-        );
-    }
-    if global.json {
-        print_json(json!({ "out": out, "manifest": manifest }))?;
-    } else {
-        render::outln!("{}", out.display())?;
-    }
-    Ok(Code::Ok)
+    let bytes = archive_bytes(&manifest, &entries).context("cannot build the archive")?;
+    Ok((manifest, bytes))
 }
 
 /// The transcript's path under its harness's home: from the last `projects` (Claude Code) or
@@ -180,40 +194,34 @@ fn session_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Writes the archive beside `out` and renames it into place once whole and synced; an existing
+/// The archive: `manifest.json`, then every entry, as a tar compressed with zstd.
+fn archive_bytes(manifest: &serde_json::Value, entries: &[Entry]) -> anyhow::Result<Vec<u8>> {
+    let encoder = zstd::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
+    let mut archive = tar::Builder::new(encoder);
+    append(&mut archive, "manifest.json", &serde_json::to_vec_pretty(manifest)?)?;
+    for entry in entries {
+        append(&mut archive, &entry.path, &entry.bytes)?;
+    }
+    Ok(archive.into_inner()?.finish()?)
+}
+
+/// Writes `bytes` beside `out` and renames them into place once whole and synced; an existing
 /// `out` is refused.
-fn write_archive(
-    out: &Path,
-    manifest: &serde_json::Value,
-    entries: &[Entry],
-) -> anyhow::Result<()> {
+fn write_new(out: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     if std::fs::symlink_metadata(out).is_ok() {
         return Err(
             BadInput(format!("{} exists; name another file with --out", out.display())).into()
         );
     }
     let staging = out.with_extension("zst.partial");
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&staging)
-        .with_context(|| format!("cannot create {}", staging.display()))?;
-    let written = (|| -> anyhow::Result<()> {
-        let encoder = zstd::Encoder::new(file, ZSTD_LEVEL)?;
-        let mut archive = tar::Builder::new(encoder);
-        let manifest = serde_json::to_vec_pretty(manifest)?;
-        append(&mut archive, "manifest.json", &manifest)?;
-        for entry in entries {
-            append(&mut archive, &entry.path, &entry.bytes)?;
-        }
-        let mut file = archive.into_inner()?.finish()?;
-        file.flush()?;
-        file.sync_all()?;
-        Ok(())
+    let written = (|| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&staging)?;
+        file.write_all(bytes)?;
+        file.sync_all()
     })();
     if let Err(error) = written {
         let _ignored = std::fs::remove_file(&staging);
-        return Err(error.context(format!("cannot write {}", out.display())));
+        return Err(anyhow::Error::new(error).context(format!("cannot write {}", out.display())));
     }
     std::fs::rename(&staging, out).with_context(|| format!("cannot name {}", out.display()))?;
     Ok(())

@@ -9,6 +9,7 @@ use spex_history::{Found, Harness, Identity, Root, State, Summary};
 use crate::args::Global;
 use crate::exit::{BadInput, Code};
 use crate::ops::fleet::{self, Fleet, Member};
+use crate::ops::list::Links;
 use crate::render::{self, Paint, print_json};
 
 /// Arguments of `spex history`.
@@ -54,6 +55,19 @@ enum Command {
     #[command(after_help = "Examples:
   spex history import claude-7c1e....tar.zst   then: claude --resume 7c1e... in its project")]
     Import(ImportArgs),
+    /// Move a conversation from another device of the fleet to this one: its owner exports it,
+    /// this device imports it, then the owner records that it moved here (one owner). A
+    /// migration cut short is finished by running it again.
+    #[command(after_help = "Examples:
+  spex history migrate laptop:7c1e             then: claude --resume 7c1e... here")]
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    /// The conversation, as DEVICE:ID (a device of `spex fleet`, then the harness's session id
+    /// or a unique prefix of it).
+    reference: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -157,10 +171,14 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                     listed.push(Listed::missing(harness, thread, spex));
                 }
             }
+            let moved = fleet::moved(&global.root()?.path);
             for entry in &mut listed {
                 if let Some((spex, _)) = links.get(&(entry.harness, entry.id.clone())) {
                     entry.spex = Some(spex.clone());
                 }
+                entry.moved_to = moved
+                    .get(&(entry.harness.to_owned(), entry.id.clone()))
+                    .map(|record| record["to"].clone());
             }
             listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
             if let Some(word) = &ls.status {
@@ -206,6 +224,17 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             list(&listed, &every, global, &shown)
         }
         Command::Import(import) => super::import::import(global, &import.file),
+        Command::Migrate(migrate) => {
+            let fleet = Fleet::read(&global.root()?.path)?;
+            let (member, id) =
+                crate::ops::fleet::remote(&fleet, &migrate.reference).ok_or_else(|| {
+                    BadInput(format!(
+                        "{:?} is not DEVICE:ID with a device of the fleet (spex fleet ls)",
+                        migrate.reference
+                    ))
+                })?;
+            super::migrate::migrate(global, member, id)
+        }
         Command::Export(export) => {
             let transcript = resolve(&found, &export.id)?;
             let links = spex_links(global)?;
@@ -364,6 +393,9 @@ struct Listed {
     state: State,
     /// The linked spex session's id, set by [`list`].
     spex: Option<String>,
+    /// Where the conversation moved (`spex history migrate` on another device): its new
+    /// device (`{"device", "host"}`).
+    moved_to: Option<serde_json::Value>,
 }
 
 impl Listed {
@@ -386,6 +418,7 @@ impl Listed {
             unknown: summary.digest.unknown.clone(),
             state,
             spex: None,
+            moved_to: None,
         }
     }
 
@@ -408,6 +441,7 @@ impl Listed {
             unknown: row.unknown,
             state,
             spex: None,
+            moved_to: None,
         }
     }
 
@@ -445,6 +479,7 @@ impl Listed {
             unknown: std::collections::BTreeMap::new(),
             state,
             spex: None,
+            moved_to: None,
         }
     }
 
@@ -476,31 +511,18 @@ impl Listed {
             "title": self.title.as_deref().map(shown),
             "counts": self.counts,
             "unknown": self.unknown,
+            "movedTo": self.moved_to,
         })
     }
 }
 
-/// The spex sessions linked to harness sessions: (harness, harness session id) -> (spex session
-/// id, display status).
-type Links = std::collections::HashMap<(&'static str, String), (String, String)>;
-
 /// The spex sessions that name a harness session, by (harness, harness session id): their id
 /// and display status. Empty without a store (nothing is created to find out).
 fn spex_links(global: &Global) -> anyhow::Result<Links> {
-    let mut links = std::collections::HashMap::new();
-    let Some(store) = global.existing_store()? else { return Ok(links) };
-    for id in store.session_ids()? {
-        // A damaged or vanished record links nothing; `spex doctor` reports it.
-        let Ok(record) = store.record(&id) else { continue };
-        let Some(thread) = record.harness_session_id().filter(|thread| !thread.is_empty()) else {
-            continue;
-        };
-        if let Some(harness) = Harness::parse(record.harness()) {
-            let display = record.public_triple().display_word().to_owned();
-            links.insert((harness.name(), thread.to_owned()), (id.to_string(), display));
-        }
+    match global.existing_store()? {
+        Some(store) => crate::ops::list::harness_links(&store),
+        None => Ok(Links::new()),
     }
-    Ok(links)
 }
 
 /// The transcript whose session id is `reference` or starts with it (an ambiguous prefix names
@@ -600,6 +622,13 @@ fn list(
                 }
                 State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
                 other => paint.dim(&other.name()),
+            };
+            let state = match &entry.moved_to {
+                Some(to) => paint.dim(&format!(
+                    "moved to {}",
+                    to["host"].as_str().or(to["device"].as_str()).unwrap_or("another device")
+                )),
+                None => state,
             };
             // What spex's own runs say, when a spex session drives it and they say more.
             let state = match agent {
@@ -791,8 +820,10 @@ fn fleet_list(
     let fleet = Fleet::read(&global.root()?.path)?;
     let answers = fleet::ask_all(&fleet, "/api/history", ls.timeout);
     let device = spex_history::Device::this_machine();
+    // A conversation that moved is listed by its new owner alone.
     let mut rows: Vec<serde_json::Value> = listed
         .iter()
+        .filter(|entry| entry.moved_to.is_none())
         .map(|entry| {
             let mut row = entry.to_json(shown);
             row["state"] = entry.state.name().into();
@@ -809,7 +840,8 @@ fn fleet_list(
         for row in body["history"].as_array().into_iter().flatten() {
             let text = |name: &str| row[name].as_str().unwrap_or("");
             let activity = row["lastActivity"].as_str().or(row["last"].as_str());
-            let kept = ls.harness.is_none_or(|harness| harness.name() == text("harness"))
+            let kept = row["movedTo"].is_null()
+                && ls.harness.is_none_or(|harness| harness.name() == text("harness"))
                 && ls
                     .status
                     .as_deref()

@@ -26,7 +26,52 @@ use crate::render::{self, print_json};
 /// The largest archive read (a transcript of this size is far beyond any seen).
 const ARCHIVE_BYTES_MAX: u64 = 1 << 30;
 
+/// What an import did.
+#[derive(Debug)]
+pub(crate) struct Imported {
+    pub(crate) harness: Harness,
+    pub(crate) id: String,
+    /// Where the transcript is.
+    pub(crate) target: PathBuf,
+    /// Where it came from is recorded here.
+    pub(crate) provenance: PathBuf,
+    /// Whether anything was written (`false`: it was here already, with the same bytes).
+    pub(crate) changed: bool,
+    /// The linked spex session's files the archive holds (not imported).
+    pub(crate) kept: usize,
+}
+
 pub(crate) fn import(global: &Global, file: &Path) -> anyhow::Result<Code> {
+    let imported = import_archive(global, file)?;
+    let Imported { harness, id, target, provenance, changed, kept } = &imported;
+    if *kept > 0 && !global.quiet {
+        eprintln!(
+            "spex: the linked spex session's files ({kept}) stay in the archive: importing a spex session is not built"
+        );
+    }
+    if global.json {
+        print_json(json!({
+            "harness": harness.name(),
+            "sessionId": id,
+            "placed": target,
+            "provenance": provenance,
+            "changed": changed,
+        }))?;
+    } else if !changed {
+        render::outln!(
+            "{} {id}: already here ({}); nothing changed",
+            harness.name(),
+            target.display()
+        )?;
+    } else {
+        render::outln!("{} {id}: placed at {}", harness.name(), target.display())?;
+    }
+    Ok(Code::Ok)
+}
+
+/// Imports the archive `file` (see the module's header): every check before anything is
+/// written, then the transcript and its provenance, each whole.
+pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imported> {
     let refuse = |reason: String| -> anyhow::Error {
         BadInput(format!("{}: {reason}; nothing was written", file.display())).into()
     };
@@ -126,32 +171,8 @@ pub(crate) fn import(global: &Global, file: &Path) -> anyhow::Result<Code> {
         });
         crate::files::place(&provenance, &serde_json::to_vec_pretty(&record)?)?;
     }
-    let kept: Vec<&str> =
-        expected.iter().copied().filter(|path| path.starts_with("spex/")).collect();
-    if !kept.is_empty() && !global.quiet {
-        eprintln!(
-            "spex: the linked spex session's files ({}) stay in the archive: importing a spex session is not built",
-            kept.len()
-        );
-    }
-    if global.json {
-        print_json(json!({
-            "harness": harness.name(),
-            "sessionId": id,
-            "placed": target,
-            "provenance": provenance,
-            "changed": !unchanged,
-        }))?;
-    } else if unchanged {
-        render::outln!(
-            "{} {id}: already here ({}); nothing changed",
-            harness.name(),
-            target.display()
-        )?;
-    } else {
-        render::outln!("{} {id}: placed at {}", harness.name(), target.display())?;
-    }
-    Ok(Code::Ok)
+    let kept = expected.iter().filter(|path| path.starts_with("spex/")).count();
+    Ok(Imported { harness, id: id.to_owned(), target, provenance, changed: !unchanged, kept })
 }
 
 /// The archive's files by path, read whole (a damaged or truncated archive fails here).

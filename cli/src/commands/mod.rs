@@ -15,6 +15,7 @@ pub(crate) mod history;
 pub(crate) mod import;
 pub(crate) mod index;
 pub(crate) mod internal;
+pub(crate) mod migrate;
 pub(crate) mod pick;
 pub(crate) mod runs;
 pub(crate) mod search;

@@ -140,6 +140,46 @@ pub(crate) fn ask(
     path_and_query: &str,
     within: Duration,
 ) -> Result<Value, String> {
+    let response = request(member, path_and_query, within, None)?;
+    json_of(response)
+}
+
+/// Asks one device for the bytes at `path_and_query` (an archive) within `within`.
+pub(crate) fn fetch(
+    member: &Member,
+    path_and_query: &str,
+    within: Duration,
+) -> Result<Vec<u8>, String> {
+    let mut response = request(member, path_and_query, within, None)?;
+    if response.status().as_u16() != 200 {
+        return json_of(response).map(|_| Vec::new());
+    }
+    response
+        .body_mut()
+        .with_config()
+        .limit(ANSWER_BYTES_MAX)
+        .read_to_vec()
+        .map_err(|error| error.to_string())
+}
+
+/// Posts `body` (JSON) to one device at `path` within `within`: its JSON answer, or why not.
+pub(crate) fn post(
+    member: &Member,
+    path: &str,
+    body: &Value,
+    within: Duration,
+) -> Result<Value, String> {
+    let response = request(member, path, within, Some(body))?;
+    json_of(response)
+}
+
+/// One request to a device, with its token, within `within` (a POST when `body` is given).
+fn request(
+    member: &Member,
+    path_and_query: &str,
+    within: Duration,
+    body: Option<&Value>,
+) -> Result<ureq::http::Response<ureq::Body>, String> {
     let token =
         crate::files::read_token(&member.token_file).map_err(|error| format!("{error:#}"))?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -148,13 +188,23 @@ pub(crate) fn ask(
         .build()
         .into();
     let url = format!("{}{path_and_query}", member.url);
-    let mut response =
-        agent.get(&url).header("Authorization", &format!("Bearer {token}")).call().map_err(
-            |error| match error {
-                ureq::Error::Timeout(_) => format!("no answer within {within:?}"),
-                other => other.to_string(),
-            },
-        )?;
+    let bearer = format!("Bearer {token}");
+    let sent = match body {
+        None => agent.get(&url).header("Authorization", &bearer).call(),
+        Some(body) => agent
+            .post(&url)
+            .header("Authorization", &bearer)
+            .header("Content-Type", "application/json")
+            .send(body.to_string()),
+    };
+    sent.map_err(|error| match error {
+        ureq::Error::Timeout(_) => format!("no answer within {within:?}"),
+        other => other.to_string(),
+    })
+}
+
+/// A device's answer as JSON: its body when the status is 200, else why not.
+fn json_of(mut response: ureq::http::Response<ureq::Body>) -> Result<Value, String> {
     let status = response.status().as_u16();
     let body: Value = response
         .body_mut()
@@ -167,6 +217,70 @@ pub(crate) fn ask(
         return Err(format!("HTTP {status}: {said}"));
     }
     Ok(body)
+}
+
+/// Where a store records the conversations that moved to another device (one file each).
+pub(crate) const MOVED_DIR: &str = "moved";
+
+/// The record of `harness`'s session `id` having moved, under the store at `root`; `None` for
+/// an id that cannot name a file (harness ids are UUIDs: letters, digits and `-`).
+pub(crate) fn moved_path(root: &Path, harness: &str, id: &str) -> Option<PathBuf> {
+    let plain = |text: &str| {
+        !text.is_empty()
+            && text.len() <= 128
+            && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+    };
+    (plain(harness) && plain(id)).then(|| root.join(MOVED_DIR).join(format!("{harness}-{id}.json")))
+}
+
+/// Every conversation of the store at `root` that moved, by (harness, id): where it went
+/// (`{"device", "host"}`) and when. An unreadable record is skipped.
+pub(crate) fn moved(root: &Path) -> std::collections::HashMap<(String, String), Value> {
+    let mut moved = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir(root.join(MOVED_DIR)) else { return moved };
+    for entry in entries.filter_map(Result::ok) {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let Ok(record) = serde_json::from_str::<Value>(&text) else { continue };
+        if let (Some(harness), Some(id)) =
+            (record["harness"].as_str(), record["sessionId"].as_str())
+        {
+            moved.insert((harness.to_owned(), id.to_owned()), record.clone());
+        }
+    }
+    moved
+}
+
+/// Records that `harness`'s session `id` moved to the device `to` (`{"device", "host"}`),
+/// whole or not at all. Recording the same move again changes nothing; a move to another
+/// device than the one recorded is refused (a conversation has one owner).
+pub(crate) fn record_moved(
+    root: &Path,
+    harness: &str,
+    id: &str,
+    to: &Value,
+) -> anyhow::Result<bool> {
+    let path = moved_path(root, harness, id)
+        .ok_or_else(|| BadInput(format!("{harness} session {id:?} cannot be recorded as moved")))?;
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let record: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a move record", path.display()))?;
+        if record["to"]["device"] == to["device"] {
+            return Ok(false);
+        }
+        return Err(BadInput(format!(
+            "{harness} {id} moved to device {} already",
+            record["to"]["device"]
+        ))
+        .into());
+    }
+    let record = serde_json::json!({
+        "harness": harness,
+        "sessionId": id,
+        "to": to,
+        "movedAt": crate::when::stored_ts(jiff::Timestamp::now()),
+    });
+    crate::files::place(&path, &serde_json::to_vec_pretty(&record)?)?;
+    Ok(true)
 }
 
 /// A reference to another device's conversation, `DEVICE:ID`, when `text` is one of `fleet`'s.

@@ -111,3 +111,25 @@ pub(crate) fn sessions(
     }
     Ok(rows.into_iter().map(|row| Listed { agent: agent_word(store, &row.id), row }).collect())
 }
+
+/// The spex sessions linked to harness sessions: (harness, harness session id) -> (spex session
+/// id, display word).
+pub(crate) type Links = std::collections::HashMap<(&'static str, String), (String, String)>;
+
+/// The spex sessions of `store` that name a harness session, by (harness, harness session id):
+/// their id and display word. A damaged or vanished record links nothing (`spex doctor` reports
+/// it).
+pub(crate) fn harness_links(store: &Store<RealFs>) -> anyhow::Result<Links> {
+    let mut links = std::collections::HashMap::new();
+    for id in store.session_ids()? {
+        let Ok(record) = store.record(&id) else { continue };
+        let Some(thread) = record.harness_session_id().filter(|thread| !thread.is_empty()) else {
+            continue;
+        };
+        if let Some(harness) = spex_history::Harness::parse(record.harness()) {
+            let display = record.public_triple().display_word().to_owned();
+            links.insert((harness.name(), thread.to_owned()), (id.to_string(), display));
+        }
+    }
+    Ok(links)
+}

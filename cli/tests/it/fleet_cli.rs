@@ -187,3 +187,84 @@ fn one_device_lists_searches_and_reads_anothers_sessions() {
         2
     );
 }
+
+/// The devices a fleet listing from `device` names as owners of `id`.
+fn owners(device: &Device, id: &str) -> Vec<String> {
+    let listed = device.json(&["history", "ls", "--fleet"]);
+    let mut owners: Vec<String> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["id"] == id)
+        .map(|row| row["device"]["name"].as_str().unwrap_or("here").to_owned())
+        .collect();
+    owners.sort();
+    owners
+}
+
+/// A migration killed after each of its steps leaves one owner or a state the next `migrate`
+/// finishes; finished, the conversation is here, byte for byte, and the old device says where
+/// it went.
+#[test]
+fn a_migration_killed_at_each_step_ends_with_one_owner() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let here = Device::new("aaaa000000000001", "claude");
+    let there = Device::new("bbbb000000000002", "codex");
+    let (_server, url) = there.serve();
+    let token = there.token_file();
+    here.run(&["fleet", "add", "laptop", &url, "--token-file", token.to_str().unwrap()]).ok();
+    let id = "019a2d7a-41c4-78b1-b7cc-a45d62a89cd5";
+    let original = std::fs::read(
+        there
+            .store
+            .dir
+            .path()
+            .join("homes/codex/sessions/2026/11/30")
+            .join(format!("rollout-2026-11-30T10-00-00-{id}.jsonl")),
+    )
+    .unwrap();
+    let placed =
+        here.store.dir.path().join(format!(
+            "homes/codex/sessions/2026/11/30/rollout-2026-11-30T10-00-00-{id}.jsonl"
+        ));
+    let killed_after = |step: &str| {
+        let output = here
+            .command(&["history", "migrate", "laptop:019a"])
+            .env("SPEX_MIGRATE_STOP_AFTER", step)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.signal(), Some(9), "killed after {step}: {output:?}");
+    };
+    assert_eq!(owners(&here, id), ["laptop"]);
+    killed_after("fetched");
+    assert!(!placed.exists(), "fetched only: nothing placed");
+    assert_eq!(owners(&here, id), ["laptop"], "one owner");
+    killed_after("imported");
+    assert_eq!(std::fs::read(&placed).unwrap(), original, "placed byte for byte (unredacted)");
+    assert_eq!(owners(&here, id), ["here", "laptop"], "both hold it; the next migrate finishes");
+    killed_after("recorded");
+    assert_eq!(owners(&here, id), ["here"], "recorded: one owner");
+    let done = here.run(&["history", "migrate", "laptop:019a"]).ok();
+    assert!(done.contains("moved from laptop to this device (aaaa000000000001)"), "{done}");
+    assert!(!here.store.root().join("migrations").join(format!("codex-{id}.tar.zst")).exists());
+    assert_eq!(owners(&here, id), ["here"]);
+    // Again: nothing left to do, nothing changes.
+    here.run(&["history", "migrate", "laptop:019a"]).ok();
+    assert_eq!(std::fs::read(&placed).unwrap(), original);
+    // The old device says where it went.
+    let old = there.json(&["history", "ls"]);
+    let row = old["sessions"].as_array().unwrap().iter().find(|row| row["id"] == id).unwrap();
+    assert_eq!(row["movedTo"]["device"], "aaaa000000000001", "{old}");
+    let table = there.run(&["history", "ls"]).ok();
+    assert!(table.contains("moved to"), "{table}");
+    // Where it came from is recorded with the import.
+    let provenance: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(here.store.root().join("imports").join(format!("codex-{id}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(provenance["from"]["device"], "bbbb000000000002");
+    // A third device cannot take it from the old one any more.
+    let third = Device::new("cccc000000000003", "claude");
+    third.run(&["fleet", "add", "laptop", &url, "--token-file", token.to_str().unwrap()]).ok();
+    third.run(&["history", "migrate", "laptop:019a"]).fails(2, "moved from laptop to device");
+}

@@ -38,6 +38,25 @@ pub(super) async fn usage(State(app): State<App>, RawQuery(query): RawQuery) -> 
     blocking(move || usage_blocking(&app, query.as_deref().unwrap_or(""))).await
 }
 
+pub(super) async fn history_export(
+    State(app): State<App>,
+    Path((harness, id)): Path<(String, String)>,
+) -> Reply {
+    blocking(move || history_export_blocking(&app, &harness, &id)).await
+}
+
+pub(super) async fn history_moved(
+    State(app): State<App>,
+    Path((harness, id)): Path<(String, String)>,
+    body: Body,
+) -> Reply {
+    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(error) => return body_error(&error),
+    };
+    blocking(move || history_moved_blocking(&app, &harness, &id, &body)).await
+}
+
 pub(super) async fn history_list(State(app): State<App>) -> Reply {
     blocking(move || history_blocking(&app)).await
 }
@@ -118,14 +137,79 @@ pub(super) fn history_blocking(app: &App) -> Reply {
         Ok(index) => index,
         Err(reply) => return reply,
     };
+    let moved = ops::fleet::moved(app.store.layout().root());
     match index.history() {
         Ok(history) => Reply::ok(json!({
             "history": history
                 .into_iter()
-                .map(|history| history.shown(&app.identity).to_json())
+                .map(|history| {
+                    let key = (history.transcript.harness.clone(), history.transcript.id.clone());
+                    let mut row = history.shown(&app.identity).to_json();
+                    if let Some(record) = moved.get(&key) {
+                        row["movedTo"] = record["to"].clone();
+                    }
+                    row
+                })
                 .collect::<Vec<_>>(),
         })),
         Err(error) => index_error(&error),
+    }
+}
+
+/// The transcript of `harness`'s session `id`, found under the server's roots.
+fn history_transcript(app: &App, harness: &str, id: &str) -> Result<spex_history::Found, Reply> {
+    let Some(harness) = spex_history::Harness::parse(harness) else {
+        return Err(Reply::error(404, format!("no harness {harness:?} (claude or codex)")));
+    };
+    let found =
+        spex_history::discover(&app.roots).map_err(|error| Reply::error(500, error.to_string()))?;
+    found
+        .into_iter()
+        .find(|found| found.harness == harness && found.id == id)
+        .ok_or_else(|| Reply::error(404, "no such history session"))
+}
+
+/// `GET /api/history/:harness/:id/export`: the session's export as `spex history export --raw`
+/// writes it (a tar compressed with zstd, unredacted: for a move to another device of the same
+/// person, who holds this server's token), linked spex session included.
+pub(super) fn history_export_blocking(app: &App, harness: &str, id: &str) -> Reply {
+    let transcript = match history_transcript(app, harness, id) {
+        Ok(transcript) => transcript,
+        Err(reply) => return reply,
+    };
+    let links = ops::list::harness_links(&app.store).unwrap_or_default();
+    let spex = links.get(&(transcript.harness.name(), transcript.id.clone())).map(|(id, _)| id);
+    match crate::commands::export::archive(
+        Some(&app.store),
+        &transcript,
+        spex.map(String::as_str),
+        true,
+    ) {
+        Ok((_, bytes)) => Reply::archive(bytes),
+        Err(error) => Reply::error(500, format!("{error:#}")),
+    }
+}
+
+/// `POST /api/history/:harness/:id/moved` with `{"to": {"device": ID, "host": NAME}}`: records
+/// that the session moved to that device (its new owner). The same move again changes nothing;
+/// a move to another device than the one recorded is 409.
+pub(super) fn history_moved_blocking(app: &App, harness: &str, id: &str, body: &[u8]) -> Reply {
+    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Reply::error(400, "the body is not JSON");
+    };
+    let to = &document["to"];
+    if !to["device"].is_string() {
+        return Reply::error(400, "to.device (the new owner's device id) is missing");
+    }
+    if let Err(reply) = history_transcript(app, harness, id) {
+        return reply;
+    }
+    match ops::fleet::record_moved(app.store.layout().root(), harness, id, to) {
+        Ok(changed) => Reply::ok(json!({ "moved": true, "changed": changed, "to": to })),
+        Err(error) if error.is::<crate::exit::BadInput>() => {
+            Reply::error(409, format!("{error:#}"))
+        }
+        Err(error) => Reply::error(500, format!("{error:#}")),
     }
 }
 

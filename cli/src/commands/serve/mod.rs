@@ -12,6 +12,8 @@
 //! | `GET /api/sessions/:id`                  | one session: its state and what it is owed      |
 //! | `GET /api/history`                       | harness sessions (index), redacted              |
 //! | `GET /api/history/:harness/:id?limit=&before=` | one harness session's events, redacted    |
+//! | `GET /api/history/:harness/:id/export`   | its export, unredacted (a move to another device) |
+//! | `POST /api/history/:harness/:id/moved`   | records that it moved to `{"to":{"device"}}`    |
 //! | `GET /`, `GET /assets/*`                 | the web page: the board and the conversation    |
 //!
 //! The handlers (`api`) parse into the operations every surface shares (`crate::ops`) and answer
@@ -59,7 +61,10 @@ use spex_engine::Store;
 use spex_engine::layout::TEXT_BYTES_MAX;
 use tokio::sync::watch;
 
-use self::api::{history_events, history_list, input, search, session, sessions, timeline, usage};
+use self::api::{
+    history_events, history_export, history_list, history_moved, input, search, session, sessions,
+    timeline, usage,
+};
 use self::reply::{Reply, STORE_ROOT};
 use self::streams::{Feed, session_events, stream_bound, watch_stream};
 use super::guard::{Guard, Incoming, Verdict};
@@ -273,6 +278,8 @@ pub(crate) fn router(
         .route("/api/sessions/{id}/input", post(input))
         .route("/api/history", get(history_list))
         .route("/api/history/{harness}/{id}", get(history_events))
+        .route("/api/history/{harness}/{id}/export", get(history_export))
+        .route("/api/history/{harness}/{id}/moved", post(history_moved))
         .method_not_allowed_fallback(|uri: Uri| async move {
             Reply::error(405, format!("method not allowed on {}", uri.path()))
         })

@@ -18,11 +18,18 @@ pub(super) struct Reply {
     pub(super) status: u16,
     pub(super) body: Value,
     pub(super) retry_after: bool,
+    /// Bytes answered instead of the JSON body (an export's archive, `application/zstd`).
+    pub(super) archive: Option<Vec<u8>>,
 }
 
 impl Reply {
     pub(super) fn ok(body: Value) -> Reply {
-        Reply { status: 200, body, retry_after: false }
+        Reply { status: 200, body, retry_after: false, archive: None }
+    }
+
+    /// An archive (a tar compressed with zstd), as bytes.
+    pub(super) fn archive(bytes: Vec<u8>) -> Reply {
+        Reply { archive: Some(bytes), ..Reply::ok(Value::Null) }
     }
 
     /// An error answer. No answer names a path outside the store: the store's root is cut from
@@ -32,13 +39,20 @@ impl Reply {
         if let Some(root) = STORE_ROOT.get() {
             message = message.replace(root.as_str(), "<store>");
         }
-        Reply { status, body: json!({ "error": message }), retry_after: false }
+        Reply { status, body: json!({ "error": message }), retry_after: false, archive: None }
     }
 }
 
 impl IntoResponse for Reply {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if let Some(bytes) = self.archive {
+            let mut response = (status, bytes).into_response();
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/zstd"));
+            return response;
+        }
         let mut response = (status, self.body.to_string()).into_response();
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
