@@ -83,7 +83,7 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
             serde_json::from_slice(bytes).map_err(|error| refuse(format!("manifest.json: {error}")))
         })?;
     if manifest["kind"] != "spex-history-export"
-        || manifest["schema"] != super::export::EXPORT_SCHEMA
+        || manifest["schema"] != crate::ops::export::EXPORT_SCHEMA
     {
         return Err(refuse(format!(
             "not an export this version reads (kind {}, schema {})",
@@ -159,7 +159,7 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
         crate::files::place(&target, transcript)?;
         let device = spex_history::Device::this_machine();
         let record = json!({
-            "schema": super::export::EXPORT_SCHEMA,
+            "schema": crate::ops::export::EXPORT_SCHEMA,
             "harness": harness.name(),
             "sessionId": id,
             "placedAt": target,

@@ -12,6 +12,7 @@
 //! maps them to its exit codes, the server to its statuses (one table each).
 
 pub(crate) mod agent;
+pub(crate) mod export;
 pub(crate) mod fleet;
 pub(crate) mod list;
 pub(crate) mod search;

@@ -179,12 +179,7 @@ pub(super) fn history_export_blocking(app: &App, harness: &str, id: &str) -> Rep
     };
     let links = ops::list::harness_links(&app.store).unwrap_or_default();
     let spex = links.get(&(transcript.harness.name(), transcript.id.clone())).map(|(id, _)| id);
-    match crate::commands::export::archive(
-        Some(&app.store),
-        &transcript,
-        spex.map(String::as_str),
-        true,
-    ) {
+    match ops::export::archive(Some(&app.store), &transcript, spex.map(String::as_str), true) {
         Ok((_, bytes)) => Reply::archive(bytes),
         Err(error) => Reply::error(500, format!("{error:#}")),
     }
