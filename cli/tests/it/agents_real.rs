@@ -600,3 +600,100 @@ fn a_run_that_never_started_a_conversation_is_listed() {
     assert_eq!(runs[0]["outcome"], "failed", "{runs}");
     assert!(runs[0]["pid"].is_null(), "{runs}");
 }
+
+/// A conversation the real harness had on one device, migrated to another (`spex fleet`,
+/// `spex history migrate` through the first device's server), continues there in the same
+/// harness: the model is sent the earlier turn, and the new turn lands in the moved transcript.
+fn migrated_conversation_resumes(harness: &str, api: Api) {
+    use std::io::{BufRead as _, Write as _};
+    let Some(world) = World::new(harness) else { return };
+    world.model.script(api, answer("Deploy to eu-west-1 first."));
+    world.run(&["session", "new", "--id", "agent", "--harness", harness, "Which region?"]).ok();
+    let native = world.native_id("agent").expect("the record names the native session");
+    let mut serve = world
+        .command(&["serve", "--addr", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spex serve starts");
+    let mut line = String::new();
+    std::io::BufReader::new(serve.stdout.take().expect("stdout")).read_line(&mut line).unwrap();
+    let (url, _) = line.trim().split_once("/?token=").expect("the URL");
+
+    // The other device: its own store, home and harness homes (the project at the same path).
+    let other = |dir: &str| world.store.path(&format!("other/{dir}"));
+    for dir in ["store", "home", "claude-config", "codex-home"] {
+        std::fs::create_dir_all(other(dir)).unwrap();
+    }
+    std::fs::copy(
+        world.store.path("claude-config/.claude.json"),
+        other("claude-config/.claude.json"),
+    )
+    .unwrap();
+    std::fs::copy(world.store.path("codex-home/config.toml"), other("codex-home/config.toml"))
+        .unwrap();
+    let on_other = |program: &std::path::Path, args: &[&str]| {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .current_dir(world.store.path("work"))
+            .env("SPEX_ROOT", other("store"))
+            .env("SPEX_DEVICE_ID", "0ther000000000002")
+            .env("HOME", other("home"))
+            .env("CLAUDE_CONFIG_DIR", other("claude-config"))
+            .env("CODEX_HOME", other("codex-home"))
+            .env("ANTHROPIC_BASE_URL", world.model.url())
+            .env("ANTHROPIC_API_KEY", "scripted")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env("SPEX_TEST_MODEL_KEY", "scripted")
+            .env_remove("SPEX_SESSION_ID");
+        command
+    };
+    let spex = std::path::Path::new(common::SPEX);
+    let token = world.store.root().join("serve.token");
+    let added = on_other(spex, &["fleet", "add", "first", url, "--token-file"])
+        .arg(&token)
+        .output()
+        .unwrap();
+    Run(added).ok();
+    let reference = format!("first:{native}");
+    let moved = Run(on_other(spex, &["history", "migrate", &reference]).output().unwrap()).ok();
+    assert!(moved.contains("moved from first"), "{moved}");
+
+    // The harness itself, on the other device, resumes the moved conversation.
+    world.model.script(api, [Reply::Text("Then eu-central-1.".to_owned())]);
+    let bin = world.claude.as_ref().or(world.codex.as_ref()).expect("the harness");
+    let args: Vec<&str> = match harness {
+        "claude" => vec!["-p", "--resume", &native],
+        _ => vec!["exec", "resume", &native, "--json", "--skip-git-repo-check", "-"],
+    };
+    let mut child = on_other(bin, &args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the harness starts");
+    child.stdin.take().expect("stdin").write_all(b"And after that?").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(output.status.success(), "{output:?}");
+    let last = world.model.main_requests().last().expect("a request").texts().join("\n");
+    assert!(
+        last.contains("Which region?") && last.contains("And after that?"),
+        "the resumed request carries the moved turn: {last}"
+    );
+    let shown = Run(on_other(spex, &["history", "show", &native]).output().unwrap()).ok();
+    assert!(shown.contains("Which region?") && shown.contains("And after that?"), "{shown}");
+}
+
+#[test]
+fn claude_code_resumes_a_migrated_conversation() {
+    migrated_conversation_resumes("claude", Api::Anthropic);
+}
+
+#[test]
+fn codex_resumes_a_migrated_conversation() {
+    migrated_conversation_resumes("codex", Api::Responses);
+}
