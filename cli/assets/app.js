@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const board = { rows: new Map(), applied: -Infinity, history: new Map() };
+const board = { rows: new Map(), applied: -Infinity, history: new Map(), fleet: [] };
 let open = null; // the open conversation (see openConversation)
 
 function el(tag, className, text) {
@@ -67,7 +67,27 @@ function boardRows() {
     title: h.title || "", state: h.state, when: h.lastActivity || h.last || "", archived: false,
     owed: h.spexSession ? `spex ${h.spexSession}` : "", preview: h.project || "",
   }));
-  return spex.concat(harness);
+  // Other devices' sessions (the fleet), each naming its device.
+  const fleet = board.fleet.map((h) => ({
+    kind: h.harness, id: h.id, device: h.device,
+    href: `#/f/${encodeURIComponent(h.device)}/${encodeURIComponent(h.harness)}/${encodeURIComponent(h.id)}`,
+    title: h.title || "", state: h.state, when: h.lastActivity || h.last || "", archived: false,
+    owed: `on ${h.device}`, preview: h.project || "",
+  }));
+  return spex.concat(harness, fleet);
+}
+
+// The fleet's sessions, asked of this server (which asks each device); again every 30 s.
+async function loadFleet() {
+  try {
+    const response = await fetch("/api/fleet/history");
+    if (!response.ok) return;
+    const body = await response.json();
+    board.fleet = body.history || [];
+    renderBoard();
+  } catch (error) {
+    // The next round asks again.
+  }
 }
 
 // The title a session is shown by (a UUID only when it has none).
@@ -92,6 +112,7 @@ function renderBoard() {
     const item = el("li");
     item.dataset.id = row.id;
     item.dataset.kind = row.kind;
+    if (row.device) item.dataset.device = row.device;
     const link = el("a");
     link.href = row.href;
     // A spex session by its name, then its title; a harness session by its title (its id is a
@@ -139,7 +160,7 @@ function connect() {
     if (open && !open.transcript && !open.answers.length && value.type === "reset") loadAnswers(open);
     // An open transcript grew: read its newest page again.
     const grown = value.type === "update" && value.history;
-    if (open && open.transcript && grown && value.history.harness === open.harness && value.history.id === open.id) {
+    if (open && open.transcript && !open.device && grown && value.history.harness === open.harness && value.history.id === open.id) {
       refreshTranscript(open);
     }
   };
@@ -290,14 +311,15 @@ function transcriptEvents(events, harness) {
 
 async function readTranscript(mine, before) {
   const at = before ? `&before=${before}` : "";
-  const response = await fetch(`/api/history/${encodeURIComponent(mine.harness)}/${encodeURIComponent(mine.id)}?limit=${TRANSCRIPT_PAGE}${at}`);
+  const base = mine.device ? `/api/fleet/${encodeURIComponent(mine.device)}/history` : "/api/history";
+  const response = await fetch(`${base}/${encodeURIComponent(mine.harness)}/${encodeURIComponent(mine.id)}?limit=${TRANSCRIPT_PAGE}${at}`);
   const body = await response.json();
   return { ok: response.ok, body };
 }
 
-async function openTranscript(harness, id) {
+async function openTranscript(harness, id, device) {
   closeConversation();
-  const mine = { id, harness, transcript: true, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null, openTools: new Set() };
+  const mine = { id, harness, device, transcript: true, events: [], older: null, end: null, owed: new Set(), state: null, answers: [], source: null, openTools: new Set() };
   open = mine;
   const { ok, body } = await readTranscript(mine);
   if (open !== mine) return;
@@ -317,7 +339,9 @@ function setTranscript(mine, body, scroll) {
     mine.older = body.more && body.events.length ? first : null;
   }
   const listed = body.history || board.history.get(`${mine.harness}/${mine.id}`);
-  if (listed && listed.title) $("session-title").textContent = listed.title;
+  if (listed && listed.title) {
+    $("session-title").textContent = mine.device ? `${listed.title} · on ${mine.device}` : listed.title;
+  }
   mine.state = { display: listed ? listed.state : "" };
   renderConversation(scroll);
 }
@@ -518,6 +542,21 @@ async function openUsage() {
 function route() {
   const hash = location.hash;
   $("usage-view").hidden = hash !== "#/usage";
+  // Another device's session: read through this server, not live.
+  const remote = hash.match(/^#\/f\/([^/]+)\/([^/]+)\/(.+)$/);
+  if (remote) {
+    const [device, harness, id] = remote.slice(1).map(decodeURIComponent);
+    if (open && open.transcript && open.device === device && open.harness === harness && open.id === id) return;
+    $("board-view").hidden = true;
+    $("session-view").hidden = false;
+    $("composer").hidden = true;
+    $("older").hidden = true;
+    $("session-title").textContent = `${id} · on ${device}`;
+    $("send-state").textContent = "";
+    $("conversation").replaceChildren();
+    openTranscript(harness, id, device);
+    return;
+  }
   if (hash === "#/usage") {
     closeConversation();
     $("board-view").hidden = true;
@@ -529,7 +568,7 @@ function route() {
   if (transcript) {
     const harness = decodeURIComponent(transcript[1]);
     const id = decodeURIComponent(transcript[2]);
-    if (open && open.transcript && open.harness === harness && open.id === id) return;
+    if (open && open.transcript && !open.device && open.harness === harness && open.id === id) return;
     $("board-view").hidden = true;
     $("session-view").hidden = false;
     $("composer").hidden = true; // a harness session is answered in its harness
@@ -642,4 +681,6 @@ if (new URLSearchParams(location.search).has("token")) {
   history.replaceState(null, "", location.pathname + location.hash);
 }
 connect();
+loadFleet();
+setInterval(loadFleet, 30000);
 route();

@@ -525,3 +525,73 @@ async fn an_agent_answers_the_pages_composer() {
     assert!(asked.iter().any(|r| r.texts().iter().any(|t| t.contains("Which button deploys?"))));
     client.close().await.unwrap();
 }
+
+/// Another device's sessions on the page: listed on the board with their device, and opened
+/// through this server (which reads them through that device's, redacted there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_lists_and_opens_another_devices_sessions() {
+    let there = Store::new();
+    spex(&there, &["session", "new", "--id", "there"]);
+    let mut serve = with_homes(&there, there.command(&["serve", "--addr", "127.0.0.1:0"]));
+    let mut other = Killed(serve.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut line = String::new();
+    std::io::BufReader::new(other.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let (there_url, _) = line.trim().split_once("/?token=").unwrap();
+    let token = there.root().join("serve.token");
+
+    // Here: no transcripts of its own, the other device in its fleet.
+    let here = Store::new();
+    let empty = here.path("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let here_command = |args: &[&str]| {
+        let mut command = here.command(args);
+        command
+            .env("CLAUDE_CONFIG_DIR", &empty)
+            .env("CODEX_HOME", &empty)
+            .env("HOME", here.dir.path());
+        command
+    };
+    let added = here_command(&["fleet", "add", "laptop", there_url, "--token-file"])
+        .arg(&token)
+        .output()
+        .unwrap();
+    common::Run(added).ok();
+    let mut serve = here_command(&["serve", "--addr", "127.0.0.1:0"]);
+    let mut server = Killed(serve.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut url = String::new();
+    std::io::BufReader::new(server.0.stdout.take().unwrap()).read_line(&mut url).unwrap();
+    let url = url.trim().to_owned();
+
+    let (_driver, port) = chromedriver();
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(port, profile.path()).await;
+    client.goto(&url).await.unwrap();
+    let remote = "return [...document.querySelectorAll('#board li[data-device]')].map(e => e.dataset.device + ' ' + e.dataset.kind + ' ' + e.textContent)";
+    let rows = until(&client, "the other device's sessions", remote, |v| {
+        v.as_array().is_some_and(|rows| rows.len() == 2)
+    })
+    .await;
+    assert!(
+        rows.to_string().contains("laptop claude claude The checkout total is off by a cent"),
+        "{rows}"
+    );
+    assert!(rows.to_string().contains("on laptop"), "{rows}");
+    assert!(!rows.to_string().contains("sk-ant-api03"), "redacted there: {rows}");
+    client
+        .find(Locator::Css("#board li[data-device=laptop][data-kind=codex] a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(&client, "the other device's conversation", MESSAGES, |v| {
+        count(v, "Requests time out after 30 s under load") == 1
+    })
+    .await;
+    let title = "return document.getElementById('session-title').textContent";
+    let shown = client.execute(title, vec![]).await.unwrap();
+    assert!(shown.to_string().contains("on laptop"), "{shown}");
+    let planted = client.execute(MESSAGES, vec![]).await.unwrap();
+    assert_eq!(count(&planted, "hunter2"), 0, "redacted there: {planted}");
+    client.close().await.unwrap();
+}

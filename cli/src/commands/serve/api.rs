@@ -57,6 +57,21 @@ pub(super) async fn history_moved(
     blocking(move || history_moved_blocking(&app, &harness, &id, &body)).await
 }
 
+pub(super) async fn fleet_history(State(app): State<App>) -> Reply {
+    blocking(move || fleet_history_blocking(&app)).await
+}
+
+pub(super) async fn fleet_history_events(
+    State(app): State<App>,
+    Path((device, harness, id)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Reply {
+    blocking(move || {
+        fleet_history_events_blocking(&app, &device, &harness, &id, query.as_deref().unwrap_or(""))
+    })
+    .await
+}
+
 pub(super) async fn history_list(State(app): State<App>) -> Reply {
     blocking(move || history_blocking(&app)).await
 }
@@ -153,6 +168,83 @@ pub(super) fn history_blocking(app: &App) -> Reply {
                 .collect::<Vec<_>>(),
         })),
         Err(error) => index_error(&error),
+    }
+}
+
+/// `GET /api/fleet/history`: the history sessions of every device of this store's fleet (asked
+/// at once, each within [`ops::fleet::ANSWER_WITHIN`]), each row naming its device and carrying
+/// no path; a conversation that moved is listed by its new owner alone. `devices` says which
+/// answered.
+pub(super) fn fleet_history_blocking(app: &App) -> Reply {
+    let fleet = match ops::fleet::Fleet::read(app.store.layout().root()) {
+        Ok(fleet) => fleet,
+        Err(error) => return Reply::error(500, format!("{error:#}")),
+    };
+    let answers = ops::fleet::ask_all(&fleet, "/api/history", ops::fleet::ANSWER_WITHIN);
+    let mut rows = Vec::new();
+    let mut devices = Vec::new();
+    for answer in &answers {
+        devices.push(json!({
+            "name": answer.member.name,
+            "reachable": answer.body.is_ok(),
+            "error": answer.body.as_ref().err(),
+        }));
+        let Ok(body) = &answer.body else { continue };
+        for row in body["history"].as_array().into_iter().flatten() {
+            if !row["movedTo"].is_null() {
+                continue;
+            }
+            let mut row = row.clone();
+            if let Some(map) = row.as_object_mut() {
+                map.remove("path");
+                map.insert("device".to_owned(), json!(answer.member.name));
+            }
+            rows.push(row);
+        }
+    }
+    Reply::ok(json!({ "history": rows, "devices": devices }))
+}
+
+/// `GET /api/fleet/:device/history/:harness/:id?limit=&before=`: a history session of another
+/// device, read through that device's server (redacted there) and answered as
+/// `GET /api/history/:harness/:id` answers, with its device named.
+pub(super) fn fleet_history_events_blocking(
+    app: &App,
+    device: &str,
+    harness: &str,
+    id: &str,
+    query: &str,
+) -> Reply {
+    let mut forwarded = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match (name.as_ref(), value.parse::<u64>()) {
+            ("limit" | "before", Ok(number)) => {
+                forwarded.append_pair(&name, &number.to_string());
+            }
+            ("limit" | "before", Err(_)) => {
+                return Reply::error(400, format!("{name} {value:?} is not a number"));
+            }
+            (other, _) => return Reply::error(400, format!("unknown query parameter {other:?}")),
+        }
+    }
+    let fleet = match ops::fleet::Fleet::read(app.store.layout().root()) {
+        Ok(fleet) => fleet,
+        Err(error) => return Reply::error(500, format!("{error:#}")),
+    };
+    let Some(member) = fleet.member(device) else {
+        return Reply::error(404, format!("no device {device:?} in the fleet"));
+    };
+    let encode = |text: &str| form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+    let path = format!("/api/history/{}/{}?{}", encode(harness), encode(id), forwarded.finish());
+    match ops::fleet::ask(member, &path, ops::fleet::ANSWER_WITHIN) {
+        Ok(mut body) => {
+            if let Some(history) = body["history"].as_object_mut() {
+                history.remove("path");
+                history.insert("device".to_owned(), json!(member.name));
+            }
+            Reply::ok(body)
+        }
+        Err(why) => Reply::error(502, format!("{device} did not answer: {why}")),
     }
 }
 

@@ -14,6 +14,8 @@
 //! | `GET /api/history/:harness/:id?limit=&before=` | one harness session's events, redacted    |
 //! | `GET /api/history/:harness/:id/export`   | its export, unredacted (a move to another device) |
 //! | `POST /api/history/:harness/:id/moved`   | records that it moved to `{"to":{"device"}}`    |
+//! | `GET /api/fleet/history`                 | every fleet device's harness sessions, by device |
+//! | `GET /api/fleet/:device/history/:harness/:id?limit=&before=` | one of them, read through its device |
 //! | `GET /`, `GET /assets/*`                 | the web page: the board and the conversation    |
 //!
 //! The handlers (`api`) parse into the operations every surface shares (`crate::ops`) and answer
@@ -62,8 +64,8 @@ use spex_engine::layout::TEXT_BYTES_MAX;
 use tokio::sync::watch;
 
 use self::api::{
-    history_events, history_export, history_list, history_moved, input, search, session, sessions,
-    timeline, usage,
+    fleet_history, fleet_history_events, history_events, history_export, history_list,
+    history_moved, input, search, session, sessions, timeline, usage,
 };
 use self::reply::{Reply, STORE_ROOT};
 use self::streams::{Feed, session_events, stream_bound, watch_stream};
@@ -280,6 +282,8 @@ pub(crate) fn router(
         .route("/api/history/{harness}/{id}", get(history_events))
         .route("/api/history/{harness}/{id}/export", get(history_export))
         .route("/api/history/{harness}/{id}/moved", post(history_moved))
+        .route("/api/fleet/history", get(fleet_history))
+        .route("/api/fleet/{device}/history/{harness}/{id}", get(fleet_history_events))
         .method_not_allowed_fallback(|uri: Uri| async move {
             Reply::error(405, format!("method not allowed on {}", uri.path()))
         })
