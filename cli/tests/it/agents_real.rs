@@ -617,21 +617,23 @@ fn migrated_conversation_resumes(harness: &str, api: Api) {
         .spawn()
         .expect("spex serve starts");
     let mut line = String::new();
-    std::io::BufReader::new(serve.stdout.take().expect("stdout")).read_line(&mut line).unwrap();
+    std::io::BufReader::new(serve.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the URL line");
     let (url, _) = line.trim().split_once("/?token=").expect("the URL");
 
     // The other device: its own store, home and harness homes (the project at the same path).
     let other = |dir: &str| world.store.path(&format!("other/{dir}"));
     for dir in ["store", "home", "claude-config", "codex-home"] {
-        std::fs::create_dir_all(other(dir)).unwrap();
+        std::fs::create_dir_all(other(dir)).expect("a directory");
     }
     std::fs::copy(
         world.store.path("claude-config/.claude.json"),
         other("claude-config/.claude.json"),
     )
-    .unwrap();
+    .expect("claude config");
     std::fs::copy(world.store.path("codex-home/config.toml"), other("codex-home/config.toml"))
-        .unwrap();
+        .expect("codex config");
     let on_other = |program: &std::path::Path, args: &[&str]| {
         let mut command = Command::new(program);
         command
@@ -655,10 +657,11 @@ fn migrated_conversation_resumes(harness: &str, api: Api) {
     let added = on_other(spex, &["fleet", "add", "first", url, "--token-file"])
         .arg(&token)
         .output()
-        .unwrap();
+        .expect("spex runs");
     Run(added).ok();
     let reference = format!("first:{native}");
-    let moved = Run(on_other(spex, &["history", "migrate", &reference]).output().unwrap()).ok();
+    let moved =
+        Run(on_other(spex, &["history", "migrate", &reference]).output().expect("spex runs")).ok();
     assert!(moved.contains("moved from first"), "{moved}");
 
     // The harness itself, on the other device, resumes the moved conversation.
@@ -674,8 +677,8 @@ fn migrated_conversation_resumes(harness: &str, api: Api) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("the harness starts");
-    child.stdin.take().expect("stdin").write_all(b"And after that?").unwrap();
-    let output = child.wait_with_output().unwrap();
+    child.stdin.take().expect("stdin").write_all(b"And after that?").expect("the prompt");
+    let output = child.wait_with_output().expect("the harness ran");
     let _ = serve.kill();
     let _ = serve.wait();
     assert!(output.status.success(), "{output:?}");
@@ -684,7 +687,8 @@ fn migrated_conversation_resumes(harness: &str, api: Api) {
         last.contains("Which region?") && last.contains("And after that?"),
         "the resumed request carries the moved turn: {last}"
     );
-    let shown = Run(on_other(spex, &["history", "show", &native]).output().unwrap()).ok();
+    let shown =
+        Run(on_other(spex, &["history", "show", &native]).output().expect("spex runs")).ok();
     assert!(shown.contains("Which region?") && shown.contains("And after that?"), "{shown}");
 }
 
