@@ -910,7 +910,7 @@ fn fleet_list(
             vec![
                 row["device"]["name"].as_str().unwrap_or("(here)").to_owned(),
                 render::literal(&id.chars().take(8).collect::<String>()),
-                text("harness"),
+                render::literal(&text("harness")),
                 render::literal(&text("state")),
                 when,
                 render::first_line(&render::literal(row["title"].as_str().unwrap_or(""))),

@@ -176,7 +176,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
                         "{}  {}  {:<6}  {snippet}",
                         paint.dim(&when),
                         paint.bold(&render::literal(&place)),
-                        text("kind")
+                        render::literal(&text("kind"))
                     )?;
                 }
             }

@@ -213,7 +213,8 @@ fn json_of(mut response: ureq::http::Response<ureq::Body>) -> Result<Value, Stri
         .read_json()
         .map_err(|error| format!("HTTP {status}, not JSON: {error}"))?;
     if status != 200 {
-        let said = body["error"].as_str().unwrap_or("no reason given");
+        // A device's own words reach a terminal: shown literally, never as escapes.
+        let said = crate::render::literal(body["error"].as_str().unwrap_or("no reason given"));
         return Err(format!("HTTP {status}: {said}"));
     }
     Ok(body)
