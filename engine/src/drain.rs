@@ -205,7 +205,7 @@ impl<F: Fs> Store<F> {
             let delivered = if refused.is_some() && active(Mutant::DrainCommitsRefused) {
                 &batch.deliver[..]
             } else {
-                &batch.deliver[..delivered]
+                batch.deliver.get(..delivered).expect("no more delivered than the batch holds")
             };
             if !delivered.is_empty() {
                 self.transition_checked(
@@ -305,8 +305,10 @@ impl<F: Fs> Store<F> {
             .deliver
             .iter()
             .position(|entry| entry.dispatch.is_none() && !found.contains(&entry.mid));
-        if let Some(at) = missing {
-            let mid = batch.deliver[at].mid.clone();
+        if let Some(at) = missing
+            && let Some(entry) = batch.deliver.get(at)
+        {
+            let mid = entry.mid.clone();
             batch.deliver.truncate(at);
             batch.stop = Some(DrainStop::SentMissing { mid });
         }

@@ -136,7 +136,10 @@ impl Groups {
                     // wrote nothing, or it poisoned the session and they are refused).
                     let mut answers: Vec<Answer> = batch.iter().map(|_| Answer::Alone).collect();
                     let own = batch.iter().position(|(t, _)| *t == ticket).unwrap_or(0);
-                    answers[own] = Answer::Done(Err(error));
+                    if let Some(answer) = answers.get_mut(own) {
+                        *answer = Answer::Done(Err(error));
+                    }
+                    debug_assert_eq!(answers.len(), batch.len(), "one answer per member");
                     answers
                 }
             };

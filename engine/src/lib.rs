@@ -4,6 +4,12 @@
 //! All storage goes through [`faultfs::Fs`]; time and ids are injected ([`env`]), so a run on
 //! `faultfs::SimFs` is deterministic from one seed. Each module's header states its file's
 //! format, durability guarantee and recovery rule.
+//!
+//! No code of the engine indexes or slices past a bound it has not checked
+//! (`clippy::indexing_slicing` is denied): bytes read from disk are reached through `get`,
+//! iterators and splits, and a field of a buffer the engine sized itself through a helper that
+//! names the invariant. Tests and the fuzz entry points may index.
+#![deny(clippy::indexing_slicing)]
 
 mod atomic;
 mod boundaries;
@@ -15,6 +21,7 @@ mod drain;
 pub mod env;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
+#[expect(clippy::indexing_slicing, reason = "fuzz entry points: a panic there is a finding")]
 pub mod fuzz;
 mod group;
 pub mod layout;

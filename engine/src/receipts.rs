@@ -122,7 +122,7 @@ pub(crate) fn tail_pin<F: Fs>(
         start -= take;
         block.extend_from_slice(&bytes);
         bytes = block;
-        let body = &bytes[..bytes.len().saturating_sub(1)];
+        let body = bytes.split_last().map_or(&[][..], |(_, body)| body);
         let line_found = body.contains(&b'\n') || start == 0;
         if (line_found && bytes.len() as u64 >= TAIL_PIN_BYTES.min(cursor.offset))
             || bytes.len() > crate::layout::LINE_BYTES_MAX + 1
@@ -130,10 +130,11 @@ pub(crate) fn tail_pin<F: Fs>(
             break;
         }
     }
-    let body = &bytes[..bytes.len().saturating_sub(1)];
+    let body = bytes.split_last().map_or(&[][..], |(_, body)| body);
     let line_start = body.iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1);
     let pinned_from = line_start.min(bytes.len().saturating_sub(TAIL_PIN_BYTES as usize));
-    Ok(Some(hex::encode(Sha256::digest(&bytes[pinned_from..]))))
+    let pinned = bytes.get(pinned_from..).unwrap_or_default();
+    Ok(Some(hex::encode(Sha256::digest(pinned))))
 }
 
 /// Magic at the start of the header block.
@@ -156,6 +157,22 @@ const _: () = assert!(CHECKSUM_AT + CHECKSUM_BYTES <= BLOCK_BYTES);
 /// A receipt's key as the run stores it.
 type Digest32 = [u8; 32];
 
+/// The `len` bytes at `at` of `bytes`, when it holds them.
+fn field(bytes: &[u8], at: usize, len: usize) -> Option<&[u8]> {
+    bytes.get(at..at.checked_add(len)?)
+}
+
+/// The `len` bytes at `at` of a buffer this module sized from the layout's constants, to be
+/// written (the constants keep every field inside its block: a miss is a bug here).
+fn field_mut(bytes: &mut [u8], at: usize, len: usize) -> &mut [u8] {
+    bytes.get_mut(at..at + len).expect("a field inside the block the layout sized")
+}
+
+/// The little-endian word at `at` of `bytes`, when it holds it.
+fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(field(bytes, at, 8)?.try_into().ok()?))
+}
+
 fn key_digest(operation: &str, request_digest: &str) -> Digest32 {
     let mut hasher = Sha256::new();
     hasher.update(operation.as_bytes());
@@ -174,21 +191,22 @@ struct Posting {
 
 impl Posting {
     fn encode(&self, out: &mut [u8]) {
-        out[..32].copy_from_slice(&self.key);
-        out[32..40].copy_from_slice(&self.position.segment.to_le_bytes());
-        out[40..48].copy_from_slice(&self.position.offset.to_le_bytes());
-        out[48] = u8::from(self.settled);
-        out[49..POSTING_BYTES].fill(0);
-        debug_assert_eq!(Posting::decode(out), *self, "an encoded posting decodes to itself");
+        assert_eq!(out.len(), POSTING_BYTES, "a posting's place is a posting long");
+        field_mut(out, 0, 32).copy_from_slice(&self.key);
+        field_mut(out, 32, 8).copy_from_slice(&self.position.segment.to_le_bytes());
+        field_mut(out, 40, 8).copy_from_slice(&self.position.offset.to_le_bytes());
+        field_mut(out, 48, 1).fill(u8::from(self.settled));
+        field_mut(out, 49, POSTING_BYTES - 49).fill(0);
+        debug_assert_eq!(Posting::decode(out), Some(*self), "an encoded posting decodes to itself");
     }
 
-    fn decode(bytes: &[u8]) -> Posting {
-        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        Posting {
-            key: bytes[..32].try_into().expect("32 bytes"),
-            position: Position { segment: word(32), offset: word(40) },
-            settled: bytes[48] != 0,
-        }
+    /// The posting in `bytes` (`None` when they are shorter than one).
+    fn decode(bytes: &[u8]) -> Option<Posting> {
+        Some(Posting {
+            key: field(bytes, 0, 32)?.try_into().ok()?,
+            position: Position { segment: word_at(bytes, 32)?, offset: word_at(bytes, 40)? },
+            settled: *field(bytes, 48, 1)?.first()? != 0,
+        })
     }
 }
 
@@ -204,41 +222,42 @@ struct Header {
 impl Header {
     fn encode(&self) -> Vec<u8> {
         let mut bytes = vec![0u8; BLOCK_BYTES];
-        bytes[..8].copy_from_slice(MAGIC);
+        field_mut(&mut bytes, 0, 8).copy_from_slice(MAGIC);
         let words =
             [self.records, self.blocks, self.cursor.segment, self.cursor.offset, self.cursor.index];
         for (i, word) in words.iter().enumerate() {
-            bytes[8 + i * 8..16 + i * 8].copy_from_slice(&word.to_le_bytes());
+            field_mut(&mut bytes, 8 + i * 8, 8).copy_from_slice(&word.to_le_bytes());
         }
         let pin = self.pin.as_bytes();
-        bytes[48] = u8::try_from(pin.len()).expect("a pin is a 64-character hash or empty");
-        bytes[49..49 + pin.len()].copy_from_slice(pin);
+        assert!(pin.len() <= 71, "a pin is a 64-character hash or empty");
+        field_mut(&mut bytes, 48, 1)
+            .fill(u8::try_from(pin.len()).expect("a pin is a 64-character hash or empty"));
+        field_mut(&mut bytes, 49, pin.len()).copy_from_slice(pin);
         let checksum = block_digest(&bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES);
-        bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + HEADER_CHECKSUM_BYTES]
-            .copy_from_slice(&checksum[..HEADER_CHECKSUM_BYTES]);
+        field_mut(&mut bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES)
+            .copy_from_slice(field(&checksum, 0, HEADER_CHECKSUM_BYTES).expect("a digest's bytes"));
+        debug_assert_eq!(Header::decode(&bytes).as_ref(), Some(self), "a header decodes to itself");
         bytes
     }
 
     fn decode(bytes: &[u8]) -> Option<Header> {
-        if bytes.len() < BLOCK_BYTES || &bytes[..8] != MAGIC {
+        if bytes.len() < BLOCK_BYTES || field(bytes, 0, 8)? != MAGIC {
             return None;
         }
-        if bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + HEADER_CHECKSUM_BYTES]
-            != block_digest(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES)
-                [..HEADER_CHECKSUM_BYTES]
+        let digest = block_digest(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES);
+        if field(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES)?
+            != field(&digest, 0, HEADER_CHECKSUM_BYTES)?
             && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
         {
             return None;
         }
-        let word = |i: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(bytes[8 + i * 8..16 + i * 8].try_into().ok()?))
-        };
-        let pin_len = usize::from(bytes[48]).min(71);
+        let word = |i: usize| word_at(bytes, 8 + i * 8);
+        let pin_len = usize::from(*field(bytes, 48, 1)?.first()?).min(71);
         Some(Header {
             records: word(0)?,
             blocks: word(1)?,
             cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
-            pin: String::from_utf8(bytes[49..49 + pin_len].to_vec()).ok()?,
+            pin: String::from_utf8(field(bytes, 49, pin_len)?.to_vec()).ok()?,
         })
     }
 }
@@ -248,38 +267,37 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     if bytes.len() < BLOCK_BYTES {
         return None;
     }
-    if bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES]
-        != block_digest(bytes, CHECKSUM_AT, CHECKSUM_BYTES)[..CHECKSUM_BYTES]
+    let digest = block_digest(bytes, CHECKSUM_AT, CHECKSUM_BYTES);
+    if field(bytes, CHECKSUM_AT, CHECKSUM_BYTES)? != field(&digest, 0, CHECKSUM_BYTES)?
         && !crate::mutant::active(crate::mutant::Mutant::IndexWithoutChecksum)
     {
         return None;
     }
-    let count = usize::from(u16::from_le_bytes([bytes[0], bytes[1]]));
+    let count = usize::from(u16::from_le_bytes(field(bytes, 0, 2)?.try_into().ok()?));
     if count == 0 || count > RECORDS_PER_BLOCK {
         return None;
     }
-    Some(
-        (0..count)
-            .map(|i| {
-                Posting::decode(
-                    &bytes[RECORDS_AT + i * POSTING_BYTES..RECORDS_AT + (i + 1) * POSTING_BYTES],
-                )
-            })
-            .collect(),
-    )
+    (0..count)
+        .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
+        .collect()
 }
 
 fn encode_block(records: &[Posting]) -> Vec<u8> {
+    assert!(
+        !records.is_empty() && records.len() <= RECORDS_PER_BLOCK,
+        "a data block holds 1 to {RECORDS_PER_BLOCK} records, not {}",
+        records.len()
+    );
     let mut bytes = vec![0u8; BLOCK_BYTES];
     let count = u16::try_from(records.len()).expect("at most a block of records");
-    bytes[..2].copy_from_slice(&count.to_le_bytes());
+    field_mut(&mut bytes, 0, 2).copy_from_slice(&count.to_le_bytes());
     for (i, record) in records.iter().enumerate() {
-        record.encode(
-            &mut bytes[RECORDS_AT + i * POSTING_BYTES..RECORDS_AT + (i + 1) * POSTING_BYTES],
-        );
+        record.encode(field_mut(&mut bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES));
     }
     let checksum = block_digest(&bytes, CHECKSUM_AT, CHECKSUM_BYTES);
-    bytes[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES].copy_from_slice(&checksum[..CHECKSUM_BYTES]);
+    field_mut(&mut bytes, CHECKSUM_AT, CHECKSUM_BYTES)
+        .copy_from_slice(field(&checksum, 0, CHECKSUM_BYTES).expect("a digest's bytes"));
+    debug_assert_eq!(decode_block(&bytes).as_deref(), Some(records), "a block decodes to itself");
     bytes
 }
 
@@ -288,8 +306,8 @@ fn encode_block(records: &[Posting]) -> Vec<u8> {
 /// damaged version of a block is refused alike.
 fn block_digest(bytes: &[u8], at: usize, len: usize) -> [u8; 32] {
     let mut hasher = Sha256::new();
-    hasher.update(&bytes[..at]);
-    hasher.update(&bytes[at + len..BLOCK_BYTES]);
+    hasher.update(bytes.get(..at).unwrap_or_default());
+    hasher.update(bytes.get(at + len..BLOCK_BYTES).unwrap_or_default());
     hasher.finalize().into()
 }
 
@@ -299,13 +317,13 @@ fn block_digest(bytes: &[u8], at: usize, len: usize) -> [u8; 32] {
 pub(crate) fn fix_checksums(bytes: &mut [u8]) {
     if bytes.len() >= BLOCK_BYTES {
         let checksum = block_digest(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES);
-        bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + HEADER_CHECKSUM_BYTES]
-            .copy_from_slice(&checksum[..HEADER_CHECKSUM_BYTES]);
+        field_mut(bytes, HEADER_CHECKSUM_AT, HEADER_CHECKSUM_BYTES)
+            .copy_from_slice(field(&checksum, 0, HEADER_CHECKSUM_BYTES).expect("a digest's bytes"));
     }
     for block in bytes.chunks_mut(BLOCK_BYTES).skip(1).filter(|block| block.len() == BLOCK_BYTES) {
         let checksum = block_digest(block, CHECKSUM_AT, CHECKSUM_BYTES);
-        block[CHECKSUM_AT..CHECKSUM_AT + CHECKSUM_BYTES]
-            .copy_from_slice(&checksum[..CHECKSUM_BYTES]);
+        field_mut(block, CHECKSUM_AT, CHECKSUM_BYTES)
+            .copy_from_slice(field(&checksum, 0, CHECKSUM_BYTES).expect("a digest's bytes"));
     }
 }
 
@@ -320,7 +338,7 @@ pub(crate) fn pinned<F: Fs>(fs: &F, layout: &Layout, id: &SessionId, bytes: &[u8
 /// A run's header alone, claiming no records (a forgery that hides every receipt).
 #[cfg(test)]
 pub(crate) fn without_records(bytes: &[u8]) -> Vec<u8> {
-    let mut header = Header::decode(&bytes[..BLOCK_BYTES]).expect("a persisted header");
+    let mut header = Header::decode(bytes).expect("a persisted header");
     header.records = 0;
     header.blocks = 0;
     header.encode()
@@ -329,7 +347,7 @@ pub(crate) fn without_records(bytes: &[u8]) -> Vec<u8> {
 /// Changes a run's pin so it no longer matches its log.
 #[cfg(test)]
 pub(crate) fn break_pin(bytes: &mut [u8]) {
-    bytes[49] ^= 1;
+    field_mut(bytes, 49, 1).iter_mut().for_each(|byte| *byte ^= 1);
 }
 
 /// What the persisted index gave: an answer, or a run that cannot answer (torn, stale, moved
@@ -412,7 +430,10 @@ impl Run {
                 return Ok(Persisted::Damaged);
             }
             let Some(records) = decode_block(&bytes) else { return Ok(Persisted::Damaged) };
-            let (first, last) = (records[0].key, records[records.len() - 1].key);
+            let (Some(first), Some(last)) = (records.first(), records.last()) else {
+                return Ok(Persisted::Damaged);
+            };
+            let (first, last) = (first.key, last.key);
             if *key < first {
                 high = middle;
             } else if *key > last {

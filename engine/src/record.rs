@@ -599,6 +599,7 @@ pub(crate) fn adapter<F: Fs>(
 }
 
 #[cfg(test)]
+#[expect(clippy::indexing_slicing, reason = "tests: an index out of bounds fails the test")]
 mod tests {
     use super::*;
 

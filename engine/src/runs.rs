@@ -379,7 +379,8 @@ pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLi
     let mut lines = Vec::new();
     let mut unreadable = 0;
     // Up to and including the last newline: what follows it is a torn line.
-    let complete = &bytes[..bytes.iter().rposition(|byte| *byte == b'\n').map_or(0, |end| end + 1)];
+    let complete_len = bytes.iter().rposition(|byte| *byte == b'\n').map_or(0, |end| end + 1);
+    let complete = bytes.get(..complete_len).unwrap_or_default();
     for raw in complete.split(|byte| *byte == b'\n') {
         if raw.is_empty() {
             continue;
@@ -423,7 +424,7 @@ pub fn fold(
                 len => len - 1,
             },
         };
-        let Folding { run, rank, ended } = &mut folding[index];
+        let Some(Folding { run, rank, ended }) = folding.get_mut(index) else { continue };
         let mut offer = |native: Option<&str>, source: u8, run: &mut Run| {
             if let Some(native) = native.filter(|native| !native.is_empty())
                 && (source > *rank || run.native_id.is_none())
@@ -579,6 +580,7 @@ pub fn runs<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<Run>,
 }
 
 #[cfg(test)]
+#[expect(clippy::indexing_slicing, reason = "tests: an index out of bounds fails the test")]
 mod tests {
     use super::*;
     use crate::timeline::Proposal;

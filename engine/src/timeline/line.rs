@@ -451,8 +451,9 @@ impl Line {
 pub(crate) fn glued(bytes: &[u8]) -> Option<(usize, Line)> {
     const START: &[u8] = b"{\"ts\":";
     (1..bytes.len().saturating_sub(START.len()))
-        .filter(|&at| bytes[at..].starts_with(START))
-        .find_map(|at| Line::decode(&bytes[at..]).ok().map(|line| (at, line)))
+        .filter_map(|at| Some((at, bytes.get(at..)?)))
+        .filter(|(_, rest)| rest.starts_with(START))
+        .find_map(|(at, rest)| Line::decode(rest).ok().map(|line| (at, line)))
 }
 
 #[cfg(test)]

@@ -147,14 +147,7 @@ fn damaged(body: &[u8]) -> bool {
 
 /// Whether `rest` (starting at a line) holds only damaged lines and perhaps an unterminated end.
 fn torn_from(rest: &[u8]) -> bool {
-    let mut start = 0;
-    while let Some(newline) = rest[start..].iter().position(|&b| b == b'\n') {
-        if !damaged(&rest[start..start + newline]) {
-            return false;
-        }
-        start += newline + 1;
-    }
-    true
+    rest.split_inclusive(|&b| b == b'\n').filter_map(|line| line.strip_suffix(b"\n")).all(damaged)
 }
 
 /// The length of the newest segment without its torn tail (an unterminated end and the damaged
@@ -165,7 +158,7 @@ pub(crate) fn sound_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
 
 /// Whether a segment may end in a torn line: the newest one, and the legacy one.
 fn tail_tolerant(segments: &[Segment], index: usize) -> bool {
-    index + 1 == segments.len() || segments[index].no.is_none()
+    index + 1 == segments.len() || segments.get(index).is_some_and(|segment| segment.no.is_none())
 }
 
 /// Parses the complete lines of `bytes`, which start at byte `base` of `segment`. Returns the
@@ -180,8 +173,8 @@ fn parse_forward(
 ) -> Result<(Vec<(u64, Line)>, u64)> {
     let mut lines = Vec::new();
     let mut start = 0usize;
-    while start < bytes.len() {
-        let Some(newline) = bytes[start..].iter().position(|&b| b == b'\n') else {
+    for piece in bytes.split_inclusive(|&b| b == b'\n') {
+        let Some(body) = piece.strip_suffix(b"\n") else {
             if tolerant {
                 break;
             }
@@ -191,19 +184,18 @@ fn parse_forward(
                 reason: CorruptReason::BadLine("unterminated line in a sealed segment".to_owned()),
             });
         };
-        let end = start + newline;
-        let body = &bytes[start..end];
         let line = match Line::decode_at(body, &segment.path, base + start as u64) {
             Ok(line) if !(tolerant && body.contains(&0)) => line,
             // A damaged line followed only by damaged lines (and perhaps an unterminated end)
             // is a torn tail: see `damaged`.
-            _ if tolerant && torn_from(&bytes[start..]) => break,
+            _ if tolerant && torn_from(bytes.get(start..).unwrap_or_default()) => break,
             Ok(line) => line,
             Err(error) => return Err(error),
         };
         lines.push((base + start as u64, line));
-        start = end + 1;
+        start += piece.len();
     }
+    debug_assert!(start <= bytes.len(), "the lines taken are within the bytes read");
     Ok((lines, base + start as u64))
 }
 
@@ -315,8 +307,8 @@ pub(crate) fn read_from_positioned<F: Fs>(
         0
     } else {
         let position = segments.iter().position(|segment| segment.key() == cursor.segment);
-        match position {
-            Some(position) if segment_len(fs, &segments[position])? >= cursor.offset => position,
+        match position.and_then(|position| Some((position, segments.get(position)?))) {
+            Some((position, segment)) if segment_len(fs, segment)? >= cursor.offset => position,
             Some(_) => {
                 return Err(Error::InvalidCursor {
                     cursor: cursor.to_string(),
@@ -333,8 +325,7 @@ pub(crate) fn read_from_positioned<F: Fs>(
     };
     let mut lines = Vec::new();
     let mut next = cursor;
-    for index in first..segments.len() {
-        let segment = &segments[index];
+    for (index, segment) in segments.iter().enumerate().skip(first) {
         let offset = if index == first && cursor != Cursor::START { cursor.offset } else { 0 };
         let bytes = read_rest(fs, segment, offset)?;
         let (parsed, end) =
@@ -378,8 +369,8 @@ pub(crate) fn line_at<F: Fs>(
             return Ok(None);
         }
         let start = bytes.len();
-        bytes.extend_from_slice(&block[..read]);
-        if let Some(newline) = bytes[start..].iter().position(|&b| b == b'\n') {
+        bytes.extend_from_slice(block.get(..read).unwrap_or(&block));
+        if let Some(newline) = block.iter().take(read).position(|&b| b == b'\n') {
             bytes.truncate(start + newline);
             break;
         }
@@ -466,8 +457,7 @@ fn page_once<F: Fs>(
     let mut page = PageLines { lines: Vec::new(), full: false, end: before.unwrap_or_default() };
     let Some(last) = last else { return Ok(page) };
     let mut counted = 0usize;
-    for index in (0..=last).rev() {
-        let segment = &segments[index];
+    for (index, segment) in segments.iter().enumerate().take(last + 1).rev() {
         let mut reader = match stop.filter(|_| index == last) {
             Some(offset) => BackwardLines::open_before(fs, segment, offset)?,
             None => BackwardLines::open(fs, segment, tail_tolerant(&segments, index))?,
@@ -610,12 +600,16 @@ impl<T: File> BackwardLines<T> {
     /// more blocks as needed. `buf` must be non-empty and end with `\n`.
     fn last_line(&mut self) -> Result<(usize, Vec<u8>)> {
         loop {
-            let end = self.buf.len() - 1;
-            if let Some(newline) = self.buf[..end].iter().rposition(|&b| b == b'\n') {
-                return Ok((newline + 1, self.buf[newline + 1..end].to_vec()));
+            let Some((last, before)) = self.buf.split_last() else {
+                unreachable!("last_line is called on a non-empty buffer");
+            };
+            assert_eq!(*last, b'\n', "the buffer ends with a line's newline");
+            if let Some(newline) = before.iter().rposition(|&b| b == b'\n') {
+                let body = before.get(newline + 1..).unwrap_or_default();
+                return Ok((newline + 1, body.to_vec()));
             }
             if self.pos == 0 {
-                return Ok((0, self.buf[..end].to_vec()));
+                return Ok((0, before.to_vec()));
             }
             self.read_block()?;
         }
@@ -677,10 +671,10 @@ pub(crate) fn scan<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Vec
         let bytes = read_rest(fs, segment, 0)?;
         let tolerant = tail_tolerant(&segments, index);
         let mut start = 0usize;
-        while start < bytes.len() {
+        while let Some(rest) = bytes.get(start..).filter(|rest| !rest.is_empty()) {
             let at = start as u64;
-            let newline = bytes[start..].iter().position(|&b| b == b'\n');
-            let rest_torn = tolerant && torn_from(&bytes[start..]);
+            let newline = rest.iter().position(|&b| b == b'\n');
+            let rest_torn = tolerant && torn_from(rest);
             let Some(newline) = newline.filter(|_| !rest_torn) else {
                 let kind = if tolerant {
                     DamageKind::TornTail { bytes: (bytes.len() - start) as u64 }
@@ -695,7 +689,7 @@ pub(crate) fn scan<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Vec
                 found.push(Damage { path: segment.path.clone(), offset: at, kind });
                 break;
             };
-            let body = &bytes[start..start + newline];
+            let body = rest.get(..newline).unwrap_or_default();
             if Line::decode(body).is_err() {
                 let kind = match Line::decode_lenient(body).filter(|_| !body.contains(&0)) {
                     Some(_) => {

@@ -66,7 +66,10 @@ pub(crate) fn append<F: Fs>(
     steps: &LogBoundaries,
     sync_line: bool,
 ) -> Result<Appended> {
-    assert!(line.ends_with(b"\n") && !line[..line.len() - 1].contains(&b'\n'), "one line");
+    assert!(
+        line.strip_suffix(b"\n").is_some_and(|body| !body.contains(&b'\n')),
+        "one line"
+    );
     let segments = list_segments(fs, layout, id)?;
     let newest = match segments.iter().rev().find_map(|segment| segment.no.map(|no| (no, segment)))
     {
@@ -220,7 +223,9 @@ pub(crate) fn repair_torn_tail<F: Fs>(
         let mut prefix = vec![0u8; usize::try_from(keep).unwrap_or(0)];
         let read = file.read_at(0, &mut prefix)?;
         prefix.truncate(read);
-        keep = prefix[..prefix.len().saturating_sub(1)]
+        keep = prefix
+            .split_last()
+            .map_or(&[][..], |(_, before)| before)
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |newline| newline as u64 + 1);
