@@ -202,6 +202,9 @@ impl Posting {
 
     /// The posting in `bytes` (`None` when they are shorter than one).
     fn decode(bytes: &[u8]) -> Option<Posting> {
+        if bytes.len() < POSTING_BYTES {
+            return None;
+        }
         Some(Posting {
             key: field(bytes, 0, 32)?.try_into().ok()?,
             position: Position { segment: word_at(bytes, 32)?, offset: word_at(bytes, 40)? },
@@ -788,5 +791,41 @@ impl ReceiptIndexes {
     /// Drops a session's index (it is closed, or its handle was poisoned).
     pub(crate) fn forget(&self, id: &SessionId) {
         lock(&self.by_session).remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posting(n: u8) -> Posting {
+        Posting {
+            key: [n; 32],
+            position: Position { segment: 1, offset: u64::from(n) },
+            settled: n.is_multiple_of(2),
+        }
+    }
+
+    #[test]
+    fn blocks_and_headers_decode_to_what_was_encoded_and_refuse_short_bytes() {
+        let records: Vec<Posting> = (1..=RECORDS_PER_BLOCK as u8).map(posting).collect();
+        let block = encode_block(&records);
+        assert_eq!(decode_block(&block), Some(records));
+        assert_eq!(decode_block(block.get(..BLOCK_BYTES - 1).unwrap_or_default()), None);
+        let header = Header {
+            records: 3,
+            blocks: 1,
+            cursor: Cursor { segment: 2, offset: 10, index: 4 },
+            pin: "ab".repeat(32),
+        };
+        assert_eq!(Header::decode(&header.encode()), Some(header));
+        assert_eq!(Posting::decode(&[0; POSTING_BYTES - 1]), None, "a short posting is none");
+    }
+
+    #[test]
+    #[should_panic(expected = "a data block holds 1 to 72 records, not 73")]
+    fn a_block_of_too_many_records_is_refused_before_it_is_written() {
+        let records: Vec<Posting> = (0..=RECORDS_PER_BLOCK as u8).map(posting).collect();
+        let _ = encode_block(&records);
     }
 }

@@ -66,10 +66,7 @@ pub(crate) fn append<F: Fs>(
     steps: &LogBoundaries,
     sync_line: bool,
 ) -> Result<Appended> {
-    assert!(
-        line.strip_suffix(b"\n").is_some_and(|body| !body.contains(&b'\n')),
-        "one line"
-    );
+    assert!(line.strip_suffix(b"\n").is_some_and(|body| !body.contains(&b'\n')), "one line");
     let segments = list_segments(fs, layout, id)?;
     let newest = match segments.iter().rev().find_map(|segment| segment.no.map(|no| (no, segment)))
     {
