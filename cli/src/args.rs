@@ -220,7 +220,10 @@ impl Global {
     pub(crate) fn store_for_session(&self, reference: &str) -> anyhow::Result<Store<RealFs>> {
         match self.existing_store()? {
             Some(store) => Ok(store),
-            None => Err(spex_engine::Error::NoSuchSession { id: reference.to_owned() }.into()),
+            None => {
+                let id = SessionId::new(reference)?;
+                Err(spex_engine::Error::NoSuchSession { id }.into())
+            }
         }
     }
 }

@@ -67,7 +67,7 @@ impl From<crate::when::NotATime> for BadInput {
 /// The exit code of a failed command: the first engine error or bad input in its chain decides.
 pub(crate) fn code_for(error: &anyhow::Error) -> Code {
     for cause in error.chain() {
-        if cause.is::<BadInput>() {
+        if cause.is::<BadInput>() || cause.is::<spex_engine::InvalidId>() {
             return Code::Usage;
         }
         if cause.downcast_ref::<spex_index::Error>().is_some_and(spex_index::Error::is_busy) {
@@ -79,7 +79,7 @@ pub(crate) fn code_for(error: &anyhow::Error) -> Code {
                 Error::Locked { .. } => Code::Busy,
                 Error::Corrupt { .. } => Code::Corrupt,
                 Error::TooLarge { .. }
-                | Error::InvalidId { .. }
+                | Error::InvalidId(_)
                 | Error::InvalidInput { .. }
                 | Error::InvalidConfig { .. }
                 | Error::InvalidCursor { .. }

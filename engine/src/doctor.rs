@@ -51,11 +51,8 @@ impl<F: Fs> Store<F> {
                 }
                 // Entries that are no session are named, never skipped in silence.
                 for entry in self.fs.read_dir(&self.layout.sessions_dir())? {
-                    if let Err(error) = SessionId::new(&entry.name) {
-                        let reason = match error {
-                            Error::InvalidId { reason, .. } => reason,
-                            other => other.to_string(),
-                        };
+                    if let Err(invalid) = SessionId::new(&entry.name) {
+                        let reason = invalid.reason;
                         found.push(Damage {
                             path: self.layout.sessions_dir().join(&entry.name),
                             offset: 0,

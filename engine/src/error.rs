@@ -77,7 +77,7 @@ pub enum Error {
     )]
     Poisoned {
         /// The session.
-        session: String,
+        session: crate::id::SessionId,
     },
     /// A keyed send reused a key with a different payload. Nothing was written.
     #[error(
@@ -102,13 +102,8 @@ pub enum Error {
         bytes_max: u64,
     },
     /// A session id failed validation.
-    #[error("invalid session id {id:?}: {reason}")]
-    InvalidId {
-        /// The id as given (escaped).
-        id: String,
-        /// Why it is invalid.
-        reason: String,
-    },
+    #[error(transparent)]
+    InvalidId(#[from] crate::id::InvalidId),
     /// An input value is invalid (not an id).
     #[error("invalid {what}: {reason}")]
     InvalidInput {
@@ -129,13 +124,13 @@ pub enum Error {
     #[error("no such session {id}")]
     NoSuchSession {
         /// The session id.
-        id: String,
+        id: crate::id::SessionId,
     },
     /// The session already exists.
     #[error("session {id} already exists")]
     SessionExists {
         /// The session id.
-        id: String,
+        id: crate::id::SessionId,
     },
     /// The session's worktree is gone: lifecycle writes are refused (sends are still recorded).
     #[error(
@@ -143,7 +138,7 @@ pub enum Error {
     )]
     Retired {
         /// The session id.
-        id: String,
+        id: crate::id::SessionId,
         /// The missing worktree.
         worktree: String,
     },

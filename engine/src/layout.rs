@@ -22,7 +22,6 @@
 //! implementation rewrites the record without keys it does not know), and `receipts.index` (a derived index of keyed-send receipts, rebuilt from
 //! the log whenever it is missing or stale).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -33,8 +32,7 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 4 * 1024 * 1024;
 pub const SEGMENT_BYTES_MIN: u64 = 1024;
 /// The environment variable that overrides the segment bound (read by the caller, not here).
 pub const SEGMENT_BYTES_ENV: &str = "SPEXCODE_TIMELINE_SEGMENT_BYTES";
-/// Longest session id.
-pub const SESSION_ID_BYTES_MAX: usize = 128;
+pub use crate::id::{SESSION_ID_BYTES_MAX, SessionId};
 /// Largest message text accepted by a send.
 pub const TEXT_BYTES_MAX: usize = 256 * 1024;
 /// Largest note accepted by a lifecycle write.
@@ -141,55 +139,6 @@ pub(crate) fn expect_kind<F: faultfs::Fs>(
             what(kind)
         )),
     })
-}
-
-/// A validated session id: 1 to 128 bytes of `[A-Za-z0-9._-]`, not starting with `.` or `-`.
-/// Validated before any path is built from it, so it can never escape the store.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SessionId(String);
-
-impl SessionId {
-    /// Validates `id`.
-    pub fn new(id: &str) -> Result<SessionId> {
-        let invalid = |reason: &str| Error::InvalidId {
-            id: id.escape_debug().to_string(),
-            reason: reason.to_owned(),
-        };
-        if id.is_empty() {
-            return Err(invalid("empty"));
-        }
-        if id.len() > SESSION_ID_BYTES_MAX {
-            return Err(invalid("longer than 128 bytes"));
-        }
-        if id.starts_with('.') || id.starts_with('-') {
-            return Err(invalid("starts with '.' or '-'"));
-        }
-        if let Some(bad) =
-            id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-        {
-            return Err(invalid(&format!(
-                "contains {bad:?} (allowed: letters, digits, '.', '_', '-')"
-            )));
-        }
-        Ok(SessionId(id.to_owned()))
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(&self.0)
-    }
-}
-
-impl fmt::Debug for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionId({})", self.0)
-    }
 }
 
 /// A numbered segment (`1` is `000000000001.ndjson`); the legacy segment has no number.

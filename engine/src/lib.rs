@@ -24,6 +24,7 @@ mod error;
 #[expect(clippy::indexing_slicing, reason = "fuzz entry points: a panic there is a finding")]
 pub mod fuzz;
 mod group;
+mod id;
 pub mod layout;
 mod lifecycle;
 pub mod lock;
@@ -46,6 +47,7 @@ pub use doctor::QueueRepair;
 pub use drain::{Adapter, DrainReport, DrainStop, Message};
 pub use error::{CorruptReason, Error, Result};
 pub use faultfs;
+pub use id::InvalidId;
 pub use layout::{SegmentNo, SessionId};
 pub use lifecycle::{Applied, Lifecycle};
 pub use receipts::Known;

@@ -111,7 +111,7 @@ impl<F: Fs> Store<F> {
             if let Some(worktree) = record.worktree()
                 && !self.fs.exists(Path::new(worktree))?
             {
-                return Err(Error::Retired { id: id.to_string(), worktree: worktree.to_owned() });
+                return Err(Error::Retired { id: id.clone(), worktree: worktree.to_owned() });
             }
             let before = record.public_triple();
             let pending = record.launch_pending();

@@ -57,7 +57,7 @@ pub(crate) struct Recovered {
 impl Recovered {
     /// The record; a missing one is `NoSuchSession`.
     pub(crate) fn into_record(self, id: &SessionId) -> Result<Record> {
-        self.record.ok_or_else(|| crate::error::Error::NoSuchSession { id: id.to_string() })
+        self.record.ok_or_else(|| crate::error::Error::NoSuchSession { id: id.clone() })
     }
 }
 

@@ -187,7 +187,7 @@ impl<F: Fs> Store<F> {
             Checks { queue: true, ..Checks::default() },
             |recovered| {
                 let Recovered { record, queue, last_line } = recovered;
-                let record = record.ok_or_else(|| Error::NoSuchSession { id: to.to_string() })?;
+                let record = record.ok_or_else(|| Error::NoSuchSession { id: to.clone() })?;
                 let headless = reply::adapter_is_headless(self.adapter(to, &record)?.as_deref());
                 let mut batch = Batch {
                     entries: read_early.unwrap_or(queue.unwrap_or_default()),

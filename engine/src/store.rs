@@ -177,7 +177,7 @@ impl<F: Fs> Store<F> {
 
     /// Reads a session's record; a missing record is `NoSuchSession`.
     pub fn record(&self, id: &SessionId) -> Result<Record> {
-        self.read_record(id)?.ok_or_else(|| Error::NoSuchSession { id: id.to_string() })
+        self.read_record(id)?.ok_or_else(|| Error::NoSuchSession { id: id.clone() })
     }
 
     /// Replaces session `id`'s record durably.
@@ -285,7 +285,7 @@ impl<F: Fs> Store<F> {
 
     pub(crate) fn check_poison(&self, id: &SessionId) -> Result<()> {
         if lock_mutex(&self.poisoned).contains(id) {
-            return Err(Error::Poisoned { session: id.to_string() });
+            return Err(Error::Poisoned { session: id.clone() });
         }
         Ok(())
     }
@@ -355,7 +355,7 @@ impl<F: Fs> Store<F> {
         if self.session_dir_exists(id)? && self.fs.exists(&self.layout.record(id))? {
             Ok(())
         } else {
-            Err(Error::NoSuchSession { id: id.to_string() })
+            Err(Error::NoSuchSession { id: id.clone() })
         }
     }
 
@@ -372,7 +372,7 @@ impl<F: Fs> Store<F> {
         let steps = &boundaries::CREATE;
         self.transition(id, steps, |recovered| {
             if recovered.record.is_some() {
-                return Err(Error::SessionExists { id: id.to_string() });
+                return Err(Error::SessionExists { id: id.clone() });
             }
             // A closed id stays closed: its close is in the ledger and it is revoked as a
             // sender, so a new session under it would be half closed from its first moment.

@@ -38,7 +38,10 @@ fn create_rejects_duplicates_and_bad_ids() {
         Err(Error::SessionExists { .. })
     ));
     for bad in ["../x", "a/b", "", ".git"] {
-        assert!(matches!(spex_engine::SessionId::new(bad), Err(Error::InvalidId { .. })), "{bad}");
+        assert!(
+            matches!(spex_engine::SessionId::new(bad), Err(spex_engine::InvalidId { .. })),
+            "{bad}"
+        );
     }
     assert!(store.events(&s).unwrap().is_empty(), "creation appends no event");
     let record = store.fs().read(&store.layout().record(&s)).unwrap();

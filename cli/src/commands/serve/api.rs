@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use spex_engine::{Key, Position, SessionId, Store};
 
-use super::reply::{Reply, body_error, engine_error, index_error, op_error};
+use super::reply::{Reply, body_error, index_error, op_error};
 use super::{App, BODY_BYTES_MAX, HTTP_OPERATION, TIMELINE_LIMIT_MAX};
 use crate::args::ReplyArg;
 use crate::ops::{self, timeline::PageRequest};
@@ -470,7 +470,7 @@ pub(super) fn session_state(store: &Store<RealFs>, id: &SessionId) -> Result<Val
 }
 
 pub(super) fn parse_id(id: &str) -> Result<SessionId, Reply> {
-    SessionId::new(id).map_err(|error| engine_error(&error))
+    SessionId::new(id).map_err(|error| Reply::error(400, error.to_string()))
 }
 
 /// `GET /api/sessions/:id/timeline[?limit=N&before=POSITION]`: the last `limit` public events
@@ -534,7 +534,7 @@ pub(super) fn input_blocking(
     };
     let from = match input.from.as_deref().map(SessionId::new).transpose() {
         Ok(from) => from,
-        Err(error) => return engine_error(&error),
+        Err(error) => return Reply::error(400, error.to_string()),
     };
     let reply_via = match input.reply_via.as_deref() {
         None => None,

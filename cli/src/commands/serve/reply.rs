@@ -82,7 +82,7 @@ pub(super) fn body_error(error: &axum::Error) -> Reply {
 pub(super) fn engine_error(error: &Error) -> Reply {
     match error {
         Error::NoSuchSession { .. } => Reply::error(404, "no such session"),
-        Error::InvalidId { .. }
+        Error::InvalidId(_)
         | Error::InvalidInput { .. }
         | Error::InvalidCursor { .. }
         | Error::Revoked { .. } => Reply::error(400, error.to_string()),
@@ -109,6 +109,8 @@ pub(super) fn op_error(error: &anyhow::Error) -> Reply {
         index_error(error)
     } else if let Some(error) = error.downcast_ref::<crate::exit::BadInput>() {
         Reply::error(400, error.0.clone())
+    } else if let Some(error) = error.downcast_ref::<spex_engine::InvalidId>() {
+        Reply::error(400, error.to_string())
     } else {
         Reply::error(500, format!("{error:#}"))
     }

@@ -127,7 +127,7 @@ pub(super) fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> any
                 })?;
             // Refused before anything is launched: the id is taken.
             if store.record(&id).is_ok() {
-                return Err(Error::SessionExists { id: id.to_string() }.into());
+                return Err(Error::SessionExists { id: id.clone() }.into());
             }
             let dir = worktree.as_deref().unwrap_or(".");
             let (pane, native) =

@@ -102,7 +102,7 @@ pub(super) fn show_closed(
 ) -> anyhow::Result<Code> {
     let Some(closure) = store.closure(id.as_str())?.filter(|closure| closure.id == id.as_str())
     else {
-        return Err(spex_engine::Error::NoSuchSession { id: id.to_string() }.into());
+        return Err(spex_engine::Error::NoSuchSession { id: id.clone() }.into());
     };
     if global.json {
         print_json(json!({
