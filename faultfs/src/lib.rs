@@ -34,6 +34,11 @@
 //! caller (`send.log.append`, `send.log.sync`, `send.queue.rename`, ...). Boundaries are the
 //! crash points of a sweep and the names in a failure report. Reads take no boundary: they
 //! cannot change what survives a crash.
+//!
+//! No code here indexes or slices past a bound it has not checked (`clippy::indexing_slicing`
+//! is denied): an inode, a span of a buffer or a piece is reached through a helper that names
+//! why it must exist, and a miss is a bug of the simulation, said as such.
+#![deny(clippy::indexing_slicing)]
 
 mod error;
 mod kill;
@@ -270,7 +275,8 @@ pub trait File: Send + Sync {
     fn read_full_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let mut filled = 0;
         while filled < buf.len() {
-            let read = self.read_at(offset + filled as u64, &mut buf[filled..])?;
+            let Some(rest) = buf.get_mut(filled..) else { break };
+            let read = self.read_at(offset + filled as u64, rest)?;
             if read == 0 {
                 break;
             }

@@ -87,7 +87,9 @@ impl FaultPlan {
         }
         let mixed = mix(seed, 0x5EED);
         let op_index = mixed % op_count;
-        let fault = Fault::ALL[((mixed >> 32) % Fault::ALL.len() as u64) as usize];
+        let fault = *Fault::ALL
+            .get(((mixed >> 32) % Fault::ALL.len() as u64) as usize)
+            .expect("an index modulo the length");
         FaultPlan::fault_at(seed, op_index, fault)
     }
 }

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Ino, Node, SimFs, Verdict, fault_error, io_error, to_usize};
+use super::{Ino, Node, SimFs, Verdict, fault_error, io_error, span, span_mut, to_usize};
 use crate::{Boundary, Error, Fault, File, OpKind, Result};
 
 /// An open file of a [`SimFs`].
@@ -27,7 +27,7 @@ impl SimFile {
     ) -> Result<()> {
         let mut state = self.fs.lock();
         state.check_alive(boundary)?;
-        let offset = offset.unwrap_or_else(|| match &state.inodes[&self.ino].node {
+        let offset = offset.unwrap_or_else(|| match &state.inode(self.ino).node {
             Node::File(file) => file.volatile.len() as u64,
             Node::Dir(_) | Node::Symlink(_) | Node::Special => 0,
         });
@@ -45,7 +45,7 @@ impl SimFile {
             Verdict::Fail(Fault::ShortWrite) => {
                 let written = state.short_write_len(op_index, data.len());
                 if written > 0 {
-                    state.write(self.ino, offset, &data[..written]);
+                    state.write(self.ino, offset, span(data, 0, written));
                 }
                 Err(Error::io(
                     op,
@@ -99,7 +99,7 @@ impl File for SimFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let mut state = self.fs.lock();
         state.check_alive(Boundary::new("read"))?;
-        let Node::File(file) = &state.inodes[&self.ino].node else {
+        let Node::File(file) = &state.inode(self.ino).node else {
             return Err(io_error(
                 OpKind::Read,
                 &self.path,
@@ -109,7 +109,7 @@ impl File for SimFile {
         };
         let start = to_usize(offset).min(file.volatile.len());
         let end = start.saturating_add(buf.len()).min(file.volatile.len());
-        buf[..end - start].copy_from_slice(&file.volatile[start..end]);
+        span_mut(buf, 0, end - start).copy_from_slice(span(&file.volatile, start, end));
         if state.image_files.contains_key(&self.ino) {
             state.image_files_read.insert(self.ino);
         }
@@ -119,7 +119,7 @@ impl File for SimFile {
     fn len(&self) -> Result<u64> {
         let state = self.fs.lock();
         state.check_alive(Boundary::new("len"))?;
-        match &state.inodes[&self.ino].node {
+        match &state.inode(self.ino).node {
             Node::File(file) => Ok(file.volatile.len() as u64),
             Node::Dir(_) | Node::Symlink(_) | Node::Special => Ok(0),
         }

@@ -36,7 +36,8 @@ use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 
 use super::{
-    DataChange, FileNode, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk_bytes, to_usize,
+    DataChange, FileNode, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk_bytes, span,
+    span_mut, to_usize,
 };
 use crate::plan::mix;
 
@@ -261,7 +262,7 @@ impl Pieces {
                     list.push(Piece { op, kind: PieceKind::Names { pending: op, changes: dirs } })
                 }
                 Pending::Data { ino, change } => {
-                    let buf = replay.entry(*ino).or_insert_with(|| match &state.inodes[ino].node {
+                    let buf = replay.entry(*ino).or_insert_with(|| match &state.inode(*ino).node {
                         Node::File(file) => file.durable.as_ref().clone(),
                         Node::Dir(_) | Node::Symlink(_) | Node::Special => {
                             unreachable!("data changes are only recorded for files")
@@ -286,7 +287,7 @@ impl Pieces {
                             let start = index * chunk;
                             let snapshot_end = (start + chunk).min(len_after);
                             let snapshot = if start < snapshot_end {
-                                buf[to_usize(start)..to_usize(snapshot_end)].to_vec()
+                                span(buf, to_usize(start), to_usize(snapshot_end)).to_vec()
                             } else {
                                 Vec::new()
                             };
@@ -323,7 +324,7 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
     for path in &state.ephemeral {
         let components: Vec<&str> = path.iter().map(String::as_str).collect();
         let Some(ino) = state.lookup_components(&components) else { continue };
-        let Node::Dir(dir) = &state.inodes[&ino].node else { continue };
+        let Node::Dir(dir) = &state.inode(ino).node else { continue };
         dirs.insert(ino);
         files.extend(dir.volatile.values().chain(dir.durable.values()).copied());
     }
@@ -491,7 +492,10 @@ impl<'a> Builder<'a> {
         let entries = Changed::names(state, self.pieces, choices);
         let mut files = BTreeMap::new();
         for (&ino, indices) in &self.by_file {
-            let own: Vec<Choice> = indices.iter().map(|&index| choices[index]).collect();
+            let own: Vec<Choice> = indices
+                .iter()
+                .map(|&index| *choices.get(index).expect("a choice per piece"))
+                .collect();
             if own.iter().all(|choice| *choice == Choice::Skip) {
                 continue;
             }
@@ -503,7 +507,7 @@ impl<'a> Builder<'a> {
                         continue;
                     }
                     apply_data(
-                        &self.pieces.list[index].kind,
+                        &self.pieces.list.get(index).expect("a file's pieces are pieces").kind,
                         choice,
                         &mut buf,
                         &mut len,
@@ -542,7 +546,7 @@ impl<'a> Builder<'a> {
                 let mut choices = vec![Choice::Skip; self.pieces.len()];
                 for (bit, &piece) in group.iter().enumerate() {
                     if mask & (1 << bit) != 0 {
-                        choices[piece] = Choice::Apply;
+                        *choices.get_mut(piece).expect("a choice per piece") = Choice::Apply;
                     }
                 }
                 let changed = Changed::gather(self.state, self.pieces, &choices);
@@ -565,7 +569,8 @@ impl<'a> Builder<'a> {
             let mut entries = BTreeMap::new();
             let mut files = BTreeMap::new();
             for distinct in &outcomes {
-                let outcome = &distinct[rest % distinct.len()];
+                let outcome =
+                    distinct.get(rest % distinct.len()).expect("an index modulo the length");
                 rest /= distinct.len();
                 entries.extend(outcome.entries.iter().map(|(ino, dir)| (*ino, dir.clone())));
                 files.extend(outcome.files.iter().map(|(ino, file)| (*ino, file.clone())));
@@ -617,7 +622,7 @@ fn walk<'a>(
     while let Some((dir, prefix)) = stack.pop() {
         for (name, &ino) in entries_of(dir) {
             let path = format!("{prefix}/{name}");
-            match &state.inodes[&ino].node {
+            match &state.inode(ino).node {
                 Node::Dir(_) => {
                     nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
                     stack.push((ino, path));
@@ -673,7 +678,7 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
         .collect();
     for piece in pieces {
         if let PieceKind::Names { pending, .. } = &piece.kind
-            && let Pending::Names { changes } = &state.pending[*pending]
+            && let Some(Pending::Names { changes }) = state.pending.get(*pending)
         {
             nameable.extend(changes.iter().filter_map(|change| change.target));
         }
@@ -686,9 +691,11 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
     // Union-find over pieces: each object remembers the first piece that touched it.
     let mut parent: Vec<usize> = (0..pieces.len()).collect();
     fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
+        let up = |parent: &[usize], i: usize| *parent.get(i).expect("a piece's parent is a piece");
+        while up(parent, i) != i {
+            let grand = up(parent, up(parent, i));
+            *parent.get_mut(i).expect("a piece") = grand;
+            i = grand;
         }
         i
     }
@@ -704,7 +711,7 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
             let first = *owner.entry(object).or_insert(index);
             let (a, b) = (root(&mut parent, first), root(&mut parent, index));
             if a != b {
-                parent[a.max(b)] = a.min(b);
+                *parent.get_mut(a.max(b)).expect("a root is a piece") = a.min(b);
             }
         }
     }
@@ -756,7 +763,7 @@ impl Changed {
             if *choice == Choice::Skip {
                 continue;
             }
-            let Pending::Names { changes } = &state.pending[*pending] else {
+            let Some(Pending::Names { changes }) = state.pending.get(*pending) else {
                 unreachable!("name pieces point at name changes");
             };
             for change in changes {
@@ -812,12 +819,12 @@ fn apply_data(
                     if buf.len() < snapshot_end {
                         buf.resize(snapshot_end, 0);
                     }
-                    buf[start_at..snapshot_end].copy_from_slice(snapshot);
+                    span_mut(buf, start_at, snapshot_end).copy_from_slice(snapshot);
                     covered.push((start_at, start_at + to_usize(chunk_bytes())));
                     // The chunk past the snapshot was beyond the end of file: zeros.
                     let chunk_end = (start_at + to_usize(chunk_bytes())).min(buf.len());
                     if snapshot_end < chunk_end {
-                        buf[snapshot_end..chunk_end].fill(0);
+                        span_mut(buf, snapshot_end, chunk_end).fill(0);
                     }
                 }
                 Choice::Upto(cut) => {
@@ -827,7 +834,11 @@ fn apply_data(
                         if buf.len() < hi {
                             buf.resize(hi, 0);
                         }
-                        buf[lo..hi].copy_from_slice(&snapshot[lo - start_at..hi - start_at]);
+                        span_mut(buf, lo, hi).copy_from_slice(span(
+                            snapshot,
+                            lo - start_at,
+                            hi - start_at,
+                        ));
                         covered.push((lo, hi));
                     }
                 }
@@ -848,7 +859,7 @@ fn final_bytes(
 ) -> Vec<u8> {
     buf.resize(to_usize(len), 0);
     if state.media == Media::StaleTails
-        && let Node::File(file) = &state.inodes[&ino].node
+        && let Node::File(file) = &state.inode(ino).node
     {
         stale_fill(&mut buf, file.durable.len(), covered);
     }
@@ -876,7 +887,7 @@ fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize
         let written = covered
             .is_some_and(|ranges| ranges.iter().any(|(lo, hi)| (*lo..*hi).contains(&position)));
         if !written {
-            *byte = STALE[position % STALE.len()];
+            *byte = *STALE.get(position % STALE.len()).expect("an index modulo the length");
         }
     }
 }
@@ -906,7 +917,7 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
 }
 
 fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
-    match &state.inodes[&ino].node {
+    match &state.inode(ino).node {
         Node::File(file) => (file.durable.as_ref().clone(), file.durable.len() as u64),
         Node::Dir(_) | Node::Symlink(_) | Node::Special => {
             unreachable!("data pieces are only recorded for files")

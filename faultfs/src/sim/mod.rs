@@ -466,7 +466,13 @@ impl SimFs {
             return Observed::Everything;
         }
         Observed::Files(
-            state.image_files_read.iter().map(|ino| state.image_files[ino].clone()).collect(),
+            state
+                .image_files_read
+                .iter()
+                .map(|ino| {
+                    state.image_files.get(ino).expect("a file read is an image file").clone()
+                })
+                .collect(),
         )
     }
 
@@ -515,7 +521,7 @@ impl SimFs {
                         io::ErrorKind::AlreadyExists,
                     ));
                 }
-                match state.inodes[&ino].node {
+                match state.inode(ino).node {
                     Node::Dir(_) => {
                         return Err(io_error(
                             OpKind::Open,
@@ -581,6 +587,13 @@ impl SimFs {
 }
 
 impl State {
+    /// The inode `ino`. Every ino the state hands out (a directory's entry, an open file's, a
+    /// pending change's) names one that exists: a miss is a bug of the simulation, not a state
+    /// a machine can be in.
+    pub(crate) fn inode(&self, ino: Ino) -> &Inode {
+        self.inodes.get(&ino).unwrap_or_else(|| panic!("inode {ino} is linked but missing"))
+    }
+
     /// Fails if the simulated process has crashed.
     fn check_alive(&self, boundary: Boundary) -> Result<()> {
         match self.halted {
@@ -661,7 +674,7 @@ impl State {
     }
 
     fn dir(&self, ino: Ino) -> &DirNode {
-        match &self.inodes[&ino].node {
+        match &self.inode(ino).node {
             Node::Dir(dir) => dir,
             Node::File(_) | Node::Symlink(_) | Node::Special => {
                 unreachable!("inode {ino} was resolved as a directory")
@@ -822,8 +835,8 @@ impl Fs for SimFs {
         let TwoPaths { from_dir, from_name, ino, to_dir, to_name } =
             state.begin_two_paths(op, from, to, boundary)?;
         if let Some(&replaced) = state.dir(to_dir).volatile.get(to_name) {
-            let moving_dir = matches!(state.inodes[&ino].node, Node::Dir(_));
-            match &state.inodes[&replaced].node {
+            let moving_dir = matches!(state.inode(ino).node, Node::Dir(_));
+            match &state.inode(replaced).node {
                 Node::Dir(dir) if !moving_dir || !dir.volatile.is_empty() => {
                     return Err(io_error(op, to, boundary, io::ErrorKind::IsADirectory));
                 }
@@ -848,7 +861,7 @@ impl Fs for SimFs {
         let mut state = self.lock();
         let TwoPaths { ino, to_dir, to_name, .. } =
             state.begin_two_paths(op, from, to, boundary)?;
-        if matches!(state.inodes[&ino].node, Node::Dir(_)) {
+        if matches!(state.inode(ino).node, Node::Dir(_)) {
             return Err(io_error(op, from, boundary, io::ErrorKind::PermissionDenied));
         }
         if state.dir(to_dir).volatile.contains_key(to_name) {
@@ -917,7 +930,7 @@ impl Fs for SimFs {
             .iter()
             .map(|(name, ino)| DirEntry {
                 name: name.clone(),
-                kind: match state.inodes[ino].node {
+                kind: match state.inode(*ino).node {
                     Node::File(_) => FileKind::File,
                     Node::Dir(_) => FileKind::Dir,
                     Node::Symlink(_) => FileKind::Symlink,
@@ -936,7 +949,7 @@ impl Fs for SimFs {
         let ino = state
             .lookup_components(&components)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
-        let inode = &state.inodes[&ino];
+        let inode = &state.inode(ino);
         let (len, kind) = match &inode.node {
             Node::File(file) => (file.volatile.len() as u64, FileKind::File),
             Node::Dir(_) => (0, FileKind::Dir),
@@ -1020,7 +1033,7 @@ impl SimFs {
             .volatile
             .get(*name)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
-        match (&state.inodes[&ino].node, op) {
+        match (&state.inode(ino).node, op) {
             // Removing a link removes the link, never what it points to.
             (Node::File(_) | Node::Symlink(_) | Node::Special, OpKind::RemoveFile) => {}
             (Node::Dir(dir), OpKind::RemoveDir) if dir.volatile.is_empty() => {}
@@ -1067,13 +1080,25 @@ fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Err
     Error::io(op, path, Some(boundary), source)
 }
 
+/// The bytes `lo..hi` of `buf`, which its caller made hold them (a buffer grown to a write's
+/// end, a chunk inside its snapshot): a miss is a bug of the simulation.
+pub(crate) fn span(buf: &[u8], lo: usize, hi: usize) -> &[u8] {
+    buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len()))
+}
+
+/// The bytes `lo..hi` of `buf`, to be written (see [`span`]).
+pub(crate) fn span_mut(buf: &mut [u8], lo: usize, hi: usize) -> &mut [u8] {
+    let len = buf.len();
+    buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"))
+}
+
 pub(crate) fn apply_write(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
     let start = to_usize(offset);
     let end = start + bytes.len();
     if buf.len() < end {
         buf.resize(end, 0);
     }
-    buf[start..end].copy_from_slice(bytes);
+    span_mut(buf, start, end).copy_from_slice(bytes);
     debug_assert!(buf.len() >= end, "a write extends its file to at least its end");
 }
 

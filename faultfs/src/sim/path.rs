@@ -17,9 +17,9 @@ impl State {
         let mut ino = ROOT_INO;
         let mut followed = 0;
         while let Some(component) = pending.pop() {
-            let Node::Dir(dir) = &self.inodes[&ino].node else { return None };
+            let Node::Dir(dir) = &self.inode(ino).node else { return None };
             let next = *dir.volatile.get(component)?;
-            match &self.inodes[&next].node {
+            match &self.inode(next).node {
                 Node::Symlink(target) if follow_last || !pending.is_empty() => {
                     followed += 1;
                     if followed > SYMLINKS_FOLLOWED_MAX {
@@ -50,7 +50,7 @@ impl State {
         let ino = self
             .resolve(components, true)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
-        match self.inodes[&ino].node {
+        match self.inode(ino).node {
             Node::Dir(_) => Ok(ino),
             Node::File(_) | Node::Symlink(_) | Node::Special => {
                 Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory))
