@@ -50,97 +50,110 @@ enum Command {
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     let root = global.root()?.path;
     match &args.command {
-        Command::Add { name, url, token_file } => {
-            fleet::check_name(name)?;
-            let url = fleet::check_url(url)?;
-            let token_file = std::path::absolute(token_file)
-                .map_err(|error| BadInput(format!("{}: {error}", token_file.display())))?;
-            crate::files::read_token(&token_file)
-                .map_err(|error| BadInput(format!("{error:#}")))?;
-            // The store (and its root) exists from here on.
-            global.open_store()?;
-            let mut fleet = Fleet::read(&root)?;
-            if let Some(there) = fleet.member(name) {
-                return Err(BadInput(format!(
-                    "{name} is already in the fleet ({}); spex fleet rm {name} first",
-                    there.url
-                ))
-                .into());
-            }
-            let member = Member { name: name.clone(), url, token_file };
-            fleet.devices.push(member.clone());
-            fleet.write(&root)?;
-            let answer = fleet::ask(&member, "/api/sessions", fleet::ANSWER_WITHIN);
-            if global.json {
-                print_json(json!({ "added": member, "reachable": answer.is_ok() }))?;
-            } else {
-                outln!("added {} ({})", member.name, member.url)?;
-                if let Err(why) = answer {
-                    eprintln!("spex: {} does not answer yet: {why}", member.name);
-                }
-            }
-            Ok(Code::Ok)
-        }
-        Command::Ls { timeout } => {
-            let fleet = Fleet::read(&root)?;
-            let answers = fleet::ask_all(&fleet, "/api/sessions", *timeout);
-            if global.json {
-                let devices: Vec<_> = answers
-                    .iter()
-                    .map(|answer| {
-                        json!({
-                            "name": answer.member.name,
-                            "url": answer.member.url,
-                            "tokenFile": answer.member.token_file,
-                            "reachable": answer.body.is_ok(),
-                            "error": answer.body.as_ref().err(),
-                        })
-                    })
-                    .collect();
-                print_json(json!({ "devices": devices }))?;
-                return Ok(Code::Ok);
-            }
-            if answers.is_empty() {
-                if !global.quiet {
-                    eprintln!(
-                        "spex: no devices in the fleet (spex fleet add NAME URL --token-file FILE)"
-                    );
-                }
-                return Ok(Code::Ok);
-            }
-            let header: Vec<String> =
-                ["NAME", "URL", "ANSWERS", "TOKEN FILE"].iter().map(|h| (*h).to_owned()).collect();
-            let rows: Vec<Vec<String>> = answers
-                .iter()
-                .map(|answer| {
-                    vec![
-                        answer.member.name.clone(),
-                        answer.member.url.clone(),
-                        match &answer.body {
-                            Ok(_) => "yes".to_owned(),
-                            Err(why) => format!("no: {why}"),
-                        },
-                        answer.member.token_file.display().to_string(),
-                    ]
-                })
-                .collect();
-            render::out!("{}", render::table(&header, &rows, render::terminal_columns()))?;
-            Ok(Code::Ok)
-        }
-        Command::Rm { name } => {
-            let mut fleet = Fleet::read(&root)?;
-            let before = fleet.devices.len();
-            fleet.devices.retain(|member| member.name != *name);
-            if fleet.devices.len() == before {
-                return Err(BadInput(format!("{name} is not in the fleet")).into());
-            }
-            fleet.write(&root)?;
-            if global.json {
-                print_json(json!({ "removed": name }))?;
-            } else {
-                outln!("removed {name}")?;
-            }
-            Ok(Code::Ok)
+        Command::Add { name, url, token_file } => add(global, &root, name, url, token_file),
+        Command::Ls { timeout } => ls(global, &root, *timeout),
+        Command::Rm { name } => rm(global, &root, name),
+    }
+}
+
+/// `fleet add`: checked, then listed (whole), then asked once (a device that does not answer
+/// yet is still added, and said so).
+fn add(
+    global: &Global,
+    root: &std::path::Path,
+    name: &str,
+    url: &str,
+    token_file: &std::path::Path,
+) -> anyhow::Result<Code> {
+    fleet::check_name(name)?;
+    let url = fleet::check_url(url)?;
+    let token_file = std::path::absolute(token_file)
+        .map_err(|error| BadInput(format!("{}: {error}", token_file.display())))?;
+    crate::files::read_token(&token_file).map_err(|error| BadInput(format!("{error:#}")))?;
+    // The store (and its root) exists from here on.
+    global.open_store()?;
+    let mut fleet = Fleet::read(root)?;
+    if let Some(there) = fleet.member(name) {
+        return Err(BadInput(format!(
+            "{name} is already in the fleet ({}); spex fleet rm {name} first",
+            there.url
+        ))
+        .into());
+    }
+    let member = Member { name: name.to_owned(), url, token_file };
+    fleet.devices.push(member.clone());
+    fleet.write(root)?;
+    let answer = fleet::ask(&member, "/api/sessions", fleet::ANSWER_WITHIN);
+    if global.json {
+        print_json(json!({ "added": member, "reachable": answer.is_ok() }))?;
+    } else {
+        outln!("added {} ({})", member.name, member.url)?;
+        if let Err(why) = answer {
+            eprintln!("spex: {} does not answer yet: {why}", member.name);
         }
     }
+    Ok(Code::Ok)
+}
+
+/// `fleet ls`: every device, asked at once within `timeout`.
+fn ls(global: &Global, root: &std::path::Path, timeout: Duration) -> anyhow::Result<Code> {
+    let fleet = Fleet::read(root)?;
+    let answers = fleet::ask_all(&fleet, "/api/sessions", timeout);
+    if global.json {
+        let devices: Vec<_> = answers
+            .iter()
+            .map(|answer| {
+                json!({
+                    "name": answer.member.name,
+                    "url": answer.member.url,
+                    "tokenFile": answer.member.token_file,
+                    "reachable": answer.body.is_ok(),
+                    "error": answer.body.as_ref().err(),
+                })
+            })
+            .collect();
+        print_json(json!({ "devices": devices }))?;
+        return Ok(Code::Ok);
+    }
+    if answers.is_empty() {
+        if !global.quiet {
+            eprintln!("spex: no devices in the fleet (spex fleet add NAME URL --token-file FILE)");
+        }
+        return Ok(Code::Ok);
+    }
+    let header: Vec<String> =
+        ["NAME", "URL", "ANSWERS", "TOKEN FILE"].iter().map(|h| (*h).to_owned()).collect();
+    let rows: Vec<Vec<String>> = answers
+        .iter()
+        .map(|answer| {
+            vec![
+                answer.member.name.clone(),
+                answer.member.url.clone(),
+                match &answer.body {
+                    Ok(_) => "yes".to_owned(),
+                    Err(why) => format!("no: {why}"),
+                },
+                answer.member.token_file.display().to_string(),
+            ]
+        })
+        .collect();
+    render::out!("{}", render::table(&header, &rows, render::terminal_columns()))?;
+    Ok(Code::Ok)
+}
+
+/// `fleet rm`: the device leaves the list (nothing on it is touched).
+fn rm(global: &Global, root: &std::path::Path, name: &str) -> anyhow::Result<Code> {
+    let mut fleet = Fleet::read(root)?;
+    let before = fleet.devices.len();
+    fleet.devices.retain(|member| member.name != name);
+    if fleet.devices.len() == before {
+        return Err(BadInput(format!("{name} is not in the fleet")).into());
+    }
+    fleet.write(root)?;
+    if global.json {
+        print_json(json!({ "removed": name }))?;
+    } else {
+        outln!("removed {name}")?;
+    }
+    Ok(Code::Ok)
 }

@@ -248,65 +248,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             if let Some((member, id)) = crate::ops::fleet::remote(&fleet, &show.id) {
                 return remote_show(global, member, id, show);
             }
-            let transcript = resolve(&found, &show.id)?;
-            let (summary, mut events) = spex_history::summarize(transcript)?;
-            global.page();
-            if show.markdown {
-                render::out!("{}", markdown(&summary, &events, show.tools, &shown))?;
-                return Ok(Code::Ok);
-            }
-            if global.json {
-                if let Some(last) = show.last {
-                    events.drain(..events.len().saturating_sub(last));
-                }
-                let events: Vec<_> =
-                    events.iter().map(|event| render::event_json(event, &shown)).collect();
-                let mut document =
-                    Listed::of(&summary, State::Unknown { missing: "listing" }).to_json(&shown);
-                if let Some(map) = document.as_object_mut() {
-                    map.insert("events".to_owned(), events.into());
-                }
-                print_json(document)?;
-                return Ok(Code::Ok);
-            }
-            let paint = Paint::for_stdout(global.color);
-            // The entries the view shows (a hidden tool call renders as nothing), then the last
-            // N of them; rendered again from the first kept so a day line heads them.
-            let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
-            let shown_at: Vec<usize> = events
-                .iter()
-                .enumerate()
-                .filter(|(_, event)| !view.event(event, &shown).is_empty())
-                .map(|(at, _)| at)
-                .collect();
-            let from = match show.last {
-                Some(last) => shown_at
-                    .get(shown_at.len().saturating_sub(last))
-                    .copied()
-                    .unwrap_or(events.len()),
-                None => 0,
-            };
-            let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
-            for line in header(&summary, &events, &shown) {
-                render::out!("{}\n", paint.bold(&line))?;
-            }
-            render::out!("\n")?;
-            for event in &events[from..] {
-                render::out!("{}", view.event(event, &shown))?;
-            }
-            // How to continue it in its harness (in its project).
-            let resume = match transcript.harness {
-                Harness::ClaudeCode => format!("claude --resume {}", transcript.id),
-                Harness::Codex => format!("codex resume {}", transcript.id),
-            };
-            let place = summary
-                .meta
-                .cwd
-                .as_deref()
-                .map(|cwd| format!(" (in {})", shown(cwd)))
-                .unwrap_or_default();
-            render::out!("{}\n", paint.dim(&format!("resume: {resume}{place}")))?;
-            Ok(Code::Ok)
+            show_local(global, &found, show, &shown)
         }
     }
 }
@@ -807,6 +749,69 @@ pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
     }
 }
 
+/// `history show ID`: a conversation of this machine, read from its transcript: as Markdown,
+/// as JSON, or for people (a header, the conversation, how to resume it).
+fn show_local(
+    global: &Global,
+    found: &[Found],
+    show: &ShowArgs,
+    shown: &dyn Fn(&str) -> String,
+) -> anyhow::Result<Code> {
+    let transcript = resolve(found, &show.id)?;
+    let (summary, mut events) = spex_history::summarize(transcript)?;
+    global.page();
+    if show.markdown {
+        render::out!("{}", markdown(&summary, &events, show.tools, &shown))?;
+        return Ok(Code::Ok);
+    }
+    if global.json {
+        if let Some(last) = show.last {
+            events.drain(..events.len().saturating_sub(last));
+        }
+        let events: Vec<_> = events.iter().map(|event| render::event_json(event, &shown)).collect();
+        let mut document =
+            Listed::of(&summary, State::Unknown { missing: "listing" }).to_json(&shown);
+        if let Some(map) = document.as_object_mut() {
+            map.insert("events".to_owned(), events.into());
+        }
+        print_json(document)?;
+        return Ok(Code::Ok);
+    }
+    let paint = Paint::for_stdout(global.color);
+    // The entries the view shows (a hidden tool call renders as nothing), then the last
+    // N of them; rendered again from the first kept so a day line heads them.
+    let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
+    let shown_at: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, event)| !view.event(event, &shown).is_empty())
+        .map(|(at, _)| at)
+        .collect();
+    let from = match show.last {
+        Some(last) => {
+            shown_at.get(shown_at.len().saturating_sub(last)).copied().unwrap_or(events.len())
+        }
+        None => 0,
+    };
+    let mut view = render::HistoryView::new(paint, crate::when::zone(show.utc), show.tools);
+    for line in header(&summary, &events, &shown) {
+        render::out!("{}\n", paint.bold(&line))?;
+    }
+    render::out!("\n")?;
+    for event in &events[from..] {
+        render::out!("{}", view.event(event, &shown))?;
+    }
+    // How to continue it in its harness (in its project).
+    let resume = match transcript.harness {
+        Harness::ClaudeCode => format!("claude --resume {}", transcript.id),
+        Harness::Codex => format!("codex resume {}", transcript.id),
+    };
+    let place =
+        summary.meta.cwd.as_deref().map(|cwd| format!(" (in {})", shown(cwd))).unwrap_or_default();
+    render::out!("{}\n", paint.dim(&format!("resume: {resume}{place}")))?;
+    Ok(Code::Ok)
+}
+
 /// `history ls --fleet`: this machine's rows (already narrowed) and every answering device's,
 /// narrowed the same way, most recently active first, each naming its device. A remote row
 /// carries no path: its transcript is a file of another machine.
@@ -894,6 +899,15 @@ fn fleet_list(
         }
     }
     global.page();
+    fleet_table(&rows)
+}
+
+/// The fleet's listing for people: each row's device (`(here)` for this one), id, harness,
+/// state, how long ago and first message, every remote text shown literally.
+fn fleet_table(rows: &[serde_json::Value]) -> anyhow::Result<Code> {
+    let activity = |row: &serde_json::Value| {
+        row["lastActivity"].as_str().or(row["last"].as_str()).unwrap_or("").to_owned()
+    };
     let zone = crate::when::zone(false);
     let now = jiff::Timestamp::now();
     let header: Vec<String> = ["DEVICE", "ID", "HARNESS", "STATE", "ACTIVE", "FIRST MESSAGE"]
@@ -930,36 +944,11 @@ fn remote_show(
     id: &str,
     show: &ShowArgs,
 ) -> anyhow::Result<Code> {
-    let unreachable = |why: String| BadInput(format!("{} is unreachable: {why}", member.name));
-    let listing = fleet::ask(member, "/api/history", fleet::ANSWER_WITHIN).map_err(unreachable)?;
-    let rows: Vec<&serde_json::Value> = listing["history"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|row| row["id"].as_str().is_some_and(|theirs| theirs.starts_with(id)))
-        .collect();
-    let row = match rows.as_slice() {
-        [row] => *row,
-        [] => {
-            return Err(BadInput(format!("{} has no harness session {id:?}", member.name)).into());
-        }
-        many => {
-            let ids: Vec<&str> = many.iter().filter_map(|row| row["id"].as_str()).collect();
-            return Err(BadInput(format!(
-                "{}:{id} names {} sessions ({}); give more of the id",
-                member.name,
-                ids.len(),
-                ids.join(", ")
-            ))
-            .into());
-        }
-    };
+    let row = fleet::resolve(member, id)?;
+    let row = &row;
     let (harness, full) = (row["harness"].as_str().unwrap_or(""), row["id"].as_str().unwrap_or(""));
-    let path = format!(
-        "/api/history/{}/{}?limit=10000",
-        form_urlencoded::byte_serialize(harness.as_bytes()).collect::<String>(),
-        form_urlencoded::byte_serialize(full.as_bytes()).collect::<String>(),
-    );
+    let path = fleet::history_path(harness, full, "?limit=10000");
+    let unreachable = |why: String| BadInput(format!("{} is unreachable: {why}", member.name));
     let detail = fleet::ask(member, &path, fleet::ANSWER_WITHIN).map_err(unreachable)?;
     let mut events: Vec<spex_history::Event> = detail["events"]
         .as_array()

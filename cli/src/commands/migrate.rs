@@ -36,29 +36,7 @@ fn stop_after(step: &str) {
 
 pub(crate) fn migrate(global: &Global, member: &Member, reference: &str) -> anyhow::Result<Code> {
     let unreachable = |why: String| BadInput(format!("{} is unreachable: {why}", member.name));
-    let listing = fleet::ask(member, "/api/history", fleet::ANSWER_WITHIN).map_err(unreachable)?;
-    let rows: Vec<&serde_json::Value> = listing["history"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|row| row["id"].as_str().is_some_and(|id| id.starts_with(reference)))
-        .collect();
-    let row = match rows.as_slice() {
-        [row] => *row,
-        [] => {
-            return Err(
-                BadInput(format!("{} has no harness session {reference:?}", member.name)).into()
-            );
-        }
-        many => {
-            return Err(BadInput(format!(
-                "{}:{reference} names {} sessions; give more of the id",
-                member.name,
-                many.len()
-            ))
-            .into());
-        }
-    };
+    let row = fleet::resolve(member, reference)?;
     let harness = row["harness"].as_str().unwrap_or("");
     let id = row["id"].as_str().unwrap_or("");
     let device = spex_history::Device::this_machine();
@@ -84,22 +62,14 @@ pub(crate) fn migrate(global: &Global, member: &Member, reference: &str) -> anyh
         // Moved here by an earlier migration that stopped before its cleanup.
         Some(_) => {}
         None => {
-            let path = format!(
-                "/api/history/{}/{}/export",
-                form_urlencoded::byte_serialize(harness.as_bytes()).collect::<String>(),
-                form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>(),
-            );
+            let path = fleet::history_path(harness, id, "/export");
             let bytes = fleet::fetch(member, &path, EXPORT_WITHIN).map_err(unreachable)?;
             crate::files::place(&staged, &bytes)?;
             stop_after("fetched");
             super::import::import_archive(global, &staged)?;
             stop_after("imported");
             let to = json!({ "device": here, "host": device.host });
-            let moved = format!(
-                "/api/history/{}/{}/moved",
-                form_urlencoded::byte_serialize(harness.as_bytes()).collect::<String>(),
-                form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>(),
-            );
+            let moved = fleet::history_path(harness, id, "/moved");
             fleet::post(member, &moved, &json!({ "to": to }), fleet::ANSWER_WITHIN).map_err(
                 |why| BadInput(format!("{} did not record the move: {why}", member.name)),
             )?;

@@ -107,21 +107,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     if global.json {
         let mut document = found.to_json();
         if args.fleet {
-            let mut hits: Vec<serde_json::Value> =
-                document["hits"].as_array().cloned().unwrap_or_default();
-            let mut devices = Vec::new();
-            for (name, answer) in &remote {
-                devices.push(serde_json::json!({
-                    "name": name, "reachable": answer.is_ok(), "error": answer.as_ref().err(),
-                }));
-                for hit in answer.iter().flatten() {
-                    let mut hit = hit.clone();
-                    hit["device"] = serde_json::json!(name);
-                    hits.push(hit);
-                }
-            }
-            document["hits"] = hits.into();
-            document["devices"] = devices.into();
+            with_fleet(&mut document, &remote);
         }
         print_json(document)?;
         return Ok(Code::Ok);
@@ -148,13 +134,45 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             outln!("{}{carets}", " ".repeat(render::width(&lead)))?;
         }
     }
-    let mut remote_hits = 0;
-    for (name, answer) in &remote {
+    let remote_hits = render_remote(&remote, paint, &zone)?;
+    if hits.is_empty() && remote_hits == 0 && !global.quiet {
+        eprintln!("spex: no matches for {:?}", args.query);
+    }
+    Ok(Code::Ok)
+}
+
+/// Adds the fleet's hits (each naming its device) and which devices answered to `document`.
+fn with_fleet(document: &mut serde_json::Value, remote: &[DeviceHits]) {
+    let mut hits: Vec<serde_json::Value> = document["hits"].as_array().cloned().unwrap_or_default();
+    let mut devices = Vec::new();
+    for (name, answer) in remote {
+        devices.push(serde_json::json!({
+            "name": name, "reachable": answer.is_ok(), "error": answer.as_ref().err(),
+        }));
+        for hit in answer.iter().flatten() {
+            let mut hit = hit.clone();
+            hit["device"] = serde_json::json!(name);
+            hits.push(hit);
+        }
+    }
+    document["hits"] = hits.into();
+    document["devices"] = devices.into();
+}
+
+/// The fleet's hits for people, each place named by its device (`laptop:codex:ID:LINE`), and a
+/// line on stderr for each device that did not answer; how many hits were shown.
+fn render_remote(
+    remote: &[DeviceHits],
+    paint: Paint,
+    zone: &jiff::tz::TimeZone,
+) -> anyhow::Result<usize> {
+    let mut shown = 0;
+    for (name, answer) in remote {
         match answer {
             Err(why) => eprintln!("spex: {name} is unreachable: {why}"),
             Ok(found) => {
                 for hit in found {
-                    remote_hits += 1;
+                    shown += 1;
                     let text = |field: &str| hit[field].as_str().unwrap_or("-").to_owned();
                     let ts = text("ts");
                     let when = crate::when::parse_ts(&ts).map_or_else(
@@ -182,10 +200,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             }
         }
     }
-    if hits.is_empty() && remote_hits == 0 && !global.quiet {
-        eprintln!("spex: no matches for {:?}", args.query);
-    }
-    Ok(Code::Ok)
+    Ok(shown)
 }
 
 /// One device's name and its hits (as its server answers them), or why it did not answer.

@@ -220,6 +220,35 @@ fn json_of(mut response: ureq::http::Response<ureq::Body>) -> Result<Value, Stri
     Ok(body)
 }
 
+/// The harness session of `member` whose id is `reference` or starts with it, as its listing
+/// (`GET /api/history`) has it; bad input when it has none or several, or does not answer.
+pub(crate) fn resolve(member: &Member, reference: &str) -> anyhow::Result<Value> {
+    let listing = ask(member, "/api/history", ANSWER_WITHIN)
+        .map_err(|why| BadInput(format!("{} is unreachable: {why}", member.name)))?;
+    let mut rows = listing["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["id"].as_str().is_some_and(|id| id.starts_with(reference)));
+    match (rows.next(), rows.next()) {
+        (Some(row), None) => Ok(row.clone()),
+        (None, _) => {
+            Err(BadInput(format!("{} has no harness session {reference:?}", member.name)).into())
+        }
+        (Some(_), Some(_)) => Err(BadInput(format!(
+            "{}:{reference} names more than one session; give more of the id",
+            member.name
+        ))
+        .into()),
+    }
+}
+
+/// `/api/history/HARNESS/ID` and what follows, each part encoded.
+pub(crate) fn history_path(harness: &str, id: &str, rest: &str) -> String {
+    let encode = |text: &str| form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+    format!("/api/history/{}/{}{rest}", encode(harness), encode(id))
+}
+
 /// Where a store records the conversations that moved to another device (one file each).
 pub(crate) const MOVED_DIR: &str = "moved";
 

@@ -234,8 +234,7 @@ pub(super) fn fleet_history_events_blocking(
     let Some(member) = fleet.member(device) else {
         return Reply::error(404, format!("no device {device:?} in the fleet"));
     };
-    let encode = |text: &str| form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
-    let path = format!("/api/history/{}/{}?{}", encode(harness), encode(id), forwarded.finish());
+    let path = ops::fleet::history_path(harness, id, &format!("?{}", forwarded.finish()));
     match ops::fleet::ask(member, &path, ops::fleet::ANSWER_WITHIN) {
         Ok(mut body) => {
             if let Some(history) = body["history"].as_object_mut() {
