@@ -843,19 +843,7 @@ fn fleet_list(
     for answer in &answers {
         let Ok(body) = &answer.body else { continue };
         for row in body["history"].as_array().into_iter().flatten() {
-            let text = |name: &str| row[name].as_str().unwrap_or("");
-            let activity = row["lastActivity"].as_str().or(row["last"].as_str());
-            let kept = row["movedTo"].is_null()
-                && ls.harness.is_none_or(|harness| harness.name() == text("harness"))
-                && ls
-                    .status
-                    .as_deref()
-                    .is_none_or(|word| text("state").split([' ', '(']).next() == Some(word))
-                && since.is_none_or(|since| activity.is_some_and(|when| when >= since))
-                && project
-                    .as_ref()
-                    .is_none_or(|dir| std::path::Path::new(text("project")).starts_with(dir));
-            if !kept {
+            if !row["movedTo"].is_null() || !kept_remote(row, ls, since, project.as_deref()) {
                 continue;
             }
             let mut row = row.clone();
@@ -900,6 +888,25 @@ fn fleet_list(
     }
     global.page();
     fleet_table(&rows)
+}
+
+/// Whether another device's row passes the listing's narrowing (harness, state, since, project
+/// as `history ls` applies them to this machine's rows).
+fn kept_remote(
+    row: &serde_json::Value,
+    ls: &LsArgs,
+    since: Option<&str>,
+    project: Option<&std::path::Path>,
+) -> bool {
+    let text = |name: &str| row[name].as_str().unwrap_or("");
+    let activity = row["lastActivity"].as_str().or(row["last"].as_str());
+    ls.harness.is_none_or(|harness| harness.name() == text("harness"))
+        && ls
+            .status
+            .as_deref()
+            .is_none_or(|word| text("state").split([' ', '(']).next() == Some(word))
+        && since.is_none_or(|since| activity.is_some_and(|when| when >= since))
+        && project.is_none_or(|dir| std::path::Path::new(text("project")).starts_with(dir))
 }
 
 /// The fleet's listing for people: each row's device (`(here)` for this one), id, harness,
