@@ -159,70 +159,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         None => text.to_owned(),
     };
     match &args.command {
-        Command::Ls(ls) => {
-            let links = spex_links(global)?;
-            let now_ns = i64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
-            let mut listed = listed(global, &found, now_ns, &links)?;
-            // A spex session naming a harness session no transcript was found for.
-            let seen: std::collections::HashSet<(&str, String)> =
-                listed.iter().map(|entry| (entry.harness, entry.id.clone())).collect();
-            for ((harness, thread), (spex, _)) in &links {
-                if !seen.contains(&(*harness, thread.clone())) {
-                    listed.push(Listed::missing(harness, thread, spex));
-                }
-            }
-            let moved = fleet::moved(&global.root()?.path);
-            for entry in &mut listed {
-                if let Some((spex, _)) = links.get(&(entry.harness, entry.id.clone())) {
-                    entry.spex = Some(spex.clone());
-                }
-                entry.moved_to = moved
-                    .get(&(entry.harness.to_owned(), entry.id.clone()))
-                    .map(|record| record["to"].clone());
-            }
-            listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
-            if let Some(word) = &ls.status {
-                listed.retain(|entry| entry.state.name().split([' ', '(']).next() == Some(word));
-            }
-            let since = ls
-                .since
-                .as_deref()
-                .map(|text| {
-                    crate::when::since(text, jiff::Timestamp::now(), &crate::when::zone(false))
-                })
-                .transpose()
-                .map_err(crate::exit::BadInput::from)?;
-            if let Some(since) = &since {
-                listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
-            }
-            if let Some(project) = &ls.project {
-                let project = std::path::absolute(project).unwrap_or_else(|_| project.clone());
-                listed.retain(|entry| {
-                    entry
-                        .project
-                        .as_deref()
-                        .is_some_and(|cwd| std::path::Path::new(cwd).starts_with(&project))
-                });
-            }
-            listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
-            if ls.fleet {
-                return fleet_list(global, &listed, ls, since.as_deref(), &shown);
-            }
-            if let Some(limit) = ls.limit {
-                listed.truncate(limit);
-            }
-            let every: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
-            if listed.is_empty() && !found.is_empty() && !global.json {
-                if !global.quiet {
-                    eprintln!(
-                        "spex: no harness sessions match ({} found in all; drop --harness, --status, --since or --project to see them)",
-                        found.len()
-                    );
-                }
-                return Ok(Code::Ok);
-            }
-            list(&listed, &every, global, &shown)
-        }
+        Command::Ls(ls) => ls_local(global, &found, ls, &shown),
         Command::Import(import) => super::import::import(global, &import.file),
         Command::Migrate(migrate) => {
             let fleet = Fleet::read(&global.root()?.path)?;
@@ -747,6 +684,77 @@ pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
             format!("{} resume {id}", crate::ops::agent::Harness::Codex.default_command())
         }
     }
+}
+
+/// `history ls`: every harness session found (and every spex session's harness session no
+/// transcript was found for), with its linked spex session and where it moved, narrowed, most
+/// recently active first; with `--fleet`, every device's too.
+fn ls_local(
+    global: &Global,
+    found: &[Found],
+    ls: &LsArgs,
+    shown: &dyn Fn(&str) -> String,
+) -> anyhow::Result<Code> {
+    let links = spex_links(global)?;
+    let now_ns = i64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX);
+    let mut listed = listed(global, found, now_ns, &links)?;
+    // A spex session naming a harness session no transcript was found for.
+    let seen: std::collections::HashSet<(&str, String)> =
+        listed.iter().map(|entry| (entry.harness, entry.id.clone())).collect();
+    for ((harness, thread), (spex, _)) in &links {
+        if !seen.contains(&(*harness, thread.clone())) {
+            listed.push(Listed::missing(harness, thread, spex));
+        }
+    }
+    let moved = fleet::moved(&global.root()?.path);
+    for entry in &mut listed {
+        if let Some((spex, _)) = links.get(&(entry.harness, entry.id.clone())) {
+            entry.spex = Some(spex.clone());
+        }
+        entry.moved_to = moved
+            .get(&(entry.harness.to_owned(), entry.id.clone()))
+            .map(|record| record["to"].clone());
+    }
+    listed.retain(|entry| ls.harness.is_none_or(|h| h.name() == entry.harness));
+    if let Some(word) = &ls.status {
+        listed.retain(|entry| entry.state.name().split([' ', '(']).next() == Some(word));
+    }
+    let since = ls
+        .since
+        .as_deref()
+        .map(|text| crate::when::since(text, jiff::Timestamp::now(), &crate::when::zone(false)))
+        .transpose()
+        .map_err(crate::exit::BadInput::from)?;
+    if let Some(since) = &since {
+        listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
+    }
+    if let Some(project) = &ls.project {
+        let project = std::path::absolute(project).unwrap_or_else(|_| project.clone());
+        listed.retain(|entry| {
+            entry
+                .project
+                .as_deref()
+                .is_some_and(|cwd| std::path::Path::new(cwd).starts_with(&project))
+        });
+    }
+    listed.sort_by(|a, b| b.activity().cmp(&a.activity()).then(a.id.cmp(&b.id)));
+    if ls.fleet {
+        return fleet_list(global, &listed, ls, since.as_deref(), shown);
+    }
+    if let Some(limit) = ls.limit {
+        listed.truncate(limit);
+    }
+    let every: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
+    if listed.is_empty() && !found.is_empty() && !global.json {
+        if !global.quiet {
+            eprintln!(
+                "spex: no harness sessions match ({} found in all; drop --harness, --status, --since or --project to see them)",
+                found.len()
+            );
+        }
+        return Ok(Code::Ok);
+    }
+    list(&listed, &every, global, shown)
 }
 
 /// `history show ID`: a conversation of this machine, read from its transcript: as Markdown,
