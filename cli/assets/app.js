@@ -69,10 +69,10 @@ function boardRows() {
   }));
   // Other devices' sessions (the fleet), each naming its device.
   const fleet = board.fleet.map((h) => ({
-    kind: h.harness, id: h.id, device: h.device,
-    href: `#/f/${encodeURIComponent(h.device)}/${encodeURIComponent(h.harness)}/${encodeURIComponent(h.id)}`,
+    kind: h.harness, id: h.id, device: h.device.name,
+    href: `#/f/${encodeURIComponent(h.device.name)}/${encodeURIComponent(h.harness)}/${encodeURIComponent(h.id)}`,
     title: h.title || "", state: h.state, when: h.lastActivity || h.last || "", archived: false,
-    owed: `on ${h.device}`, preview: h.project || "",
+    owed: `on ${h.device.name}`, preview: h.project || "",
   }));
   return spex.concat(harness, fleet);
 }

@@ -56,6 +56,14 @@ pub(crate) fn since(
     Ok(stored_ts(instant))
 }
 
+/// An optional `--since` (or `?since=`), read from now as [`since`] reads it.
+pub(crate) fn since_now(
+    text: Option<&str>,
+    zone: &jiff::tz::TimeZone,
+) -> Result<Option<String>, NotATime> {
+    text.map(|text| since(text, jiff::Timestamp::now(), zone)).transpose()
+}
+
 fn parse_instant(
     text: &str,
     now: jiff::Timestamp,

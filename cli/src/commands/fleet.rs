@@ -103,13 +103,9 @@ fn ls(global: &Global, root: &std::path::Path, timeout: Duration) -> anyhow::Res
         let devices: Vec<_> = answers
             .iter()
             .map(|answer| {
-                json!({
-                    "name": answer.member.name,
-                    "url": answer.member.url,
-                    "tokenFile": answer.member.token_file,
-                    "reachable": answer.body.is_ok(),
-                    "error": answer.body.as_ref().err(),
-                })
+                let mut device = answer.to_json();
+                device["tokenFile"] = json!(answer.member.token_file);
+                device
             })
             .collect();
         print_json(json!({ "devices": devices }))?;

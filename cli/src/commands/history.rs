@@ -719,12 +719,8 @@ fn ls_local(
     if let Some(word) = &ls.status {
         listed.retain(|entry| entry.state.name().split([' ', '(']).next() == Some(word));
     }
-    let since = ls
-        .since
-        .as_deref()
-        .map(|text| crate::when::since(text, jiff::Timestamp::now(), &crate::when::zone(false)))
-        .transpose()
-        .map_err(crate::exit::BadInput::from)?;
+    let since = crate::when::since_now(ls.since.as_deref(), &crate::when::zone(false))
+        .map_err(BadInput::from)?;
     if let Some(since) = &since {
         listed.retain(|entry| entry.activity().is_some_and(|when| when >= since.as_str()));
     }
@@ -848,23 +844,12 @@ fn fleet_list(
         .collect();
     let project =
         ls.project.as_ref().map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
-    for answer in &answers {
-        let Ok(body) = &answer.body else { continue };
-        for row in body["history"].as_array().into_iter().flatten() {
-            if !row["movedTo"].is_null() || !kept_remote(row, ls, since, project.as_deref()) {
-                continue;
-            }
-            let mut row = row.clone();
-            if let Some(map) = row.as_object_mut() {
-                map.remove("path");
-                map.insert(
-                    "device".to_owned(),
-                    json!({ "name": answer.member.name, "here": false }),
-                );
-            }
-            rows.push(row);
-        }
-    }
+    rows.extend(
+        answers
+            .iter()
+            .flat_map(fleet::Answer::history)
+            .filter(|row| kept_remote(row, ls, since, project.as_deref())),
+    );
     let activity = |row: &serde_json::Value| {
         row["lastActivity"].as_str().or(row["last"].as_str()).unwrap_or("").to_owned()
     };
@@ -874,17 +859,7 @@ fn fleet_list(
     if let Some(limit) = ls.limit {
         rows.truncate(limit);
     }
-    let devices: Vec<_> = answers
-        .iter()
-        .map(|answer| {
-            json!({
-                "name": answer.member.name,
-                "url": answer.member.url,
-                "reachable": answer.body.is_ok(),
-                "error": answer.body.as_ref().err(),
-            })
-        })
-        .collect();
+    let devices: Vec<_> = answers.iter().map(fleet::Answer::to_json).collect();
     if global.json {
         print_json(json!({ "sessions": rows, "devices": devices }))?;
         return Ok(Code::Ok);
@@ -950,6 +925,9 @@ fn fleet_table(rows: &[serde_json::Value]) -> anyhow::Result<Code> {
     Ok(Code::Ok)
 }
 
+/// The most events `history show DEVICE:ID` reads at once (its server's bound).
+const REMOTE_EVENTS_MAX: usize = 10_000;
+
 /// `history show DEVICE:ID`: a conversation of another device, read through its server (which
 /// redacts it): its listing resolves the id (or a unique prefix), then its events are shown as
 /// a local conversation is.
@@ -962,36 +940,31 @@ fn remote_show(
     let row = fleet::resolve(member, id)?;
     let row = &row;
     let (harness, full) = (row["harness"].as_str().unwrap_or(""), row["id"].as_str().unwrap_or(""));
-    let path = fleet::history_path(harness, full, "?limit=10000");
+    // The last N events (`--last`), else as many as its server gives at once.
+    let limit = show.last.unwrap_or(REMOTE_EVENTS_MAX).min(REMOTE_EVENTS_MAX);
+    let path = fleet::history_path(harness, full, &format!("?limit={limit}"));
     let unreachable = |why: String| BadInput(format!("{} is unreachable: {why}", member.name));
     let detail = fleet::ask(member, &path, fleet::ANSWER_WITHIN).map_err(unreachable)?;
-    let mut events: Vec<spex_history::Event> = detail["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(render::event_from_json)
-        .collect();
-    if let Some(last) = show.last {
-        events.drain(..events.len().saturating_sub(last));
-    }
     global.page();
     if global.json {
         let mut document = detail["history"].clone();
         if let Some(map) = document.as_object_mut() {
             map.remove("path");
             map.insert("device".to_owned(), json!({ "name": member.name, "here": false }));
-            map.insert(
-                "events".to_owned(),
-                detail["events"]
-                    .as_array()
-                    .map_or_else(Vec::new, |all| {
-                        all[all.len().saturating_sub(events.len())..].to_vec()
-                    })
-                    .into(),
-            );
+            map.insert("events".to_owned(), detail["events"].clone());
+            map.insert("more".to_owned(), detail["more"].clone());
         }
         print_json(document)?;
         return Ok(Code::Ok);
+    }
+    let events: Vec<spex_history::Event> = detail["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(render::event_from_json)
+        .collect();
+    if detail["more"] == true && show.last.is_none() && !global.quiet {
+        eprintln!("spex: only the last {limit} events of {}:{full} are shown", member.name);
     }
     // Redacted by its device already: shown as it came.
     let shown = |text: &str| text.to_owned();

@@ -157,6 +157,11 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
     let provenance = store.join("imports").join(format!("{}-{id}.json", harness.name()));
     if !unchanged {
         crate::files::place(&target, transcript)?;
+    }
+    // Written after the transcript, and whenever it is missing: an import cut short between the
+    // two (or a transcript that was here already) gets its provenance from the next one.
+    let recorded = std::fs::symlink_metadata(&provenance).is_ok();
+    if !recorded {
         let device = spex_history::Device::this_machine();
         let record = json!({
             "schema": crate::ops::export::EXPORT_SCHEMA,
@@ -172,7 +177,8 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
         crate::files::place(&provenance, &serde_json::to_vec_pretty(&record)?)?;
     }
     let kept = expected.iter().filter(|path| path.starts_with("spex/")).count();
-    Ok(Imported { harness, id: id.to_owned(), target, provenance, changed: !unchanged, kept })
+    let changed = !unchanged || !recorded;
+    Ok(Imported { harness, id: id.to_owned(), target, provenance, changed, kept })
 }
 
 /// The archive's files by path, read whole (a damaged or truncated archive fails here).

@@ -47,9 +47,9 @@ pub(crate) fn migrate(global: &Global, member: &Member, reference: &str) -> anyh
         .into());
     };
     let root = global.open_store()?.layout().root().to_path_buf();
-    let staged = fleet::moved_path(&root, harness, id)
-        .map(|_| root.join("migrations").join(format!("{harness}-{id}.tar.zst")))
+    let stem = fleet::file_stem(harness, id)
         .ok_or_else(|| BadInput(format!("{harness} session {id:?} cannot be migrated")))?;
+    let staged = root.join("migrations").join(format!("{stem}.tar.zst"));
     let moved_to = row["movedTo"]["device"].as_str();
     match moved_to {
         Some(to) if to != here => {
@@ -77,7 +77,7 @@ pub(crate) fn migrate(global: &Global, member: &Member, reference: &str) -> anyh
         }
     }
     // The conversation is here (an earlier run imported it, or this one did).
-    let imported = root.join("imports").join(format!("{harness}-{id}.json"));
+    let imported = root.join("imports").join(format!("{stem}.json"));
     if std::fs::symlink_metadata(&imported).is_err() {
         return Err(BadInput(format!(
             "{} says {harness} {id} moved here, but this store has no import of it ({})",

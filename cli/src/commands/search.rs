@@ -3,6 +3,7 @@
 
 use crate::args::{Global, resolve, status_parser};
 use crate::exit::{BadInput, Code};
+use crate::ops::fleet::{Answer, Fleet};
 use crate::ops::{self, search::Query};
 use crate::render::{self, Paint, outln, print_json};
 
@@ -47,12 +48,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         return Err(BadInput("the search query is empty".to_owned()).into());
     }
     let zone = crate::when::zone(false);
-    let since = args
-        .since
-        .as_deref()
-        .map(|text| crate::when::since(text, jiff::Timestamp::now(), &zone))
-        .transpose()
-        .map_err(BadInput::from)?;
+    let since = crate::when::since_now(args.since.as_deref(), &zone).map_err(BadInput::from)?;
     let mut query = Query {
         text: args.query.clone(),
         filter: spex_index::SearchFilter {
@@ -102,8 +98,12 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             ops::search::search(&index, query, &spex_history::Identity::of_this_machine())?
         }
     };
-    let remote =
-        if args.fleet { fleet_hits(global, args, fleet_since.as_deref())? } else { Vec::new() };
+    let fleet = if args.fleet {
+        crate::ops::fleet::Fleet::read(&global.root()?.path)?
+    } else {
+        crate::ops::fleet::Fleet::default()
+    };
+    let remote = fleet_hits(&fleet, args, fleet_since.as_deref());
     if global.json {
         let mut document = found.to_json();
         if args.fleet {
@@ -142,36 +142,27 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
 }
 
 /// Adds the fleet's hits (each naming its device) and which devices answered to `document`.
-fn with_fleet(document: &mut serde_json::Value, remote: &[DeviceHits]) {
+fn with_fleet(document: &mut serde_json::Value, remote: &[Answer<'_>]) {
     let mut hits: Vec<serde_json::Value> = document["hits"].as_array().cloned().unwrap_or_default();
-    let mut devices = Vec::new();
-    for (name, answer) in remote {
-        devices.push(serde_json::json!({
-            "name": name, "reachable": answer.is_ok(), "error": answer.as_ref().err(),
-        }));
-        for hit in answer.iter().flatten() {
-            let mut hit = hit.clone();
-            hit["device"] = serde_json::json!(name);
-            hits.push(hit);
-        }
-    }
+    hits.extend(remote.iter().flat_map(|answer| answer.items("hits")));
     document["hits"] = hits.into();
-    document["devices"] = devices.into();
+    document["devices"] = remote.iter().map(Answer::to_json).collect::<Vec<_>>().into();
 }
 
 /// The fleet's hits for people, each place named by its device (`laptop:codex:ID:LINE`), and a
 /// line on stderr for each device that did not answer; how many hits were shown.
 fn render_remote(
-    remote: &[DeviceHits],
+    remote: &[Answer<'_>],
     paint: Paint,
     zone: &jiff::tz::TimeZone,
 ) -> anyhow::Result<usize> {
     let mut shown = 0;
-    for (name, answer) in remote {
-        match answer {
+    for answer in remote {
+        let name = &answer.member.name;
+        match &answer.body {
             Err(why) => eprintln!("spex: {name} is unreachable: {why}"),
-            Ok(found) => {
-                for hit in found {
+            Ok(_) => {
+                for hit in answer.items("hits") {
                     shown += 1;
                     let text = |field: &str| hit[field].as_str().unwrap_or("-").to_owned();
                     let ts = text("ts");
@@ -203,17 +194,12 @@ fn render_remote(
     Ok(shown)
 }
 
-/// One device's name and its hits (as its server answers them), or why it did not answer.
-type DeviceHits = (String, Result<Vec<serde_json::Value>, String>);
-
-/// The hits of every device of the fleet for the same search: per device (in the fleet's
-/// order), its hits or why it did not answer.
-fn fleet_hits(
-    global: &Global,
-    args: &Args,
-    since: Option<&str>,
-) -> anyhow::Result<Vec<DeviceHits>> {
-    let fleet = crate::ops::fleet::Fleet::read(&global.root()?.path)?;
+/// Every device of `fleet` asked the same search (in the fleet's order, each within the
+/// timeout): its answer or why there is none.
+fn fleet_hits<'a>(fleet: &'a Fleet, args: &Args, since: Option<&str>) -> Vec<Answer<'a>> {
+    if fleet.devices.is_empty() {
+        return Vec::new();
+    }
     let mut query: Vec<(&str, String)> =
         vec![("q", args.query.clone()), ("limit", args.limit.to_string())];
     if let Some(since) = since {
@@ -231,13 +217,7 @@ fn fleet_hits(
     let encoded: String =
         form_urlencoded::Serializer::new(String::new()).extend_pairs(query).finish();
     let path = format!("/api/search?{encoded}");
-    Ok(crate::ops::fleet::ask_all(&fleet, &path, args.timeout)
-        .into_iter()
-        .map(|answer| {
-            let hits = answer.body.map(|body| body["hits"].as_array().cloned().unwrap_or_default());
-            (answer.member.name.clone(), hits)
-        })
-        .collect())
+    crate::ops::fleet::ask_all(fleet, &path, args.timeout)
 }
 
 /// A hit's snippet for the terminal, literal and on one line: its matches in colour, or, without

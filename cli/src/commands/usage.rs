@@ -38,12 +38,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     let zone = crate::when::zone(args.utc);
-    let since = args
-        .since
-        .as_deref()
-        .map(|text| crate::when::since(text, jiff::Timestamp::now(), &zone))
-        .transpose()
-        .map_err(BadInput::from)?;
+    let since = crate::when::since_now(args.since.as_deref(), &zone).map_err(BadInput::from)?;
     let prices = match &args.prices {
         Some(file) => {
             let text = std::fs::read_to_string(file).map_err(|error| {

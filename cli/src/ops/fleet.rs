@@ -111,6 +111,47 @@ pub(crate) struct Answer<'a> {
     pub(crate) body: Result<Value, String>,
 }
 
+impl Answer<'_> {
+    /// The device and whether it answered (and why not), as every fleet listing says it.
+    pub(crate) fn to_json(&self) -> Value {
+        serde_json::json!({
+            "name": self.member.name,
+            "url": self.member.url,
+            "reachable": self.body.is_ok(),
+            "error": self.body.as_ref().err(),
+        })
+    }
+
+    /// The items of its answer under `key` (`history`, `hits`), each naming this device
+    /// (`"device": {"name", "here": false}`) and carrying no path: a remote file is never shown
+    /// as one of this machine's. None when it did not answer.
+    pub(crate) fn items(&self, key: &str) -> Vec<Value> {
+        let Ok(body) = &self.body else { return Vec::new() };
+        let device = serde_json::json!({ "name": self.member.name, "here": false });
+        body[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|item| {
+                let mut item = item.clone();
+                if let Some(map) = item.as_object_mut() {
+                    map.remove("path");
+                    map.insert("device".to_owned(), device.clone());
+                }
+                item
+            })
+            .collect()
+    }
+
+    /// Its history sessions (`GET /api/history`) as [`Answer::items`] gives them, but for those
+    /// that moved: a conversation is listed by its new owner alone.
+    pub(crate) fn history(&self) -> Vec<Value> {
+        let mut rows = self.items("history");
+        rows.retain(|row| row["movedTo"].is_null());
+        rows
+    }
+}
+
 /// Asks every device of `fleet` for `path_and_query` (`/api/history`) at once, each within
 /// `within`; the answers in the fleet's order.
 pub(crate) fn ask_all<'a>(
@@ -255,12 +296,19 @@ pub(crate) const MOVED_DIR: &str = "moved";
 /// The record of `harness`'s session `id` having moved, under the store at `root`; `None` for
 /// an id that cannot name a file (harness ids are UUIDs: letters, digits and `-`).
 pub(crate) fn moved_path(root: &Path, harness: &str, id: &str) -> Option<PathBuf> {
+    file_stem(harness, id).map(|stem| root.join(MOVED_DIR).join(format!("{stem}.json")))
+}
+
+/// `HARNESS-ID`, the start of the name of a file the store keeps about one harness session
+/// (a move record, a migration's archive, an import's provenance); `None` for a name that
+/// could not be a file's (harness ids are UUIDs: letters, digits and `-`).
+pub(crate) fn file_stem(harness: &str, id: &str) -> Option<String> {
     let plain = |text: &str| {
         !text.is_empty()
             && text.len() <= 128
             && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
     };
-    (plain(harness) && plain(id)).then(|| root.join(MOVED_DIR).join(format!("{harness}-{id}.json")))
+    (plain(harness) && plain(id)).then(|| format!("{harness}-{id}"))
 }
 
 /// Every conversation of the store at `root` that moved, by (harness, id): where it went

@@ -126,7 +126,7 @@ fn one_device_lists_searches_and_reads_anothers_sessions() {
     let found = here.json(&["search", "--fleet", "connections"]);
     let hits = found["hits"].as_array().unwrap();
     assert!(
-        hits.iter().any(|hit| hit["device"] == "laptop" && hit["source"] == "codex"),
+        hits.iter().any(|hit| hit["device"]["name"] == "laptop" && hit["source"] == "codex"),
         "{found}"
     );
     let text = here.run(&["search", "--fleet", "connections"]).ok();

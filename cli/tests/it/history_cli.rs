@@ -889,6 +889,13 @@ fn history_import_places_checks_and_refuses() {
     let modified = std::fs::metadata(&placed).unwrap().modified().unwrap();
     assert!(import(&out).ok().contains("nothing changed"));
     assert_eq!(std::fs::metadata(&placed).unwrap().modified().unwrap(), modified);
+    // An import cut short after the transcript and before its provenance: the next one writes
+    // the provenance, and leaves the transcript as it is.
+    let record = other.join("store/imports/claude-7c1e0a52-3b7f-4d0e-9a41-5f2d8c6b1e90.json");
+    std::fs::remove_file(&record).unwrap();
+    assert!(import(&out).ok().contains("placed at"));
+    assert!(record.exists(), "the provenance is recorded");
+    assert_eq!(std::fs::metadata(&placed).unwrap().modified().unwrap(), modified);
     // The same id with other bytes: refused, naming both.
     let redacted = store.path("redacted.tar.zst");
     history(&store, &["history", "export", "7c1e", "--out", redacted.to_str().unwrap()]).ok();

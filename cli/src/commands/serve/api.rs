@@ -181,27 +181,8 @@ pub(super) fn fleet_history_blocking(app: &App) -> Reply {
         Err(error) => return Reply::error(500, format!("{error:#}")),
     };
     let answers = ops::fleet::ask_all(&fleet, "/api/history", ops::fleet::ANSWER_WITHIN);
-    let mut rows = Vec::new();
-    let mut devices = Vec::new();
-    for answer in &answers {
-        devices.push(json!({
-            "name": answer.member.name,
-            "reachable": answer.body.is_ok(),
-            "error": answer.body.as_ref().err(),
-        }));
-        let Ok(body) = &answer.body else { continue };
-        for row in body["history"].as_array().into_iter().flatten() {
-            if !row["movedTo"].is_null() {
-                continue;
-            }
-            let mut row = row.clone();
-            if let Some(map) = row.as_object_mut() {
-                map.remove("path");
-                map.insert("device".to_owned(), json!(answer.member.name));
-            }
-            rows.push(row);
-        }
-    }
+    let rows: Vec<_> = answers.iter().flat_map(ops::fleet::Answer::history).collect();
+    let devices: Vec<_> = answers.iter().map(ops::fleet::Answer::to_json).collect();
     Reply::ok(json!({ "history": rows, "devices": devices }))
 }
 
@@ -239,7 +220,7 @@ pub(super) fn fleet_history_events_blocking(
         Ok(mut body) => {
             if let Some(history) = body["history"].as_object_mut() {
                 history.remove("path");
-                history.insert("device".to_owned(), json!(member.name));
+                history.insert("device".to_owned(), json!({ "name": member.name, "here": false }));
             }
             Reply::ok(body)
         }
@@ -432,12 +413,10 @@ pub(super) fn usage_blocking(app: &App, query: &str) -> Reply {
             other => return Reply::error(400, format!("unknown query parameter {other:?}")),
         }
     }
-    let since =
-        match since_text.map(|text| crate::when::since(&text, jiff::Timestamp::now(), &zone)) {
-            Some(Ok(since)) => Some(since),
-            Some(Err(error)) => return Reply::error(400, error.0),
-            None => None,
-        };
+    let since = match crate::when::since_now(since_text.as_deref(), &zone) {
+        Ok(since) => since,
+        Err(error) => return Reply::error(400, error.0),
+    };
     let mut index = match fresh_index(&app.store) {
         Ok(index) => index,
         Err(reply) => return reply,

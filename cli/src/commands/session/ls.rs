@@ -54,13 +54,7 @@ pub(super) fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
             status: args.status.clone(),
             all: args.all,
         },
-        since: args
-            .since
-            .as_deref()
-            .map(|since| {
-                crate::when::since(since, jiff::Timestamp::now(), &crate::when::zone(false))
-            })
-            .transpose()
+        since: crate::when::since_now(args.since.as_deref(), &crate::when::zone(false))
             .map_err(BadInput::from)?,
         project: args
             .project
