@@ -465,7 +465,7 @@ pub(crate) fn table(header: &[String], rows: &[Vec<String>], columns: Option<usi
 }
 
 /// The shortest prefix of each of `shown` that no other id of `every` starts with (at least `min`
-/// characters). `every` is the whole set a reference is resolved against (every session of the
+/// characters, not counting a kind that starts the id, as OpenCode's `ses_`). `every` is the whole set a reference is resolved against (every session of the
 /// store, not the rows a filter left), so a printed prefix names the same session when typed
 /// back; an id that is the start of another's is printed whole (it resolves as an exact id).
 pub(crate) fn unique_prefixes(shown: &[&str], every: &[&str], min: usize) -> Vec<usize> {
@@ -484,9 +484,22 @@ pub(crate) fn unique_prefixes(shown: &[&str], every: &[&str], min: usize) -> Vec
                 .map_or(0, |other| shared(id, other))
                 .max(after.map_or(0, |other| shared(id, other)))
                 + 1;
-            need.max(min).min(id.chars().count())
+            need.max(min + kind_prefix(id)).min(id.chars().count())
         })
         .collect()
+}
+
+/// The characters of a kind that starts an id (`ses_`: one to three lowercase letters and an
+/// underscore), which tell no two ids of that kind apart.
+fn kind_prefix(id: &str) -> usize {
+    match id.split_once('_') {
+        Some((kind, _))
+            if (1..=3).contains(&kind.len()) && kind.bytes().all(|b| b.is_ascii_lowercase()) =>
+        {
+            kind.len() + 1
+        }
+        _ => 0,
+    }
 }
 
 /// The first `chars` characters of `text`.
@@ -888,6 +901,8 @@ mod tests {
         assert_eq!(unique_prefixes(&["only"], &[], 1), [1]);
         // Only `demo2` shown, `demo` hidden by a filter: the prefix tells it from the hidden one.
         assert_eq!(unique_prefixes(&["demo2"], &["demo", "demo2"], 1), [5]);
+        // A kind that starts the id (OpenCode's `ses_`) is not part of the minimum.
+        assert_eq!(unique_prefixes(&["ses_dc13346b4ffe"], &[], 4), [8]);
         // `demo` is the start of `demo2`: printed whole, it resolves as an exact id.
         assert_eq!(unique_prefixes(&["demo"], &["demo", "demo2"], 1), [4]);
         assert_eq!(unique_prefixes(&["abc124"], &ids, 1), [6]);

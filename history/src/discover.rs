@@ -1,7 +1,9 @@
 //! Finding transcripts: Claude Code's (`<config>/projects/<encoded cwd>/<session id>.jsonl`, the
-//! config directory `CLAUDE_CONFIG_DIR`, else `~/.claude`) and the Codex CLI's
-//! (`<home>/sessions/YYYY/MM/DD/rollout-*.jsonl`, the home `CODEX_HOME`, else `~/.codex`), plus
-//! extra roots. Discovery only lists and stats files; it never reads a transcript whole.
+//! config directory `CLAUDE_CONFIG_DIR`, else `~/.claude`), the Codex CLI's
+//! (`<home>/sessions/YYYY/MM/DD/rollout-*.jsonl`, the home `CODEX_HOME`, else `~/.codex`) and
+//! OpenCode's sessions (rows of `<data>/opencode.db`, the data directory `$XDG_DATA_HOME/opencode`,
+//! else `~/.local/share/opencode`), plus extra roots. Discovery only lists and stats files (and
+//! counts an OpenCode session's rows); it never reads a transcript whole.
 
 use std::path::{Path, PathBuf};
 
@@ -14,13 +16,14 @@ pub struct Root {
     /// The harness that writes there.
     pub harness: Harness,
     /// Claude Code: the config directory (holding `projects/`); Codex: its home (holding
-    /// `sessions/`).
+    /// `sessions/`); OpenCode: its data directory (holding `opencode.db`).
     pub dir: PathBuf,
 }
 
 impl Root {
-    /// The default roots from the environment: `CLAUDE_CONFIG_DIR` or `~/.claude`, and
-    /// `CODEX_HOME` or `~/.codex` (each only when set or when `HOME` is).
+    /// The default roots from the environment: `CLAUDE_CONFIG_DIR` or `~/.claude`,
+    /// `CODEX_HOME` or `~/.codex`, and `$XDG_DATA_HOME/opencode` or `~/.local/share/opencode`
+    /// (each only when set or when `HOME` is).
     pub fn defaults(env: &dyn Fn(&str) -> Option<String>) -> Vec<Root> {
         let home = env("HOME").map(PathBuf::from);
         let mut roots = Vec::new();
@@ -36,6 +39,14 @@ impl Root {
         if let Some(dir) = codex {
             roots.push(Root { harness: Harness::Codex, dir });
         }
+        let opencode = env("XDG_DATA_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|home| home.join(".local/share")))
+            .map(|data| data.join("opencode"));
+        if let Some(dir) = opencode {
+            roots.push(Root { harness: Harness::OpenCode, dir });
+        }
         roots
     }
 }
@@ -45,14 +56,15 @@ impl Root {
 pub struct Found {
     /// Its harness.
     pub harness: Harness,
-    /// Its path.
+    /// Its path (an OpenCode session's locator, `<dir>/opencode.db#<id>`: see `opencode`).
     pub path: PathBuf,
     /// The session id its name gives (Claude Code: the file stem; Codex: the UUID at the end of
-    /// `rollout-<time>-<uuid>`).
+    /// `rollout-<time>-<uuid>`; OpenCode: the session row's id).
     pub id: String,
-    /// Its size in bytes.
+    /// Its size in bytes (an OpenCode session: its rows' data bytes and their count).
     pub size: u64,
-    /// Its modification time, in nanoseconds since the epoch.
+    /// Its modification time, in nanoseconds since the epoch (an OpenCode session: its newest
+    /// row's update).
     pub modified_ns: i64,
 }
 
@@ -80,6 +92,7 @@ pub fn discover(roots: &[Root]) -> Result<Vec<Found>, Error> {
                     }
                 }
             }
+            Harness::OpenCode => crate::opencode::discover(&root.dir, &mut found)?,
         }
     }
     found.sort_by(|a, b| a.path.cmp(&b.path));
@@ -99,7 +112,7 @@ fn push(found: &mut Vec<Found>, harness: Harness, path: PathBuf) -> Result<(), E
         .map_or(0, |since| i64::try_from(since.as_nanos()).unwrap_or(i64::MAX));
     let stem = path.file_stem().and_then(|stem| stem.to_str()).unwrap_or("").to_owned();
     let id = match harness {
-        Harness::ClaudeCode => stem,
+        Harness::ClaudeCode | Harness::OpenCode => stem,
         // rollout-2025-10-29T00-59-38-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5: the last five
         // dash-separated groups are the UUID.
         Harness::Codex => {

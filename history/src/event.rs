@@ -7,6 +7,8 @@ pub enum Harness {
     ClaudeCode,
     /// The Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`).
     Codex,
+    /// OpenCode (sessions in `~/.local/share/opencode/opencode.db`, read through `opencode`).
+    OpenCode,
 }
 
 impl Harness {
@@ -15,23 +17,26 @@ impl Harness {
         match self {
             Harness::ClaudeCode => "claude",
             Harness::Codex => "codex",
+            Harness::OpenCode => "opencode",
         }
     }
 
     /// The transcript format this harness writes: JSON lines, Claude Code's session records or
-    /// the Codex CLI's rollout records.
+    /// the Codex CLI's rollout records; OpenCode's rows in its SQLite database.
     pub const fn format(self) -> &'static str {
         match self {
             Harness::ClaudeCode => "claude-code-jsonl",
             Harness::Codex => "codex-rollout-jsonl",
+            Harness::OpenCode => "opencode-sqlite",
         }
     }
 
-    /// Parses a harness name (`claude`, `claude-code`, `codex`).
+    /// Parses a harness name (`claude`, `claude-code`, `codex`, `opencode`).
     pub fn parse(name: &str) -> Option<Harness> {
         match name {
             "claude" | "claude-code" | "claude_code" => Some(Harness::ClaudeCode),
             "codex" => Some(Harness::Codex),
+            "opencode" => Some(Harness::OpenCode),
             _ => None,
         }
     }

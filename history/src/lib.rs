@@ -1,11 +1,12 @@
-//! Session history across harnesses: the transcripts Claude Code and the Codex CLI write are the
-//! durable truth of what an agent was asked and answered. This crate finds them (`discover`),
-//! reads them as they grow (`read`: complete lines only, from a byte offset, bounded memory),
+//! Session history across harnesses: the transcripts Claude Code and the Codex CLI write, and the
+//! sessions OpenCode keeps in its database, are the durable truth of what an agent was asked and
+//! answered. This crate finds them (`discover`), reads them as they grow (`read`: complete lines
+//! only, from a byte offset, bounded memory; `opencode`: a session's rows rendered as lines),
 //! parses each harness's records into one event model (`parse`, `event`) and redacts every
 //! rendered text (`redact`).
 //!
 //! Crash story: none to tell of its own. It never writes: transcripts belong to the harness, which
-//! may be appending while they are read; a line without its newline is not read until it is
+//! may be appending while they are read (OpenCode's database is opened read-only); a line without its newline is not read until it is
 //! complete, so a reader never acts on half a record. Whatever is built from them is derived and
 //! rebuilt from the transcripts.
 
@@ -13,6 +14,7 @@ pub mod discover;
 pub mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+pub mod opencode;
 pub mod parse;
 pub mod read;
 pub mod redact;
@@ -37,6 +39,14 @@ pub enum Error {
         path: PathBuf,
         /// The error.
         source: std::io::Error,
+    },
+    /// OpenCode's database could not be read.
+    #[error("cannot read the OpenCode database {}: {source}", path.display())]
+    Database {
+        /// The database.
+        path: PathBuf,
+        /// The error.
+        source: rusqlite::Error,
     },
 }
 

@@ -52,6 +52,11 @@ impl Parser {
         Parser { harness, meta: Meta::default(), usage_seen: HashSet::new(), codex_total: None }
     }
 
+    /// The harness whose transcripts this parser reads.
+    pub fn harness(&self) -> Harness {
+        self.harness
+    }
+
     /// Parses line `line` (1-based, without its newline), appending its events to `out`.
     pub fn line(&mut self, line: u64, text: &str, out: &mut Vec<Event>) {
         let value: Value = match serde_json::from_str(text) {
@@ -70,6 +75,7 @@ impl Parser {
         match self.harness {
             Harness::ClaudeCode => self.claude(line, &value, out),
             Harness::Codex => self.codex(line, &value, out),
+            Harness::OpenCode => self.opencode(line, &value, out),
         }
     }
 
@@ -280,6 +286,171 @@ impl Parser {
             other => out.push(event(Kind::Unknown { kind: format!("response_item/{other}") })),
         }
     }
+}
+
+impl Parser {
+    /// A line of an OpenCode session's rendition (`opencode`): the session, or a message with
+    /// its parts inside it.
+    fn opencode(&mut self, line: u64, value: &Value, out: &mut Vec<Event>) {
+        let ts = opencode_time(&value["time_created"]);
+        match value["type"].as_str().unwrap_or("") {
+            "session" => {
+                keep(&mut self.meta.session_id, &value["id"]);
+                keep(&mut self.meta.cwd, &value["directory"]);
+                keep(&mut self.meta.version, &value["version"]);
+                out.push(Event { ts, line, kind: Kind::Lifecycle(Lifecycle::Start) });
+            }
+            "message" => self.opencode_message(line, value, ts, out),
+            other => out.push(Event {
+                ts,
+                line,
+                kind: Kind::Unknown {
+                    kind: if other.is_empty() { "untyped".to_owned() } else { other.to_owned() },
+                },
+            }),
+        }
+    }
+
+    fn opencode_message(
+        &mut self,
+        line: u64,
+        value: &Value,
+        ts: Option<String>,
+        out: &mut Vec<Event>,
+    ) {
+        let data = &value["data"];
+        let parts = value["parts"].as_array().map_or(&[][..], Vec::as_slice);
+        match data["role"].as_str() {
+            Some("user") => {
+                // The person's text parts (not those OpenCode adds itself, such as a file's
+                // contents read for an attachment) are one message.
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .map(|part| &part["data"])
+                    .filter(|part| {
+                        part["type"] == "text"
+                            && part["synthetic"] != true
+                            && part["ignored"] != true
+                    })
+                    .filter_map(|part| part["text"].as_str())
+                    .filter(|text| !text.trim().is_empty())
+                    .collect();
+                if !texts.is_empty() {
+                    out.push(Event { ts, line, kind: Kind::User { text: texts.join("\n") } });
+                }
+            }
+            Some("assistant") => {
+                if let Some(model) = data["modelID"].as_str().filter(|model| !model.is_empty()) {
+                    self.meta.model = Some(model.to_owned());
+                }
+                for part in parts {
+                    let ts = opencode_time(&part["time_created"]).or_else(|| ts.clone());
+                    self.opencode_part(line, data, part, ts, out);
+                }
+                if data["error"].is_object() {
+                    let error = &data["error"];
+                    let reason = match error["name"].as_str() {
+                        Some("MessageAbortedError") => "interrupted".to_owned(),
+                        name => {
+                            error["data"]["message"].as_str().or(name).unwrap_or("error").to_owned()
+                        }
+                    };
+                    out.push(Event {
+                        ts,
+                        line,
+                        kind: Kind::Lifecycle(Lifecycle::Aborted { reason }),
+                    });
+                }
+            }
+            _ => out.push(Event {
+                ts,
+                line,
+                kind: Kind::Unknown {
+                    kind: format!("message/{}", data["role"].as_str().unwrap_or("?")),
+                },
+            }),
+        }
+    }
+
+    /// One part of an assistant message: its text, a tool call with its result once it has one,
+    /// a step's end with the step's tokens (one model call: one reply, named by the part's id).
+    fn opencode_part(
+        &mut self,
+        line: u64,
+        message: &Value,
+        part: &Value,
+        ts: Option<String>,
+        out: &mut Vec<Event>,
+    ) {
+        let data = &part["data"];
+        let event = |kind| Event { ts: ts.clone(), line, kind };
+        match data["type"].as_str().unwrap_or("") {
+            "text" => {
+                if let Some(text) = data["text"].as_str().filter(|text| !text.trim().is_empty()) {
+                    // The summary a compaction writes is the conversation so far, not an answer.
+                    out.push(event(if message["summary"] == true {
+                        Kind::Lifecycle(Lifecycle::Summary { text: text.to_owned() })
+                    } else {
+                        Kind::Assistant { text: text.to_owned() }
+                    }));
+                }
+            }
+            "tool" => {
+                let state = &data["state"];
+                out.push(event(Kind::ToolCall {
+                    name: data["tool"].as_str().unwrap_or("?").to_owned(),
+                    summary: summarize_input(&state["input"]),
+                }));
+                match state["status"].as_str() {
+                    Some("completed") => out.push(event(Kind::ToolResult {
+                        ok: true,
+                        bytes: state["output"].as_str().map_or(0, str::len) as u64,
+                    })),
+                    Some("error") => out.push(event(Kind::ToolResult {
+                        ok: false,
+                        bytes: state["error"].as_str().map_or(0, str::len) as u64,
+                    })),
+                    // Pending or running: its result is not in yet.
+                    _ => {}
+                }
+            }
+            "step-finish" => {
+                let tokens = &data["tokens"];
+                let count = |value: &Value| value.as_u64().unwrap_or(0);
+                let id = part["id"].as_str().unwrap_or("").to_owned();
+                if tokens.is_object() && (id.is_empty() || self.usage_seen.insert(id.clone())) {
+                    out.push(event(Kind::Usage {
+                        model: self.meta.model.clone(),
+                        input: count(&tokens["input"]),
+                        // Reasoning is output the model was paid for, counted apart by OpenCode.
+                        output: count(&tokens["output"])
+                            .saturating_add(count(&tokens["reasoning"])),
+                        cache_read: count(&tokens["cache"]["read"]),
+                        cache_write: count(&tokens["cache"]["write"]),
+                        reply: (!id.is_empty()).then_some(id),
+                    }));
+                }
+                // A step that ends other than by calling tools ends the turn.
+                if data["reason"].as_str().is_some_and(|reason| reason != "tool-calls") {
+                    out.push(event(Kind::Lifecycle(Lifecycle::TurnEnd)));
+                }
+            }
+            "compaction" => out
+                .push(event(Kind::Lifecycle(Lifecycle::Summary { text: "compacted".to_owned() }))),
+            // Hidden reasoning is not the agent's answer; a step's start, a file snapshot and a
+            // patch's file list carry nothing the event model holds.
+            "reasoning" | "step-start" | "snapshot" | "patch" | "file" => {}
+            other => out.push(event(Kind::Unknown {
+                kind: format!("part/{}", if other.is_empty() { "untyped" } else { other }),
+            })),
+        }
+    }
+}
+
+/// An OpenCode time (milliseconds since the epoch) as ISO 8601.
+fn opencode_time(value: &Value) -> Option<String> {
+    let millis = value.as_i64()?;
+    jiff::Timestamp::from_millisecond(millis).ok().map(|time| time.to_string())
 }
 
 /// A Claude Code user text: a person's message, or the summary that opens a compacted session.

@@ -59,7 +59,8 @@ pub fn read_from(
 /// As [`read_from`], with `parser` (kept from the chunk before, so what spans lines, such as a
 /// reply's usage, is seen once), stopping after the line that takes the read past `budget`
 /// bytes (its `more` then says whether a byte follows): a long transcript is read in chunks of
-/// bounded memory, each continuing from the last one's offset and lines.
+/// bounded memory, each continuing from the last one's offset and lines. An OpenCode session
+/// (`path` its locator) is read from its rendition, whole in memory.
 pub fn read_chunk(
     path: &Path,
     parser: &mut Parser,
@@ -67,6 +68,9 @@ pub fn read_chunk(
     lines_before: u64,
     budget: u64,
 ) -> Result<Reading, Error> {
+    if parser.harness() == Harness::OpenCode {
+        return crate::opencode::read_chunk(path, parser, offset, lines_before, budget);
+    }
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let mut file = open_regular(path).map_err(io)?;
     file.seek(SeekFrom::Start(offset)).map_err(io)?;

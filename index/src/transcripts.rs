@@ -10,6 +10,8 @@
 //! are still the ones pinned; a rewritten, truncated or shrunk transcript, or a row of another
 //! content version, is read again from its start (its texts replaced in the same transaction).
 //! What a transcript said about itself is never erased by a fold that does not say it again.
+//! An OpenCode session (rows of OpenCode's database, changed in place) has no bytes to pin: a
+//! changed one is read again from its start.
 //!
 //! Known limit: the pin reads 8 KiB, not the whole prefix, so a rewrite that keeps the length and
 //! both pinned ends (a same-length edit in the middle of a long transcript) is not seen until the
@@ -351,12 +353,26 @@ impl Index {
         };
         let present: HashSet<String> =
             found.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
+        // The OpenCode databases this scan listed every session of.
+        let listed: HashSet<std::path::PathBuf> = found
+            .iter()
+            .filter_map(|f| spex_history::opencode::split(&f.path).map(|(db, _)| db))
+            .collect();
         for (path, harness, id) in known {
             // Not found by this scan (its roots may be others: a `--source` of another
-            // command) and gone from the disk.
-            let on_disk = !matches!(std::fs::symlink_metadata(&path),
+            // command) and gone from the disk. An OpenCode session is gone when the scan listed
+            // its database without it, or when its database is gone.
+            let (file, of_listed) = match spex_history::opencode::split(std::path::Path::new(&path))
+            {
+                Some((db, _)) => {
+                    let of_listed = listed.contains(&db);
+                    (db, of_listed)
+                }
+                None => (std::path::PathBuf::from(&path), false),
+            };
+            let on_disk = !matches!(std::fs::symlink_metadata(&file),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound);
-            if present.contains(&path) || on_disk {
+            if present.contains(&path) || (on_disk && !of_listed) {
                 continue;
             }
             let transaction = self
@@ -443,7 +459,8 @@ struct FoldedTranscript {
 /// still there, else at its start.
 fn plan(found: &Found, seen: Option<&ScanMark>) -> (u64, u64) {
     seen.filter(|seen| {
-        seen.version == HISTORY_CONTENT_VERSION
+        found.harness != spex_history::Harness::OpenCode
+            && seen.version == HISTORY_CONTENT_VERSION
             && found.size >= seen.offset
             && pin(&found.path, seen.offset).is_ok_and(|pin| pin == seen.pin)
     })

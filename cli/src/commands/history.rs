@@ -671,7 +671,7 @@ pub(crate) fn preview(
 }
 
 /// The command that continues a harness session in its harness: `claude --resume ID`, `codex
-/// resume ID` (the harness's command as `SPEX_CLAUDE_CMD` / `SPEX_CODEX_CMD` name it).
+/// resume ID`, `opencode --session ID` (the harness's command as `SPEX_CLAUDE_CMD` / `SPEX_CODEX_CMD` name it).
 /// The id is quoted for `sh`: a Claude Code id is a transcript's file name, which anyone who can
 /// write there chooses.
 pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
@@ -683,6 +683,7 @@ pub(crate) fn resume_command(harness: Harness, id: &str) -> String {
         Harness::Codex => {
             format!("{} resume {id}", crate::ops::agent::Harness::Codex.default_command())
         }
+        Harness::OpenCode => format!("opencode --session {id}"),
     }
 }
 
@@ -809,6 +810,7 @@ fn show_local(
     let resume = match transcript.harness {
         Harness::ClaudeCode => format!("claude --resume {}", transcript.id),
         Harness::Codex => format!("codex resume {}", transcript.id),
+        Harness::OpenCode => format!("opencode --session {}", transcript.id),
     };
     let place =
         summary.meta.cwd.as_deref().map(|cwd| format!(" (in {})", shown(cwd))).unwrap_or_default();

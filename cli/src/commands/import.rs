@@ -211,6 +211,11 @@ fn safe_place(harness: Harness, place: &str) -> Result<PathBuf, String> {
     let top = match harness {
         Harness::ClaudeCode => "projects",
         Harness::Codex => "sessions",
+        Harness::OpenCode => {
+            return Err("an OpenCode session is rows of OpenCode's database, never a file an \
+                        archive places"
+                .to_owned());
+        }
     };
     if !plain || !path.starts_with(top) || path.extension().is_none_or(|ext| ext != "jsonl") {
         return Err(format!("the place {place:?} is not a transcript path under {top}/"));

@@ -39,6 +39,13 @@ pub(crate) fn archive(
     let identity = Identity::of_this_machine();
     let shown =
         |text: &str| if raw { text.to_owned() } else { spex_history::redact(text, &identity) };
+    if transcript.harness == spex_history::Harness::OpenCode {
+        anyhow::bail!(
+            "{} is an OpenCode session, kept as rows of OpenCode's database: export and import \
+             carry file transcripts (Claude Code, Codex), not OpenCode's database",
+            transcript.id
+        );
+    }
     let (summary, _) = spex_history::summarize(transcript)?;
     let mut entries = Vec::new();
     let name = transcript.path.file_name().map_or_else(
@@ -106,6 +113,7 @@ pub(crate) fn place(transcript: &Found) -> Option<String> {
     let top = match transcript.harness {
         spex_history::Harness::ClaudeCode => "projects",
         spex_history::Harness::Codex => "sessions",
+        spex_history::Harness::OpenCode => return None,
     };
     let parts: Vec<&str> =
         transcript.path.iter().map(|part| part.to_str()).collect::<Option<Vec<_>>>()?;

@@ -56,6 +56,9 @@ fn discovery_finds_both_harnesses_and_names_their_sessions() {
     let defaults = Root::defaults(&env);
     assert_eq!(defaults[0].dir, PathBuf::from("/c"));
     assert_eq!(defaults[1].dir, PathBuf::from("/h/.codex"));
+    assert_eq!(defaults[2].dir, PathBuf::from("/h/.local/share/opencode"));
+    let xdg = |name: &str| (name == "XDG_DATA_HOME").then(|| "/x".to_owned());
+    assert_eq!(Root::defaults(&xdg)[0].dir, PathBuf::from("/x/opencode"));
 }
 
 #[test]

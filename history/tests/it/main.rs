@@ -1,4 +1,5 @@
 //! The integration tests of this crate, one module per subject, linked into one test binary.
 
 mod history;
+mod opencode;
 mod secrets;
