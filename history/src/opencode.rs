@@ -122,6 +122,20 @@ pub(crate) fn discover(dir: &Path, found: &mut Vec<Found>) -> Result<(), Error> 
     Ok(())
 }
 
+/// Whether the session a locator names may still be there: its database holds its row, or
+/// cannot be read to tell (a database that is not found holds nothing).
+pub fn holds(path: &Path) -> bool {
+    let Some((db, id)) = split(path) else { return false };
+    match open(&db) {
+        Ok(connection) => connection
+            .query_row("SELECT 1 FROM session WHERE id = ?1", params![id], |_| Ok(()))
+            .optional()
+            .map_or(true, |row| row.is_some()),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => false,
+        Err(_) => true,
+    }
+}
+
 /// The rendition of the session a locator names: its lines, without newlines. A session that
 /// is not in the database is `NotFound`, as a file transcript that went away is.
 pub fn render(path: &Path) -> Result<Vec<String>, Error> {

@@ -353,26 +353,15 @@ impl Index {
         };
         let present: HashSet<String> =
             found.iter().map(|f| f.path.to_string_lossy().into_owned()).collect();
-        // The OpenCode databases this scan listed every session of.
-        let listed: HashSet<std::path::PathBuf> = found
-            .iter()
-            .filter_map(|f| spex_history::opencode::split(&f.path).map(|(db, _)| db))
-            .collect();
         for (path, harness, id) in known {
             // Not found by this scan (its roots may be others: a `--source` of another
-            // command) and gone from the disk. An OpenCode session is gone when the scan listed
-            // its database without it, or when its database is gone.
-            let (file, of_listed) = match spex_history::opencode::split(std::path::Path::new(&path))
-            {
-                Some((db, _)) => {
-                    let of_listed = listed.contains(&db);
-                    (db, of_listed)
-                }
-                None => (std::path::PathBuf::from(&path), false),
+            // command) and gone from the disk (an OpenCode session: from its database).
+            let on_disk = match spex_history::opencode::split(std::path::Path::new(&path)) {
+                Some(_) => spex_history::opencode::holds(std::path::Path::new(&path)),
+                None => !matches!(std::fs::symlink_metadata(&path),
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound),
             };
-            let on_disk = !matches!(std::fs::symlink_metadata(&file),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound);
-            if present.contains(&path) || (on_disk && !of_listed) {
+            if present.contains(&path) || on_disk {
                 continue;
             }
             let transaction = self

@@ -1,7 +1,8 @@
 //! spex in front of the real Claude Code and Codex CLIs, each talking to the scripted model
 //! server on loopback (`spex-modelserver`): a person's message goes in through `spex session`,
 //! the scripted model makes the agent run `spex session ask --note ...`, and the reply comes back
-//! as the session's declaration.
+//! as the session's declaration. OpenCode is not driven by spex: its sessions, as the real CLI
+//! writes them into its database, are read by `spex history`, `search` and `usage`.
 //!
 //! The CLIs are found in `SPEX_AGENT_BIN_DIR` (`.ci/run` installs the pinned versions there
 //! with npm). Without them a test says so and passes, unless `SPEX_REQUIRE_AGENTS=1` (set by
@@ -23,6 +24,7 @@ struct World {
     model: ModelServer,
     claude: Option<PathBuf>,
     codex: Option<PathBuf>,
+    opencode: Option<PathBuf>,
 }
 
 impl World {
@@ -30,7 +32,7 @@ impl World {
         let bin = agent_bin(harness)?;
         let store = Store::new();
         let model = ModelServer::start().expect("the model server starts");
-        for dir in ["work", "home", "claude-config", "codex-home", "tmux"] {
+        for dir in ["work", "home", "claude-config", "codex-home", "tmux", "xdg"] {
             std::fs::create_dir_all(store.path(dir)).expect("a directory");
         }
         // A terminal UI's first start asks about onboarding, the API key and trusting the
@@ -50,11 +52,21 @@ impl World {
             model.url()
         );
         std::fs::write(store.path("codex-home/config.toml"), config).expect("codex config");
-        let (claude, codex) = match harness {
-            "claude" => (Some(bin), None),
-            _ => (None, Some(bin)),
+        // OpenCode's Anthropic provider, pointed at the scripted model.
+        let opencode_json = serde_json::json!({
+            "model": "anthropic/claude-sonnet-4-5",
+            "provider": {"anthropic": {"options": {
+                "baseURL": format!("{}/v1", model.url()), "apiKey": "scripted"}}},
+            "autoupdate": false, "share": "disabled",
+        });
+        std::fs::write(store.path("work/opencode.json"), opencode_json.to_string())
+            .expect("opencode config");
+        let (claude, codex, opencode) = match harness {
+            "claude" => (Some(bin), None, None),
+            "opencode" => (None, None, Some(bin)),
+            _ => (None, Some(bin), None),
         };
-        Some(World { store, model, claude, codex })
+        Some(World { store, model, claude, codex, opencode })
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -71,7 +83,13 @@ impl World {
             .env("SPEX_TEST_MODEL_KEY", "scripted")
             // A tmux server of the test's own.
             .env("TMUX_TMPDIR", self.store.path("tmux"))
-            .env_remove("TMUX");
+            .env_remove("TMUX")
+            // OpenCode's data, configuration, cache and state of the test's own.
+            .env("XDG_DATA_HOME", self.store.path("xdg/data"))
+            .env("XDG_CONFIG_HOME", self.store.path("xdg/config"))
+            .env("XDG_CACHE_HOME", self.store.path("xdg/cache"))
+            .env("XDG_STATE_HOME", self.store.path("xdg/state"))
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
         if let Some(claude) = &self.claude {
             command.env("SPEX_CLAUDE_CMD", claude);
         }
@@ -700,4 +718,112 @@ fn claude_code_resumes_a_migrated_conversation() {
 #[test]
 fn codex_resumes_a_migrated_conversation() {
     migrated_conversation_resumes("codex", Api::Responses);
+}
+
+/// `opencode run MESSAGE...` in the world's worktree, against the scripted model; its output.
+fn opencode_run(world: &World, args: &[&str]) -> String {
+    let bin = world.opencode.as_ref().expect("the OpenCode CLI");
+    // The environment spex runs in (the private home, data directories and model server).
+    let mut command = Command::new(bin);
+    for (key, value) in world.command(&[]).get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    // OpenCode takes its directory from `PWD`, not from the working directory it runs in.
+    let work = world.store.path("work");
+    command.current_dir(&work).env("PWD", &work).arg("run").args(args);
+    command.stdin(std::process::Stdio::null());
+    let output = command.output().expect("opencode runs");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "opencode {args:?}: {}\n{text}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text
+}
+
+/// Two turns of one OpenCode session, the first running a shell command, the second carrying a
+/// token, written by the real CLI into its database while spex reads it: listed with its state
+/// and project, shown as one conversation with the token redacted, searched, and its usage
+/// counted once per model call.
+#[test]
+fn opencode_sessions_are_read_as_the_real_cli_writes_them() {
+    let Some(world) = World::new("opencode") else { return };
+    world.model.script(
+        Api::Anthropic,
+        [
+            Reply::Shell("echo hello-from-tool".to_owned()),
+            Reply::Text("Deploy to eu-west-1 first.".to_owned()),
+        ],
+    );
+    let out = opencode_run(&world, &["Which region do we deploy to first?"]);
+    assert!(out.contains("Deploy to eu-west-1 first."), "{out}");
+    let listed = world.json(&["history", "ls", "--harness", "opencode"]);
+    let rows = listed["sessions"].as_array().expect("sessions");
+    assert_eq!(rows.len(), 1, "{listed}");
+    let id = rows[0]["id"].as_str().expect("an id").to_owned();
+    assert!(id.starts_with("ses_"), "{listed}");
+    assert_eq!(rows[0]["harness"], "opencode");
+    assert_eq!(rows[0]["format"], "opencode-sqlite");
+    assert_eq!(rows[0]["state"], "waiting for input", "{listed}");
+    let work = world.store.path("work");
+    assert_eq!(rows[0]["project"], work.to_string_lossy().as_ref(), "{listed}");
+
+    // The second turn continues the session while the first was read (its database open in
+    // write-ahead-log mode).
+    const TOKEN: &str = "ghp_R7x9Qm2LpV4nT8wZ3kY6bH1cJ5dF0gA2sE4u";
+    world.model.script(Api::Anthropic, [Reply::Text("Then eu-central-1.".to_owned())]);
+    let second = format!("And after that? The deploy key is {TOKEN}");
+    opencode_run(&world, &["--session", &id, &second]);
+    let shown = world.run(&["history", "show", &id, "--tools"]);
+    let text = shown.ok();
+    for said in [
+        "Which region do we deploy to first?",
+        "echo hello-from-tool",
+        "Deploy to eu-west-1 first.",
+        "And after that? The deploy key is [redacted:github-pat]",
+        "Then eu-central-1.",
+        &format!("resume: opencode --session {id}"),
+    ] {
+        assert!(text.contains(said), "{said:?} in {text}");
+    }
+    assert!(!text.contains(TOKEN), "{text}");
+    let events = world.json(&["history", "show", &id]);
+    let kinds: Vec<&str> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|event| event["kind"].as_str())
+        .filter(|kind| ["user", "assistant", "tool-call", "tool-result"].contains(kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["user", "tool-call", "tool-result", "assistant", "user", "assistant"],
+        "{events}"
+    );
+    let hits = world.json(&["search", "eu-central"]);
+    let hit = &hits["hits"][0];
+    assert_eq!(hit["source"], "opencode", "{hits}");
+    assert_eq!(hit["kind"], "answer", "{hits}");
+    assert!(world.json(&["search", TOKEN])["hits"].as_array().is_none_or(Vec::is_empty));
+
+    // Each model call of the main loop counted once; two turns; the model priced.
+    let usage = world.json(&["usage", "--by", "session"]);
+    let key = format!("opencode:{id}");
+    let row = usage["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|row| row["key"] == key.as_str())
+        .unwrap_or_else(|| panic!("{key} in {usage}"));
+    assert_eq!(row["turns"], 2, "{usage}");
+    let replies = world.model.main_requests().len() as u64;
+    assert_eq!(replies, 3);
+    assert_eq!(row["replies"].as_u64(), Some(replies), "{usage}");
+    assert!(row["output"].as_u64().expect("output") >= replies, "{usage}");
+    assert!(row["cost"].as_f64().is_some_and(|cost| cost > 0.0), "{usage}");
 }

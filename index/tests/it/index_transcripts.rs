@@ -380,3 +380,79 @@ fn a_new_extractor_version_re_extracts_every_transcript_in_place() {
     let again = index.scan_history(&found).unwrap();
     assert_eq!(again.read, 0, "then unchanged");
 }
+
+/// OpenCode's sessions (rows of its database, changed in place) in the index: an unchanged
+/// session reads nothing; a changed one is read again from its start, its texts and usage
+/// replaced, never doubled; a scan of other roots keeps it; a session deleted from the database
+/// goes with its texts and usage, and so does a database that goes.
+#[test]
+fn opencode_sessions_are_read_again_when_their_rows_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("opencode");
+    std::fs::create_dir_all(&data).unwrap();
+    let db_path = data.join("opencode.db");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../history/tests/fixtures/opencode/opencode.db"),
+        &db_path,
+    )
+    .unwrap();
+    let root = Root { harness: Harness::OpenCode, dir: data.clone() };
+    let mut index = Index::open(dir.path()).unwrap();
+    let first = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((first.transcripts, first.read, first.reset), (1, 1, 1));
+    let opencode = |index: &Index| {
+        index.spent(None).unwrap().into_iter().filter(|row| row.harness == "opencode").count()
+    };
+    assert_eq!(opencode(&index), 5, "two turns and three replies");
+    assert_eq!(search(&index, "central"), [("opencode".to_owned(), "answer".to_owned(), Some(6))]);
+    let again = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((again.read, again.lines), (0, 0), "unchanged: nothing read");
+
+    // OpenCode writes a new answer into the last message's text part, in place.
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE part SET data = replace(data, 'eu-central-1', 'ap-south-1'),
+                 time_updated = time_updated + 1
+             WHERE data LIKE '%eu-central-1%'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let reread = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((reread.read, reread.reset), (1, 1), "read again from its start");
+    assert!(search(&index, "central").is_empty(), "the old text is gone");
+    assert_eq!(search(&index, "south").len(), 1);
+    assert_eq!(search(&index, "region").len(), 1, "the rest once, not doubled");
+    assert_eq!(opencode(&index), 5, "the usage once, not doubled");
+
+    // A scan of other roots (another command's --source) keeps it.
+    let (codex, _) = codex_home(dir.path(), 13);
+    let other = index.scan_history(&found(&codex)).unwrap();
+    assert_eq!(other.removed, 0);
+    assert_eq!(search(&index, "south").len(), 1);
+
+    // Deleted from the database: gone from the index.
+    db.execute("DELETE FROM part", []).unwrap();
+    db.execute("DELETE FROM message", []).unwrap();
+    db.execute("DELETE FROM session", []).unwrap();
+    drop(db);
+    let dropped = index.scan_history(&found(&root)).unwrap();
+    assert_eq!((dropped.transcripts, dropped.removed), (0, 1));
+    assert!(search(&index, "south").is_empty());
+    assert_eq!(opencode(&index), 0);
+    assert!(index.transcripts().unwrap().iter().all(|row| row.harness != "opencode"));
+
+    // A database that goes takes its sessions with it, whichever roots the scan had.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../history/tests/fixtures/opencode/opencode.db"),
+        &db_path,
+    )
+    .unwrap();
+    assert_eq!(index.scan_history(&found(&root)).unwrap().read, 1);
+    std::fs::remove_file(&db_path).unwrap();
+    assert_eq!(index.scan_history(&found(&codex)).unwrap().removed, 1);
+    assert!(index.transcripts().unwrap().iter().all(|row| row.harness != "opencode"));
+}
