@@ -434,10 +434,10 @@ fn read_sources(path: &std::path::Path) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// A harness by name (`claude` or `codex`).
+/// A harness by name (`claude`, `codex` or `opencode`).
 pub(crate) fn parse_harness(name: &str) -> Result<spex_history::Harness, String> {
     spex_history::Harness::parse(name)
-        .ok_or_else(|| format!("unknown harness {name:?} (expected claude or codex)"))
+        .ok_or_else(|| format!("unknown harness {name:?} (expected claude, codex or opencode)"))
 }
 
 /// A transcript root: `HARNESS=DIR`.

@@ -24,9 +24,9 @@ pub(crate) struct Args {
     /// (2026-12-01, 2026-12-01T07:00), or a duration back from now (90m, 2h, 7days).
     #[arg(long, value_name = "WHEN")]
     since: Option<String>,
-    /// Only this side of the history: spex (the sessions' own timelines), claude or codex (the
-    /// harness transcripts: what a person asked and what the agent answered).
-    #[arg(long, value_parser = ["spex", "claude", "codex"])]
+    /// Only this side of the history: spex (the sessions' own timelines), claude, codex or
+    /// opencode (the harness sessions: what a person asked and what the agent answered).
+    #[arg(long, value_parser = ["spex", "claude", "codex", "opencode"])]
     harness: Option<String>,
     /// Only harness transcripts of this project: their working directory is DIR or under it.
     #[arg(long, value_name = "DIR")]

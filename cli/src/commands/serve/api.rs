@@ -364,11 +364,13 @@ pub(super) fn search_blocking(app: &App, query: &str) -> Reply {
                 }
             }
             "harness" => match value.as_ref() {
-                "spex" | "claude" | "codex" => filter.source = Some(value.into_owned()),
+                "spex" | "claude" | "codex" | "opencode" => {
+                    filter.source = Some(value.into_owned())
+                }
                 _ => {
                     return Reply::error(
                         400,
-                        format!("harness {value:?} is not spex, claude or codex"),
+                        format!("harness {value:?} is not spex, claude, codex or opencode"),
                     );
                 }
             },

@@ -40,6 +40,8 @@ impl Store {
             .env_remove("SPEX_SESSION_ID")
             .env_remove("SPEX_SEED")
             .env_remove("SPEXCODE_TIMELINE_SEGMENT_BYTES")
+            // OpenCode's data directory of the test's own (never the machine's sessions).
+            .env("XDG_DATA_HOME", self.dir.path().join("xdg-data"))
             .current_dir(self.dir.path());
         command
     }
