@@ -22,6 +22,18 @@ pub(crate) const EXPORT_SCHEMA: u32 = 1;
 /// The zstd level: the default's ratio at the default's speed.
 const ZSTD_LEVEL: i32 = 3;
 
+/// Why `transcript` cannot be exported, when it cannot: an OpenCode session is rows of
+/// OpenCode's database, which an archive does not carry and an import would have to write.
+pub(crate) fn refusal(transcript: &Found) -> Option<String> {
+    (transcript.harness == spex_history::Harness::OpenCode).then(|| {
+        format!(
+            "{} is an OpenCode session, kept as rows of OpenCode's database: export and import \
+             carry file transcripts (Claude Code, Codex), not OpenCode's database",
+            transcript.id
+        )
+    })
+}
+
 /// One file of the archive: where it goes and its bytes.
 struct Entry {
     path: String,
@@ -39,12 +51,8 @@ pub(crate) fn archive(
     let identity = Identity::of_this_machine();
     let shown =
         |text: &str| if raw { text.to_owned() } else { spex_history::redact(text, &identity) };
-    if transcript.harness == spex_history::Harness::OpenCode {
-        anyhow::bail!(
-            "{} is an OpenCode session, kept as rows of OpenCode's database: export and import \
-             carry file transcripts (Claude Code, Codex), not OpenCode's database",
-            transcript.id
-        );
+    if let Some(why) = refusal(transcript) {
+        anyhow::bail!(why);
     }
     let (summary, _) = spex_history::summarize(transcript)?;
     let mut entries = Vec::new();

@@ -553,6 +553,54 @@ fn history_sessions_are_served_redacted() {
     assert_eq!(server.get("/api/usage?tz=Mars/Olympus").0, 400);
 }
 
+// An OpenCode session (rows of the database the real CLI wrote) is served as the others are:
+// listed, read a page at a time, redacted, searched; its export is refused by name.
+#[test]
+fn opencode_sessions_are_served_redacted() {
+    let store = Store::new();
+    store.run(&["session", "new", "--id", "w"]).ok();
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
+    std::fs::write(
+        store.root().join("history-sources"),
+        format!("opencode={}\n", fixtures.join("opencode").display()),
+    )
+    .unwrap();
+    let server = Server::start(&store);
+    let (status, listed) = server.get("/api/history");
+    assert_eq!(status, 200, "{listed}");
+    let id = "ses_dc13346b4ffeIP3PBkq5I2zlQM";
+    let row = listed["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["id"] == id)
+        .unwrap_or_else(|| panic!("{id} in {listed}"));
+    assert_eq!(row["harness"], "opencode", "{row}");
+    assert_eq!(row["state"], "waiting for input", "{row}");
+    // The last message's three events (an answer, its tokens, the turn's end): a page of two
+    // takes the whole message, never a part of one line.
+    let (status, page) = server.get(&format!("/api/history/opencode/{id}?limit=2"));
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"].as_array().unwrap().len(), 3, "{page}");
+    assert_eq!(page["more"], true, "{page}");
+    let (status, page) = server.get(&format!("/api/history/opencode/{id}?limit=4"));
+    assert_eq!(status, 200, "{page}");
+    let text = page.to_string();
+    assert!(text.contains("[redacted:github-pat]") && !text.contains("ghp_R7x9"), "{page}");
+    let first = page["events"][0]["line"].as_u64().unwrap();
+    let (_, older) = server.get(&format!("/api/history/opencode/{id}?before={first}"));
+    let older = older["events"].as_array().unwrap();
+    assert!(older.iter().any(|event| event["text"] == "Deploy to eu-west-1 first."), "{older:?}");
+    assert!(older.iter().all(|event| event["line"].as_u64().unwrap() < first));
+    let (status, hits) = server.get("/api/search?q=central&harness=opencode");
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits["hits"][0]["source"], "opencode", "{hits}");
+    let (status, refused) = server.get(&format!("/api/history/opencode/{id}/export"));
+    assert!((400..500).contains(&status), "{status}: {refused}");
+    assert!(refused.to_string().contains("OpenCode"), "{refused}");
+}
+
 // The web page: served at `/` behind the token (the printed URL sets the cookie the page's own
 // requests carry), its assets from the binary, under a policy that lets it load and connect to
 // this server alone; nothing in it names another origin. `GET /api/sessions/:id` gives what the

@@ -231,7 +231,10 @@ pub(super) fn fleet_history_events_blocking(
 /// The transcript of `harness`'s session `id`, found under the server's roots.
 fn history_transcript(app: &App, harness: &str, id: &str) -> Result<spex_history::Found, Reply> {
     let Some(harness) = spex_history::Harness::parse(harness) else {
-        return Err(Reply::error(404, format!("no harness {harness:?} (claude or codex)")));
+        return Err(Reply::error(
+            404,
+            format!("no harness {harness:?} (claude, codex or opencode)"),
+        ));
     };
     let found =
         spex_history::discover(&app.roots).map_err(|error| Reply::error(500, error.to_string()))?;
@@ -249,6 +252,9 @@ pub(super) fn history_export_blocking(app: &App, harness: &str, id: &str) -> Rep
         Ok(transcript) => transcript,
         Err(reply) => return reply,
     };
+    if let Some(why) = ops::export::refusal(&transcript) {
+        return Reply::error(422, why);
+    }
     let links = ops::list::harness_links(&app.store).unwrap_or_default();
     let spex = links.get(&(transcript.harness.name(), transcript.id.clone())).map(|(id, _)| id);
     match ops::export::archive(Some(&app.store), &transcript, spex.map(String::as_str), true) {
@@ -281,8 +287,8 @@ pub(super) fn history_moved_blocking(app: &App, harness: &str, id: &str, body: &
 }
 
 /// `GET /api/history/:harness/:id[?limit=N&before=LINE]`: a history session's events, redacted,
-/// the last `limit` (default 500) of those before transcript line `before` (default: the end);
-/// `more` says whether older ones remain.
+/// the last `limit` (default 500) of those before transcript line `before` (default: the end),
+/// never splitting one line's events; `more` says whether older ones remain.
 pub(super) fn history_events_blocking(app: &App, harness: &str, id: &str, query: &str) -> Reply {
     let mut limit = 500;
     let mut before = u64::MAX;
@@ -298,7 +304,7 @@ pub(super) fn history_events_blocking(app: &App, harness: &str, id: &str, query:
         }
     }
     let Some(harness) = spex_history::Harness::parse(harness) else {
-        return Reply::error(404, format!("no harness {harness:?} (claude or codex)"));
+        return Reply::error(404, format!("no harness {harness:?} (claude, codex or opencode)"));
     };
     let index = match fresh_index_with_history(app) {
         Ok(index) => index,
@@ -322,7 +328,12 @@ pub(super) fn history_events_blocking(app: &App, harness: &str, id: &str, query:
     let shown = |text: &str| spex_history::redact(text, &app.identity);
     let earlier: Vec<&spex_history::Event> =
         read.events.iter().filter(|event| event.line < before).collect();
-    let from = earlier.len().saturating_sub(limit);
+    // A page never splits the events of one transcript line (the next page asks for those
+    // before a line): it starts at its first line's first event, a few more than `limit` at most.
+    let mut from = earlier.len().saturating_sub(limit);
+    while from > 0 && earlier[from - 1].line == earlier[from].line {
+        from -= 1;
+    }
     Reply::ok(json!({
         "history": row.shown(&app.identity).to_json(),
         "more": from > 0,
