@@ -176,6 +176,20 @@ impl World {
             .collect()
     }
 
+    /// The `spex usage --by session` row of harness session `key` (`HARNESS:ID`), and the
+    /// whole report (for messages).
+    fn usage_row(&self, key: &str) -> (Value, Value) {
+        let usage = self.json(&["usage", "--by", "session"]);
+        let row = usage["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .find(|row| row["key"] == key)
+            .unwrap_or_else(|| panic!("{key} in {usage}"))
+            .clone();
+        (row, usage)
+    }
+
     /// Main-loop requests whose input holds `text`.
     fn requests_with(&self, text: &str) -> usize {
         self.model
@@ -269,14 +283,7 @@ fn converses(harness: &str, api: Api) {
     assert_eq!(world.json(&["session", "show", "agent"])["owed"], 0);
     // What it spent, from the transcript the harness wrote: two turns, and each main-loop
     // request's reply counted once, whatever the harness wrote it as.
-    let usage = world.json(&["usage", "--by", "session"]);
-    let key = format!("{harness}:{native}");
-    let row = usage["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .find(|row| row["key"] == key.as_str())
-        .unwrap_or_else(|| panic!("{key} in {usage}"));
+    let (row, usage) = world.usage_row(&format!("{harness}:{native}"));
     assert_eq!(row["turns"], 2, "{usage}");
     let replies = world.model.main_requests().len() as u64;
     assert_eq!(row["replies"].as_u64(), Some(replies), "{usage}");
@@ -812,14 +819,7 @@ fn opencode_sessions_are_read_as_the_real_cli_writes_them() {
     assert!(world.json(&["search", TOKEN])["hits"].as_array().is_none_or(Vec::is_empty));
 
     // Each model call of the main loop counted once; two turns; the model priced.
-    let usage = world.json(&["usage", "--by", "session"]);
-    let key = format!("opencode:{id}");
-    let row = usage["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .find(|row| row["key"] == key.as_str())
-        .unwrap_or_else(|| panic!("{key} in {usage}"));
+    let (row, usage) = world.usage_row(&format!("opencode:{id}"));
     assert_eq!(row["turns"], 2, "{usage}");
     let replies = world.model.main_requests().len() as u64;
     assert_eq!(replies, 3);
