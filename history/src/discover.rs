@@ -92,7 +92,15 @@ pub fn discover(roots: &[Root]) -> Result<Vec<Found>, Error> {
                     }
                 }
             }
-            Harness::OpenCode => crate::opencode::discover(&root.dir, &mut found)?,
+            Harness::OpenCode => {
+                found.extend(crate::opencode::list(&root.dir)?.into_iter().map(|session| Found {
+                    harness: Harness::OpenCode,
+                    path: session.path,
+                    id: session.id,
+                    size: session.size,
+                    modified_ns: session.modified_ns,
+                }));
+            }
         }
     }
     found.sort_by(|a, b| a.path.cmp(&b.path));

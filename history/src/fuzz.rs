@@ -136,7 +136,7 @@ fn agree_in_chunks(
     path: &std::path::Path,
     harness: Harness,
     length: usize,
-    whole: &crate::read::Reading,
+    whole: &crate::parse::Reading,
 ) {
     let budget = 1 + (length as u64 % 257);
     let mut parser = Parser::new(harness);

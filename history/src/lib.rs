@@ -22,8 +22,8 @@ pub mod state;
 
 pub use discover::{DEVICE_ID_ENV, Device, Found, Root, discover, git_root};
 pub use event::{Event, Harness, Kind, Lifecycle};
-pub use parse::{Meta, Parser};
-pub use read::{Reading, open_regular, read_chunk, read_from};
+pub use parse::{Meta, Parser, Reading};
+pub use read::{open_regular, read_chunk, read_from};
 pub use redact::{Identity, redact};
 pub use state::{Signal, Signals, State, state};
 

@@ -24,10 +24,7 @@ use rusqlite::{OpenFlags, OptionalExtension as _, params};
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::discover::Found;
-use crate::event::Harness;
-use crate::parse::Parser;
-use crate::read::Reading;
+use crate::parse::{Parser, Reading};
 
 /// The database's file name in OpenCode's data directory.
 pub const DB_FILE: &str = "opencode.db";
@@ -76,15 +73,28 @@ fn open(db: &Path) -> Result<rusqlite::Connection, Error> {
     Ok(connection)
 }
 
-/// Every session in `<dir>/opencode.db` (none when it does not exist), appended to `found`. A
-/// session's size is the bytes of its rows' data and their count, its modification time its
-/// newest row's update: either moves when OpenCode writes to the session.
-pub(crate) fn discover(dir: &Path, found: &mut Vec<Found>) -> Result<(), Error> {
+/// One session as discovery lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Its locator.
+    pub path: PathBuf,
+    /// Its id.
+    pub id: String,
+    /// The bytes of its rows' data and their count.
+    pub size: u64,
+    /// Its newest row's update, in nanoseconds since the epoch.
+    pub modified_ns: i64,
+}
+
+/// Every session in `<dir>/opencode.db` (none when it does not exist). A session's size and
+/// modification time (see [`Listed`]) move whenever OpenCode writes to the session.
+pub fn list(dir: &Path) -> Result<Vec<Listed>, Error> {
+    let mut found = Vec::new();
     let db = dir.join(DB_FILE);
     if matches!(std::fs::symlink_metadata(&db), Err(error)
         if error.kind() == std::io::ErrorKind::NotFound)
     {
-        return Ok(());
+        return Ok(found);
     }
     let connection = open(&db)?;
     let database = |source| Error::Database { path: db.clone(), source };
@@ -111,15 +121,14 @@ pub(crate) fn discover(dir: &Path, found: &mut Vec<Found>) -> Result<(), Error> 
         .map_err(database)?;
     for row in rows {
         let (id, updated_ms, size) = row.map_err(database)?;
-        found.push(Found {
-            harness: Harness::OpenCode,
+        found.push(Listed {
             path: locator(&db, &id),
             id,
             size: u64::try_from(size).unwrap_or(0),
             modified_ns: updated_ms.saturating_mul(1_000_000),
         });
     }
-    Ok(())
+    Ok(found)
 }
 
 /// Whether the session a locator names may still be there: its database holds its row, or
@@ -249,7 +258,7 @@ fn data_of(data: Option<&str>) -> Value {
     }
 }
 
-/// As [`crate::read::read_chunk`], for the session `path` locates: its rendition's lines from
+/// As the file reader's `read_chunk`, for the session `path` locates: its rendition's lines from
 /// byte `offset` (lines continue from `lines_before`), stopping after the line that takes the
 /// read past `budget` bytes.
 pub(crate) fn read_chunk(

@@ -32,6 +32,21 @@ fn keep(slot: &mut Option<String>, value: &Value) {
     }
 }
 
+/// What one read of a transcript found.
+#[derive(Clone, Debug, Default)]
+pub struct Reading {
+    /// The events of the complete lines read.
+    pub events: Vec<Event>,
+    /// What the transcript said about its session (in the lines read).
+    pub meta: Meta,
+    /// Where the next read continues: just past the last complete line.
+    pub offset: u64,
+    /// The 1-based number of the last complete line read.
+    pub lines: u64,
+    /// The read stopped at its byte budget with lines still after it.
+    pub more: bool,
+}
+
 /// A parser's state across the lines of one transcript.
 #[derive(Debug)]
 pub struct Parser {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::Error;
 use crate::event::{Event, Harness, Kind};
-use crate::parse::{Meta, Parser};
+use crate::parse::{Parser, Reading};
 
 /// Opens `path` for reading if it is a regular file (a link to one is followed: transcript
 /// roots are often links). Anything else (a FIFO, a device, a socket, a directory) is refused
@@ -29,21 +29,6 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// The longest transcript line parsed (a longer one is skipped and counted).
 pub const LINE_BYTES_MAX: usize = 16 << 20;
-
-/// What one read of a transcript found.
-#[derive(Clone, Debug, Default)]
-pub struct Reading {
-    /// The events of the complete lines read.
-    pub events: Vec<Event>,
-    /// What the transcript said about its session (in the lines read).
-    pub meta: Meta,
-    /// Where the next read continues: just past the last complete line.
-    pub offset: u64,
-    /// The 1-based number of the last complete line read.
-    pub lines: u64,
-    /// The read stopped at its byte budget with lines still after it.
-    pub more: bool,
-}
 
 /// Reads the complete lines of `path` from byte `offset` (line numbers continue from
 /// `lines_before`), parsing them as `harness` transcripts.

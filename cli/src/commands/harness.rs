@@ -734,7 +734,7 @@ pub(crate) fn launch_pane(
     tmux_args.push(env_file.to_string_lossy().into_owned());
     tmux_args.extend(args);
     let borrowed: Vec<&str> = tmux_args.iter().map(String::as_str).collect();
-    let launched = super::adapter::tmux(&borrowed, None);
+    let launched = super::tmux::tmux(&borrowed, None);
     let (ts, at_ms) = store.run_time();
     let printed = match launched {
         Ok(printed) => printed,
@@ -807,7 +807,7 @@ impl<'s> PaneAdapter<'s> {
     fn ready(&self) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            let screen = super::adapter::tmux(&["capture-pane", "-p", "-t", &self.pane], None)?;
+            let screen = super::tmux::tmux(&["capture-pane", "-p", "-t", &self.pane], None)?;
             let marker = self.harness.prompt_marker();
             if screen.lines().any(|line| line.trim_start().starts_with(marker)) {
                 return Ok(());
@@ -889,7 +889,7 @@ impl Adapter for PaneAdapter<'_> {
     fn deliver(&mut self, message: &Message<'_>) -> Result<(), String> {
         self.ready()?;
         let since_ns = jiff::Timestamp::now().as_nanosecond() as i64 - 1_000_000_000;
-        super::adapter::paste(&self.pane, message)?;
+        super::tmux::paste(&self.pane, message)?;
         let first_line =
             crate::render::literal(message.text.lines().next().unwrap_or("")).trim().to_owned();
         let started = Instant::now();
@@ -914,7 +914,7 @@ impl Adapter for PaneAdapter<'_> {
 
 /// Presses Escape in a harness's pane (its terminal UI's interrupt).
 pub(crate) fn interrupt_pane(pane: &str) -> Result<(), String> {
-    super::adapter::tmux(&["send-keys", "-t", pane, "Escape"], None).map(drop)
+    super::tmux::tmux(&["send-keys", "-t", pane, "Escape"], None).map(drop)
 }
 
 /// Writes `bytes` to a new file at `path` only its owner can read (mode 0600).
@@ -935,5 +935,5 @@ fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Closes a harness's pane (a launch whose session could not be created).
 pub(crate) fn close_pane(pane: &str) {
-    let _closed = super::adapter::tmux(&["kill-pane", "-t", pane], None);
+    let _closed = super::tmux::tmux(&["kill-pane", "-t", pane], None);
 }

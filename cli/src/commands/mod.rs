@@ -21,6 +21,7 @@ pub(crate) mod runs;
 pub(crate) mod search;
 pub(crate) mod serve;
 pub(crate) mod session;
+pub(crate) mod tmux;
 pub(crate) mod usage;
 pub(crate) mod verify;
 pub(crate) mod verify_locks;

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spex_engine::{Proposal, Status};
 
-use super::scenario::{Scenario, Step};
+use super::workload::{Scenario, Step};
 
 /// The prefix of a generated workload's name.
 pub const PREFIX: &str = "gen-";

@@ -28,7 +28,9 @@
 //! sweep, `point` judges one crash point, `faults` one injected fault, `phase` drives the process
 //! after a crash and `check` judges it against the model's states (`run` holds what was
 //! acknowledged, `decode` reads the files independently of the engine), `report` is the matrix,
-//! `token`, `replay` and `shrink` reproduce a violation. No child imports from this module.
+//! `token`, `replay` and `shrink` reproduce a violation; `workload` is what a workload is,
+//! `scenario` the embedded ones and every name's resolver, `generate` the generated ones. No child
+//! imports from this module.
 
 pub(crate) mod check;
 pub(crate) mod decode;
@@ -44,6 +46,7 @@ pub mod run;
 pub mod scenario;
 pub mod shrink;
 mod token;
+pub mod workload;
 
 use std::time::{Duration, Instant};
 
