@@ -142,6 +142,10 @@ impl Trace {
     }
 
     pub(crate) fn push(&mut self, entry: TraceEntry) {
+        assert!(
+            self.entries.last().is_none_or(|last| last.index < entry.index),
+            "trace entries are in op order"
+        );
         self.entries.push(entry);
     }
 
@@ -162,5 +166,33 @@ impl fmt::Display for Trace {
             writeln!(f, "{entry}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Trace, TraceEntry};
+    use crate::{Boundary, OpKind};
+
+    fn entry(index: u64) -> TraceEntry {
+        TraceEntry {
+            index,
+            boundary: Boundary::new("test.write"),
+            op: OpKind::Append,
+            target: "/f".to_owned(),
+            detail: String::new(),
+            outcome: "ok".to_owned(),
+        }
+    }
+
+    /// A trace that went back in time (a simulation bug: two ops with one index) stops the run
+    /// at the write, not in a replay that no longer matches.
+    #[test]
+    #[should_panic(expected = "trace entries are in op order")]
+    fn an_entry_out_of_op_order_is_refused() {
+        let mut trace = Trace::default();
+        trace.push(entry(0));
+        trace.push(entry(1));
+        trace.push(entry(1));
     }
 }

@@ -44,6 +44,7 @@ impl SimFile {
             }
             Verdict::Fail(Fault::ShortWrite) => {
                 let written = state.short_write_len(op_index, data.len());
+                assert!(written <= data.len(), "a short write writes part of its bytes");
                 if written > 0 {
                     state.write(self.ino, offset, span(data, 0, written));
                 }
@@ -109,6 +110,7 @@ impl File for SimFile {
         };
         let start = to_usize(offset).min(file.volatile.len());
         let end = start.saturating_add(buf.len()).min(file.volatile.len());
+        assert!(start <= end && end - start <= buf.len(), "a read fills at most its buffer");
         span_mut(buf, 0, end - start).copy_from_slice(span(&file.volatile, start, end));
         if state.image_files.contains_key(&self.ino) {
             state.image_files_read.insert(self.ino);
@@ -155,6 +157,11 @@ impl File for SimFile {
             Some(&holder) if holder != self.handle => Ok(false),
             _ => {
                 state.locks.insert(self.ino, self.handle);
+                debug_assert_eq!(
+                    state.locks.get(&self.ino),
+                    Some(&self.handle),
+                    "the lock is held"
+                );
                 Ok(true)
             }
         }
@@ -165,6 +172,7 @@ impl File for SimFile {
         if state.locks.get(&self.ino) == Some(&self.handle) {
             state.locks.remove(&self.ino);
         }
+        debug_assert_ne!(state.locks.get(&self.ino), Some(&self.handle), "the lock is released");
         Ok(())
     }
 }

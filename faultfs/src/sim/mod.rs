@@ -344,6 +344,16 @@ impl SimFs {
                 dir.durable.insert((*name).to_owned(), ino);
                 dir.volatile.insert((*name).to_owned(), ino);
             }
+            // A rebooted machine holds the image and nothing more, all of it durable.
+            assert!(
+                state.pending.is_empty(),
+                "a machine rebuilt from an image has nothing pending"
+            );
+            debug_assert_eq!(
+                state.inodes.len(),
+                image.nodes().len() + 1,
+                "an inode per image node, and the root"
+            );
         }
         fs
     }
@@ -376,6 +386,10 @@ impl SimFs {
         state.next_handle = 0;
         state.machine = next_machine();
         state.boot += 1;
+        assert!(
+            !state.processes.contains_key(&self.process_id) && state.processes.contains_key(&pid),
+            "the killed process is gone and the next one runs"
+        );
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: pid }
     }
 
@@ -451,6 +465,12 @@ impl SimFs {
             image.boot = state.boot + 1;
             image.media = state.media;
         }
+        assert!(
+            mode == CrashMode::PowerLoss || crash.images.len() == 1,
+            "a process kill leaves one machine: everything the kernel accepted"
+        );
+        assert!(!crash.images.is_empty(), "a crash leaves a machine");
+        assert!(crash.images.len() <= crash.generated, "images are the distinct ones generated");
         crash
     }
 
@@ -574,6 +594,11 @@ impl SimFs {
                 ino
             }
         };
+        debug_assert!(
+            matches!(&state.inode(ino).node, Node::File(file)
+                if !(options.truncate && options.write) || file.volatile.is_empty()),
+            "an open names a file, empty when truncated"
+        );
         let handle = state.next_handle;
         state.next_handle += 1;
         Ok(SimFile {
@@ -624,6 +649,11 @@ impl State {
         };
         let outcome = fault.map_or_else(|| "ok".to_owned(), |fault| fault.name().to_owned());
         self.trace.push(TraceEntry { index, boundary, op, target, detail, outcome });
+        debug_assert_eq!(
+            self.trace.entries().len() as u64,
+            self.op_count,
+            "one trace entry per op this process issued"
+        );
         match fault {
             Some(Fault::Crash) => {
                 self.halted = Some((boundary, index));
@@ -669,7 +699,8 @@ impl State {
     fn new_inode(&mut self, node: Node) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
-        self.inodes.insert(ino, Inode { node, modified_ms: self.clock_ms });
+        let previous = self.inodes.insert(ino, Inode { node, modified_ms: self.clock_ms });
+        assert!(previous.is_none(), "inode {ino} is new: inode numbers are never reused");
         ino
     }
 
@@ -713,6 +744,12 @@ impl State {
                 inode.modified_ms = now;
             }
         }
+        debug_assert!(
+            changes.iter().all(|change| {
+                self.dir(change.dir).volatile.get(&change.name).copied() == change.target
+            }),
+            "reads see a name change at once"
+        );
         if !self.rules.names_need_dir_sync {
             self.apply_names(changes);
         } else if self.rules.rename_atomic {
@@ -729,9 +766,14 @@ impl State {
         for change in changes {
             let entries = &mut self.dir_mut(change.dir).durable;
             match change.target {
-                Some(target) => entries.insert(change.name, target),
+                Some(target) => entries.insert(change.name.clone(), target),
                 None => entries.remove(&change.name),
             };
+            debug_assert_eq!(
+                self.dir(change.dir).durable.get(&change.name).copied(),
+                change.target,
+                "a durable name change is durable"
+            );
         }
     }
 
@@ -804,6 +846,11 @@ impl State {
             _ => true,
         });
         self.apply_names(synced.into_iter().flatten().collect());
+        debug_assert_eq!(
+            self.dir(dir).durable,
+            self.dir(dir).volatile,
+            "a synced directory's durable entries are the entries it lists"
+        );
         debug_assert!(
             !self.pending.iter().any(|pending| matches!(
                 pending,
@@ -818,7 +865,9 @@ impl State {
         if len == 0 {
             return 0;
         }
-        (mix(self.plan.seed, op_index) % len as u64) as usize
+        let written = (mix(self.plan.seed, op_index) % len as u64) as usize;
+        debug_assert!(written < len, "a short write is short");
+        written
     }
 }
 
@@ -853,6 +902,11 @@ impl Fs for SimFs {
             NameChange { dir: from_dir, name: from_name.to_owned(), target: None },
             NameChange { dir: to_dir, name: to_name.to_owned(), target: Some(ino) },
         ]);
+        assert!(
+            !state.dir(from_dir).volatile.contains_key(from_name)
+                && state.dir(to_dir).volatile.get(to_name) == Some(&ino),
+            "a rename moves the name: gone from its source, at its destination"
+        );
         Ok(())
     }
 
@@ -868,6 +922,11 @@ impl Fs for SimFs {
             return Err(io_error(op, to, boundary, io::ErrorKind::AlreadyExists));
         }
         state.bind(vec![NameChange { dir: to_dir, name: to_name.to_owned(), target: Some(ino) }]);
+        assert_eq!(
+            state.dir(to_dir).volatile.get(to_name),
+            Some(&ino),
+            "a hard link names the source's inode"
+        );
         Ok(())
     }
 
@@ -893,6 +952,10 @@ impl Fs for SimFs {
         }
         let ino = state.new_inode(Node::Dir(DirNode::default()));
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: Some(ino) }]);
+        assert!(
+            matches!(state.inode(ino).node, Node::Dir(ref dir) if dir.volatile.is_empty()),
+            "a new directory is empty"
+        );
         Ok(())
     }
 
@@ -996,7 +1059,8 @@ impl SimFs {
     }
 
     /// Puts `node` at `path`, durable at once (the setup of [`SimFs::symlink`] and
-    /// [`SimFs::mkfifo`]); an existing entry there is `AlreadyExists`.
+    /// [`SimFs::mkfifo`]): created and its directory synced, as another program would; an
+    /// existing entry there is `AlreadyExists`.
     fn plant(&self, path: &Path, node: Node, boundary: Boundary) -> Result<()> {
         let op = OpKind::Open;
         let mut state = self.lock();
@@ -1010,9 +1074,15 @@ impl SimFs {
             return Err(io_error(op, path, boundary, io::ErrorKind::AlreadyExists));
         }
         let ino = state.new_inode(node);
-        let dir = state.dir_mut(parent);
-        dir.durable.insert((*name).to_owned(), ino);
-        dir.volatile.insert((*name).to_owned(), ino);
+        // As the other program makes it durable: created, then its directory synced, which
+        // makes what was pending there durable with it (a rename away of the name it takes).
+        state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: Some(ino) }]);
+        state.sync_dir(parent);
+        debug_assert!(
+            !state.pending.iter().any(|pending| matches!(pending,
+                Pending::Names { changes } if changes.iter().any(|change| change.target == Some(ino)))),
+            "a planted node is durable at once, never pending"
+        );
         Ok(())
     }
 
@@ -1048,6 +1118,7 @@ impl SimFs {
             }
         }
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: None }]);
+        assert!(!state.dir(parent).volatile.contains_key(*name), "a removed name is gone");
         Ok(())
     }
 }
@@ -1105,7 +1176,10 @@ pub(crate) fn apply_write(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
 pub(crate) fn apply_change(buf: &mut Vec<u8>, change: &DataChange) {
     match change {
         DataChange::Write { offset, bytes } => apply_write(buf, *offset, bytes),
-        DataChange::SetLen { len } => buf.resize(to_usize(*len), 0),
+        DataChange::SetLen { len } => {
+            buf.resize(to_usize(*len), 0);
+            debug_assert_eq!(buf.len() as u64, *len, "a length change sets the length");
+        }
     }
 }
 
