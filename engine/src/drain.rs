@@ -365,8 +365,16 @@ impl<F: Fs> Store<F> {
         // Later copies of a delivered mid (a hand-written queue) go with it: one mid, one
         // delivery.
         entries.retain(|entry| !delivered.iter().any(|done| done.mid == entry.mid));
+        assert!(
+            entries.iter().all(|entry| delivered.iter().all(|done| done.mid != entry.mid)),
+            "no delivered message stays owed"
+        );
         let lines: Vec<Line> =
             delivered.iter().filter_map(|entry| self.settlement(entry)).collect();
+        debug_assert!(
+            lines.len() <= delivered.len(),
+            "at most one settlement per delivered message (none for an unkeyed one)"
+        );
         if active(Mutant::SettleAfterRemoval) {
             queue::write(self.files(id), &entries, &DRAIN)?;
             for line in &lines {

@@ -147,6 +147,17 @@ impl Record {
     /// The record's bytes: pretty JSON, 2-space indent, trailing newline; a governed record in
     /// the projection's key order.
     pub fn encode(&self) -> Vec<u8> {
+        let bytes = self.bytes();
+        debug_assert!(
+            Record::parse(&bytes, std::path::Path::new("session.json"))
+                .is_ok_and(|decoded| decoded.bytes() == bytes),
+            "an encoded record decodes to itself"
+        );
+        bytes
+    }
+
+    /// [`Record::encode`]'s bytes, unchecked.
+    fn bytes(&self) -> Vec<u8> {
         let fields = if self.runtime_owned() { self.fields.clone() } else { self.projection() };
         let mut bytes = serde_json::to_vec_pretty(&fields).expect("a JSON map always serializes");
         bytes.push(b'\n');

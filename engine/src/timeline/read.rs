@@ -121,6 +121,12 @@ pub(crate) fn list_segments<F: Fs>(
             Err(error) => return Err(error.into()),
         }
     }
+    debug_assert!(
+        segments
+            .windows(2)
+            .all(|pair| pair.first().map(Segment::key) < pair.get(1).map(Segment::key)),
+        "segments are listed oldest first, each once"
+    );
     Ok(segments)
 }
 
@@ -196,6 +202,10 @@ fn parse_forward(
         start += piece.len();
     }
     debug_assert!(start <= bytes.len(), "the lines taken are within the bytes read");
+    debug_assert!(
+        lines.windows(2).all(|pair| pair.first().map(|l| l.0) < pair.get(1).map(|l| l.0)),
+        "lines are taken in the order they are written"
+    );
     Ok((lines, base + start as u64))
 }
 
@@ -338,6 +348,11 @@ pub(crate) fn read_from_positioned<F: Fs>(
             parsed.into_iter().map(|(offset, line)| (Position { segment: key, offset }, line)),
         );
     }
+    assert!(
+        (next.segment, next.offset) >= (cursor.segment, cursor.offset)
+            && next.index >= cursor.index,
+        "a read never moves its cursor backwards"
+    );
     Ok((lines, next))
 }
 
