@@ -157,6 +157,11 @@ impl<F: Fs> Store<F> {
             self.remove_tree(&closing, steps)?;
             self.fs.sync_dir(&self.layout.closing_dir(), close.remove_sync)?;
         }
+        debug_assert!(
+            self.fs.exists(&marker).is_ok_and(|there| there)
+                && self.fs.exists(&closing).is_ok_and(|there| !there),
+            "a finished close leaves its sender revoked and nothing of the session to delete"
+        );
         Ok(())
     }
 

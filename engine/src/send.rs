@@ -134,8 +134,9 @@ impl<F: Fs> Store<F> {
             .filter(|(_, answer)| answer.is_none())
             .map(|(request, _)| request.clone())
             .collect();
-        let mut committed =
-            if valid.is_empty() { Vec::new() } else { self.send_batch(to, &valid)? }.into_iter();
+        let committed = if valid.is_empty() { Vec::new() } else { self.send_batch(to, &valid)? };
+        assert_eq!(committed.len(), valid.len(), "one answer per request the batch committed");
+        let mut committed = committed.into_iter();
         Ok(answers
             .iter_mut()
             .map(|answer| {
@@ -202,6 +203,11 @@ impl<F: Fs> Store<F> {
                         self.prepare(to, request, headless, last_line.as_ref(), &mut batch);
                     answers.push(answer?.into_answer());
                 }
+                assert_eq!(answers.len(), requests.len(), "one answer per request");
+                debug_assert!(
+                    batch.lines.len() <= requests.len(),
+                    "at most one line per request: a replay or a refusal writes none"
+                );
                 if batch.lines.is_empty() && !batch.restored {
                     return Ok(answers);
                 }

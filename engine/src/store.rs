@@ -268,6 +268,7 @@ impl<F: Fs> Store<F> {
             let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
             self.fs.sync_dir(parent, steps.mkdir_sync)?;
         }
+        debug_assert!(self.fs.exists(path).is_ok_and(|there| there), "a directory made exists");
         Ok(())
     }
 
@@ -296,6 +297,7 @@ impl<F: Fs> Store<F> {
         }
         lock_mutex(&self.poisoned).insert(id.clone());
         self.receipts.forget(id);
+        debug_assert!(self.check_poison(id).is_err(), "a poisoned session refuses every write");
     }
 
     /// Poisons the session if `error` is an I/O failure.
@@ -323,6 +325,13 @@ impl<F: Fs> Store<F> {
         lines: &[Line],
         steps: &Boundaries,
     ) -> Result<()> {
+        debug_assert!(
+            lines.iter().all(|line| {
+                let bytes = line.encode();
+                bytes.iter().position(|&b| b == b'\n') == Some(bytes.len() - 1)
+            }),
+            "a line is one line: its encoding's one newline ends it"
+        );
         for (i, line) in lines.iter().enumerate() {
             let last = i + 1 == lines.len();
             timeline::append(
@@ -447,6 +456,10 @@ impl<F: Fs> Store<F> {
             .filter(|row| row.governed && (archived || !row.archived))
             .collect();
         rows.sort_by(|a, b| a.board_key.cmp(&b.board_key).then_with(|| a.id.cmp(&b.id)));
+        debug_assert!(
+            rows.iter().all(|row| row.governed && (archived || !row.archived)),
+            "the board shows governed sessions, archived ones only when asked"
+        );
         Ok(rows)
     }
 
@@ -470,6 +483,7 @@ impl<F: Fs> Store<F> {
         let lines = timeline::tail_lines(&self.fs, &self.layout, id, limit, Line::is_public)?;
         let mut events: Vec<Event> = lines.iter().filter_map(Line::public).collect();
         events.reverse();
+        assert!(events.len() <= limit, "a tail holds at most its limit");
         Ok(events)
     }
 
@@ -485,6 +499,11 @@ impl<F: Fs> Store<F> {
         let mut events: Vec<Event> =
             read.lines.iter().filter_map(|(_, line)| line.public()).collect();
         events.reverse();
+        assert!(events.len() <= limit, "a page holds at most its limit");
+        debug_assert!(
+            older.is_none_or(|older| before.is_none_or(|before| older < before)),
+            "the next page back starts before this one"
+        );
         Ok(Page { events, older, end: read.end })
     }
 
