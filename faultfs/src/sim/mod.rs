@@ -835,15 +835,31 @@ impl State {
         }
     }
 
-    /// Makes every pending name change touching directory `dir` durable.
+    /// Makes every pending name change touching directory `dir` durable, and with them every
+    /// earlier one of an entry they change: a name's later change never lands before its
+    /// earlier one (a directory created in `sessions/` and renamed away into `.closing/`, the
+    /// rename synced through `.closing/`: the creation cannot become durable after it and
+    /// bring the name back).
     fn sync_dir(&mut self, dir: Ino) {
-        let mut synced = Vec::new();
-        self.pending.retain(|pending| match pending {
-            Pending::Names { changes } if changes.iter().any(|change| change.dir == dir) => {
-                synced.push(changes.clone());
-                false
+        let mut entries: BTreeSet<(Ino, &str)> = BTreeSet::new();
+        let mut taken = vec![false; self.pending.len()];
+        for (pending, take) in self.pending.iter().zip(taken.iter_mut()).rev() {
+            let Pending::Names { changes } = pending else { continue };
+            if changes.iter().any(|change| {
+                change.dir == dir || entries.contains(&(change.dir, change.name.as_str()))
+            }) {
+                *take = true;
+                entries.extend(changes.iter().map(|change| (change.dir, change.name.as_str())));
             }
-            _ => true,
+        }
+        let mut synced = Vec::new();
+        let mut taken = taken.into_iter();
+        self.pending.retain(|pending| {
+            let take = taken.next().unwrap_or(false);
+            if take && let Pending::Names { changes } = pending {
+                synced.push(changes.clone());
+            }
+            !take
         });
         self.apply_names(synced.into_iter().flatten().collect());
         debug_assert_eq!(

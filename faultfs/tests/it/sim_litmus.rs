@@ -249,3 +249,24 @@ fn a_rebuilt_machine_knows_which_files_it_read() {
     let _ = machine.crash(CrashMode::PowerLoss);
     assert_eq!(machine.observed(), Observed::Everything);
 }
+
+/// A directory made in `/s` without syncing `/s`, then renamed into `/c` and the rename synced
+/// through `/c`: a later sync of `/s` cannot make the creation durable after the rename and bring
+/// the name back. No image holds the directory under both names, or under `/s` at all once both
+/// directories are synced.
+#[test]
+fn a_name_renamed_away_is_not_brought_back_by_its_creation() {
+    let fs = SimFs::new(FaultPlan::none(1));
+    for dir in ["/s", "/c"] {
+        fs.create_dir(p(dir), B).unwrap();
+    }
+    fs.sync_dir(p("/"), B).unwrap();
+    fs.create_dir(p("/s/b"), B).unwrap();
+    fs.rename(p("/s/b"), p("/c/b"), B).unwrap();
+    fs.sync_dir(p("/c"), B).unwrap();
+    fs.sync_dir(p("/s"), B).unwrap();
+    let images = power_images(&fs);
+    assert_eq!(images.len(), 1, "everything is durable: one image");
+    let paths: Vec<&String> = images[0].nodes().keys().collect();
+    assert_eq!(paths, ["/c", "/c/b", "/s"], "the name moved, once");
+}
