@@ -62,6 +62,13 @@ const _: () = assert!(NOTE_BYTES_MAX * 6 + 4096 <= LINE_BYTES_MAX);
 /// [`SEGMENT_BYTES_MIN`]; anything else (unset, `abc`, `Infinity`) gives the default. Never fails.
 pub fn segment_bytes_from_env(value: Option<&str>) -> u64 {
     let Some(value) = value else { return SEGMENT_BYTES_DEFAULT };
+    let bound = segment_bytes_of(value);
+    debug_assert!(bound >= SEGMENT_BYTES_MIN, "a segment bound is at least the minimum");
+    bound
+}
+
+/// [`segment_bytes_from_env`] of a value that is set.
+fn segment_bytes_of(value: &str) -> u64 {
     match js_number(value) {
         Some(number) if number.is_finite() => {
             let floored = number.floor();
@@ -148,7 +155,13 @@ pub struct SegmentNo(pub u64);
 impl SegmentNo {
     /// The segment's file name.
     pub fn file_name(self) -> String {
-        format!("{:0width$}.ndjson", self.0, width = SEGMENT_NAME_DIGITS)
+        let name = format!("{:0width$}.ndjson", self.0, width = SEGMENT_NAME_DIGITS);
+        debug_assert_eq!(
+            name.len(),
+            SEGMENT_NAME_DIGITS + ".ndjson".len(),
+            "a segment's name is one its reader reads back"
+        );
+        name
     }
 
     /// Parses a numbered segment's file name (exactly 12 digits, `.ndjson`).
@@ -157,7 +170,12 @@ impl SegmentNo {
         if digits.len() != SEGMENT_NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        digits.parse().ok().map(SegmentNo)
+        let no = digits.parse().ok().map(SegmentNo);
+        debug_assert!(
+            no.is_none_or(|no| no.file_name() == name),
+            "a segment number read from a name writes that name"
+        );
+        no
     }
 }
 
@@ -218,7 +236,12 @@ impl Layout {
 
     /// `<root>/sessions/<id>`.
     pub fn session_dir(&self, id: &SessionId) -> PathBuf {
-        self.sessions_dir().join(id.as_str())
+        let dir = self.sessions_dir().join(id.as_str());
+        debug_assert!(
+            dir.parent().is_some_and(|parent| parent == self.sessions_dir()),
+            "a session's directory is one name under sessions/"
+        );
+        dir
     }
 
     /// The record.
@@ -323,7 +346,12 @@ impl Layout {
 
     /// A session being closed.
     pub fn closing(&self, id: &SessionId) -> PathBuf {
-        self.closing_dir().join(id.as_str())
+        let dir = self.closing_dir().join(id.as_str());
+        debug_assert!(
+            dir.parent().is_some_and(|parent| parent == self.closing_dir()),
+            "a closing session is one name under .closing/"
+        );
+        dir
     }
 }
 

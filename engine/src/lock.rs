@@ -192,7 +192,11 @@ pub(crate) fn acquire<'a, F: Fs>(
             let mut holding = holding();
             match create_holding_pid(fs, path, key.1, steps) {
                 Ok(true) => {
-                    holding.insert(key);
+                    let fresh = holding.insert(key);
+                    debug_assert!(
+                        fresh || selected().is_some(),
+                        "a process never takes a lock it already holds"
+                    );
                     return Ok(LockGuard {
                         fs,
                         path: path.to_path_buf(),
@@ -397,6 +401,7 @@ fn replace_stale<F: Fs>(
         let _ = fs.remove_file(&tmp, steps.unlink_tmp);
         return Err(error);
     }
-    holding.insert((fs.machine_id(), pid, path.to_path_buf()));
+    let fresh = holding.insert((fs.machine_id(), pid, path.to_path_buf()));
+    debug_assert!(fresh || selected().is_some(), "a stale lock taken over was not held here");
     Ok(true)
 }

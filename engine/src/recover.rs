@@ -190,6 +190,13 @@ impl<F: Fs> Store<F> {
             record.end_launch(false);
             self.write_record(id, &record, &steps.recover_record)?;
         }
+        debug_assert!(
+            active(Mutant::NoRollForward)
+                || active(Mutant::RollForwardIgnoresLaunch)
+                || !matches!(&last_line,
+                    Some(Line::Status(event)) if event.triple != record.public_triple()),
+            "after recovery the record states what the log last declared"
+        );
         Ok(Recovered { record: Some(record), queue, last_line })
     }
 }

@@ -150,6 +150,7 @@ fn escape_name(bytes: &[u8]) -> String {
             out.push_str(&format!("\\x{byte:02x}"));
         }
     }
+    debug_assert!(out.len() >= bytes.len(), "an escaped name loses no byte");
     out
 }
 
@@ -262,7 +263,11 @@ impl File for RealFile {
         loop {
             match self.file.read_at(buf, offset) {
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                result => return result.map_err(context(OpKind::Read, &self.path, None)),
+                result => {
+                    let read = result.map_err(context(OpKind::Read, &self.path, None))?;
+                    assert!(read <= buf.len(), "a read fills at most its buffer");
+                    return Ok(read);
+                }
             }
         }
     }

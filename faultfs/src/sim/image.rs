@@ -383,6 +383,11 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 builder.families();
                 false
             };
+            assert!(
+                !builder.images.is_empty() && builder.images.len() <= builder.generated,
+                "a power loss leaves at least one machine, each a distinct generated one"
+            );
+            assert_eq!(builder.seen.len(), builder.images.len(), "no image is listed twice");
             CrashImages {
                 mode,
                 images: builder.images,
@@ -906,7 +911,8 @@ fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
         hasher.update([0, kind]);
         hasher.update(content_hash);
     }
-    let contents = nodes.values().map(|(_, content)| *content).collect();
+    let contents: Vec<[u8; 32]> = nodes.values().map(|(_, content)| *content).collect();
+    assert_eq!(contents.len(), nodes.len(), "one content hash per node");
     Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         contents,
