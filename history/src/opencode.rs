@@ -87,7 +87,9 @@ pub struct Listed {
 }
 
 /// Every session in `<dir>/opencode.db` (none when it does not exist). A session's size and
-/// modification time (see [`Listed`]) move whenever OpenCode writes to the session.
+/// modification time (see [`Listed`]) move whenever OpenCode writes to the session. Discovery
+/// runs before every command that reads history, so it reads no row's content: `octet_length`
+/// is answered from a row's header, where `length` counts a text's characters by reading it.
 pub fn list(dir: &Path) -> Result<Vec<Listed>, Error> {
     let mut found = Vec::new();
     let db = dir.join(DB_FILE);
@@ -102,14 +104,14 @@ pub fn list(dir: &Path) -> Result<Vec<Listed>, Error> {
         .prepare(
             "SELECT s.id,
                  max(s.time_updated, coalesce(m.updated, 0), coalesce(p.updated, 0)),
-                 length(s.title) + coalesce(m.bytes, 0) + coalesce(p.bytes, 0)
+                 octet_length(s.title) + coalesce(m.bytes, 0) + coalesce(p.bytes, 0)
                      + coalesce(m.rows, 0) + coalesce(p.rows, 0)
              FROM session s
              LEFT JOIN (SELECT session_id, max(time_updated) AS updated,
-                            sum(length(data)) AS bytes, count(*) AS rows
+                            sum(octet_length(data)) AS bytes, count(*) AS rows
                         FROM message GROUP BY session_id) m ON m.session_id = s.id
              LEFT JOIN (SELECT session_id, max(time_updated) AS updated,
-                            sum(length(data)) AS bytes, count(*) AS rows
+                            sum(octet_length(data)) AS bytes, count(*) AS rows
                         FROM part GROUP BY session_id) p ON p.session_id = s.id
              ORDER BY s.id",
         )
