@@ -261,46 +261,36 @@ fn data_of(data: Option<&str>) -> Value {
 }
 
 /// As the file reader's `read_chunk`, for the session `path` locates: its rendition's lines from
-/// byte `offset` (lines continue from `lines_before`), stopping after the line that takes the
-/// read past `budget` bytes.
-pub(crate) fn read_chunk(
+/// byte `offset` (lines continue from `lines_before`) to its end, whatever the byte budget. The
+/// rendition is in memory whole anyway, and the rows change in place: a read cut into chunks
+/// would render each chunk from another snapshot, whose offsets need not line up.
+pub(crate) fn read(
     path: &Path,
     parser: &mut Parser,
     offset: u64,
     lines_before: u64,
-    budget: u64,
 ) -> Result<Reading, Error> {
     let lines = render(path)?;
-    Ok(read_lines(&lines, parser, offset, lines_before, budget))
+    Ok(read_lines(&lines, parser, offset, lines_before))
 }
 
 /// Parses the rendition `lines` from byte `offset` (each line counted with its newline), as
-/// [`read_chunk`] does. An offset inside a line starts at the next one.
-pub(crate) fn read_lines(
-    lines: &[String],
-    parser: &mut Parser,
-    offset: u64,
-    lines_before: u64,
-    budget: u64,
-) -> Reading {
+/// [`read`] does. An offset inside a line starts at the next one.
+fn read_lines(lines: &[String], parser: &mut Parser, offset: u64, lines_before: u64) -> Reading {
     let bytes = |line: &String| line.len() as u64 + 1;
     let mut at = 0u64;
-    let mut rest = lines.iter().peekable();
+    let mut rest = lines.iter();
     while at < offset
         && let Some(line) = rest.next()
     {
         at += bytes(line);
     }
     let mut read = Reading { offset: at, lines: lines_before, ..Reading::default() };
-    for line in rest.by_ref() {
+    for line in rest {
         read.offset += bytes(line);
         read.lines += 1;
         parser.line(read.lines, line, &mut read.events);
-        if read.offset - offset >= budget {
-            break;
-        }
     }
-    read.more = rest.peek().is_some();
     read.meta = parser.meta.clone();
     read
 }

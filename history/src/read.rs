@@ -45,7 +45,8 @@ pub fn read_from(
 /// reply's usage, is seen once), stopping after the line that takes the read past `budget`
 /// bytes (its `more` then says whether a byte follows): a long transcript is read in chunks of
 /// bounded memory, each continuing from the last one's offset and lines. An OpenCode session
-/// (`path` its locator) is read from its rendition, whole in memory.
+/// (`path` its locator) is read from its rendition, to its end in one snapshot: no budget cuts
+/// it.
 pub fn read_chunk(
     path: &Path,
     parser: &mut Parser,
@@ -54,7 +55,7 @@ pub fn read_chunk(
     budget: u64,
 ) -> Result<Reading, Error> {
     if parser.harness() == Harness::OpenCode {
-        return crate::opencode::read_chunk(path, parser, offset, lines_before, budget);
+        return crate::opencode::read(path, parser, offset, lines_before);
     }
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let mut file = open_regular(path).map_err(io)?;
