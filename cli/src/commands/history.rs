@@ -807,11 +807,7 @@ fn show_local(
         render::out!("{}", view.event(event, &shown))?;
     }
     // How to continue it in its harness (in its project).
-    let resume = match transcript.harness {
-        Harness::ClaudeCode => format!("claude --resume {}", transcript.id),
-        Harness::Codex => format!("codex resume {}", transcript.id),
-        Harness::OpenCode => format!("opencode --session {}", transcript.id),
-    };
+    let resume = resume_command(transcript.harness, &transcript.id);
     let place =
         summary.meta.cwd.as_deref().map(|cwd| format!(" (in {})", shown(cwd))).unwrap_or_default();
     render::out!("{}\n", paint.dim(&format!("resume: {resume}{place}")))?;

@@ -263,7 +263,8 @@ fn pick_filters_previews_opens_and_resumes() {
     tmux.wait_for("open", "the preview", |s| s.contains("Mail the diff"));
     keys("open", &["Enter"]);
     let screen = tmux.wait_for("open", "the conversation", |s| s.contains("exit="));
-    assert!(screen.contains("resume: claude --resume 7c1e0a52"), "{screen}");
+    // Its last line is the command Ctrl-R runs (the configured one, `SPEX_CLAUDE_CMD` here).
+    assert!(screen.contains("resume: echo resumed --resume 7c1e0a52"), "{screen}");
     assert!(screen.contains("exit=0"), "{screen}");
     // Ctrl-R resumes it with the harness's command.
     pane("resume", "pick 019a");
