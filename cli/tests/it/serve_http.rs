@@ -491,6 +491,18 @@ fn idle_event_streams_do_not_spin() {
     assert!(used <= 15, "four idle streams used {used} ticks in {window:?}");
 }
 
+/// The history crate's transcript fixtures.
+fn history_fixtures() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures")
+}
+
+/// Names the transcript roots of `store`'s server in its `history-sources` file.
+fn history_sources(store: &Store, roots: &[(&str, &std::path::Path)]) {
+    let lines: String =
+        roots.iter().map(|(harness, dir)| format!("{harness}={}\n", dir.display())).collect();
+    std::fs::write(store.root().join("history-sources"), lines).expect("history-sources");
+}
+
 // Harness transcripts over HTTP: the history sessions, one session's events (paged from its
 // end), and search over what an agent answered, all redacted. The transcript roots come from the
 // store's `history-sources` file.
@@ -498,17 +510,11 @@ fn idle_event_streams_do_not_spin() {
 fn history_sessions_are_served_redacted() {
     let store = Store::new();
     store.run(&["session", "new", "--id", "w"]).ok();
-    let fixtures =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
-    std::fs::write(
-        store.root().join("history-sources"),
-        format!(
-            "codex={}\nclaude={}\n",
-            fixtures.join("codex").display(),
-            fixtures.join("claude").display()
-        ),
-    )
-    .unwrap();
+    let fixtures = history_fixtures();
+    history_sources(
+        &store,
+        &[("codex", &fixtures.join("codex")), ("claude", &fixtures.join("claude"))],
+    );
     let server = Server::start(&store);
     let (status, listed) = server.get("/api/history");
     assert_eq!(status, 200, "{listed}");
@@ -559,13 +565,7 @@ fn history_sessions_are_served_redacted() {
 fn opencode_sessions_are_served_redacted() {
     let store = Store::new();
     store.run(&["session", "new", "--id", "w"]).ok();
-    let fixtures =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../history/tests/fixtures");
-    std::fs::write(
-        store.root().join("history-sources"),
-        format!("opencode={}\n", fixtures.join("opencode").display()),
-    )
-    .unwrap();
+    history_sources(&store, &[("opencode", &history_fixtures().join("opencode"))]);
     let server = Server::start(&store);
     let (status, listed) = server.get("/api/history");
     assert_eq!(status, 200, "{listed}");
@@ -730,15 +730,10 @@ fn planted_secrets_never_appear_in_any_http_answer() {
     store.run(&["session", "new", "--id", "w"]).ok();
     let homes = tempfile::tempdir().unwrap();
     let planted = common::plant_secrets(homes.path());
-    std::fs::write(
-        store.root().join("history-sources"),
-        format!(
-            "codex={}\nclaude={}\n",
-            homes.path().join("codex").display(),
-            homes.path().join("claude").display()
-        ),
-    )
-    .unwrap();
+    history_sources(
+        &store,
+        &[("codex", &homes.path().join("codex")), ("claude", &homes.path().join("claude"))],
+    );
     let server = Server::start(&store);
     let mut answers = Vec::new();
     let (status, listed) = server.get("/api/history");
