@@ -50,10 +50,6 @@ pub(crate) fn stage<F: Fs>(
     );
     let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
     file.write_at(0, bytes, steps.write)?;
-    debug_assert!(
-        file.len().is_ok_and(|len| len == bytes.len() as u64),
-        "a staged file holds exactly its bytes"
-    );
     if !(steps.file == StateFile::Record && active(Mutant::NoRecordTmpSync)) {
         file.sync_all(steps.sync)?;
     }
@@ -69,10 +65,6 @@ pub(crate) fn publish<F: Fs>(
     steps: &ReplaceBoundaries,
 ) -> Result<()> {
     fs.rename(tmp, target, steps.rename)?;
-    debug_assert!(
-        fs.exists(tmp).is_ok_and(|there| !there) && fs.exists(target).is_ok_and(|there| there),
-        "a published file is at its name and its staging name is gone"
-    );
     if !(steps.file == StateFile::Queue && active(Mutant::NoQueueDirSync)) {
         fs.sync_dir(dir, steps.dir_sync)?;
     }
@@ -114,7 +106,6 @@ pub(crate) fn remove<F: Fs>(
         Err(error) => return Err(error.into()),
     }
     fs.sync_dir(dir, dir_sync)?;
-    debug_assert!(fs.exists(path).is_ok_and(|there| !there), "a removed state file is gone");
     Ok(())
 }
 

@@ -236,9 +236,10 @@ impl Layout {
 
     /// `<root>/sessions/<id>`.
     pub fn session_dir(&self, id: &SessionId) -> PathBuf {
-        let dir = self.sessions_dir().join(id.as_str());
+        let sessions = self.sessions_dir();
+        let dir = sessions.join(id.as_str());
         debug_assert!(
-            dir.parent().is_some_and(|parent| parent == self.sessions_dir()),
+            dir.parent() == Some(sessions.as_path()),
             "a session's directory is one name under sessions/"
         );
         dir
@@ -346,9 +347,10 @@ impl Layout {
 
     /// A session being closed.
     pub fn closing(&self, id: &SessionId) -> PathBuf {
-        let dir = self.closing_dir().join(id.as_str());
+        let closing = self.closing_dir();
+        let dir = closing.join(id.as_str());
         debug_assert!(
-            dir.parent().is_some_and(|parent| parent == self.closing_dir()),
+            dir.parent() == Some(closing.as_path()),
             "a closing session is one name under .closing/"
         );
         dir
