@@ -444,10 +444,10 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         "crash points: {} of {}{shard}, {stopped}",
         report.crash_points, report.planned_points
     );
-    let (exhaustive, sampled) = report
-        .enumeration
-        .values()
-        .fold((0, 0), |(e, s), counts| (e + counts.exhaustive, s + counts.sampled));
+    let (exhaustive, reduced, sampled) =
+        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
+            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
+        });
     let sampled_in: Vec<String> = report
         .enumeration
         .iter()
@@ -456,7 +456,7 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         .collect();
     let _ = writeln!(
         out,
-        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive), {sampled} sampled{}",
+        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive; {reduced} of them after leaving out pieces no image tells apart), {sampled} sampled{}",
         if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
     );
     let never = report.never_crashed();

@@ -99,6 +99,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
         "enumeration": report.enumeration.iter().map(|(scenario, e)| json!({
             "scenario": scenario,
             "exhaustive": e.exhaustive,
+            "reduced": e.reduced,
             "sampled": e.sampled,
             "pendingPiecesMax": e.pieces_max,
         })).collect::<Vec<_>>(),
@@ -162,6 +163,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
         let scenario = counts["scenario"].as_str().context("an enumeration without a scenario")?;
         let counts = Enumeration {
             exhaustive: u64_of(counts, "exhaustive")?,
+            reduced: u64_of(counts, "reduced")?,
             sampled: u64_of(counts, "sampled")?,
             pieces_max: usize::try_from(u64_of(counts, "pendingPiecesMax")?)?,
         };
@@ -288,11 +290,13 @@ fn merge_sweeps(documents: &[(String, Value)]) -> anyhow::Result<Merged> {
         "merged {count} shards of seed {seed}: {} of {} crash points, {} images judged, {} stood for by a judged one\n",
         report.crash_points, report.planned_points, report.images, report.equivalent
     );
-    let (exhaustive, sampled) = report
-        .enumeration
-        .values()
-        .fold((0, 0), |(e, s), counts| (e + counts.exhaustive, s + counts.sampled));
-    text.push_str(&format!("power-loss crashes: {exhaustive} exhaustive, {sampled} sampled\n"));
+    let (exhaustive, reduced, sampled) =
+        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
+            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
+        });
+    text.push_str(&format!(
+        "power-loss crashes: {exhaustive} exhaustive ({reduced} reduced), {sampled} sampled\n"
+    ));
     text.push_str(&format!("violations: {}\n", report.violations.len()));
     for violation in &report.violations {
         text.push_str(&format!(

@@ -15,8 +15,11 @@
 //! and the name changes of directories a rename links, change disjoint parts of an image, so
 //! each group's subsets are enumerated on their own (up to 16 pieces), deduplicated, and the
 //! images are the product of the groups' outcomes (up to [`EXHAUSTIVE_IMAGES_MAX`]). A file no
-//! image can name contributes nothing. Beyond those bounds the images are structured families
-//! plus seeded samples:
+//! image can name contributes nothing, nor (on the zero-tail medium) does a chunk of zeros past
+//! a file's durable end that no kept piece of the same chunk precedes: applying it or not gives
+//! the same bytes (see `indistinguishable`). Every subset enumerated, the torn family below is
+//! added too (cuts inside a chunk, beyond the whole-sector pieces). Beyond those bounds the
+//! images are structured families plus seeded samples:
 //!
 //! - prefix: the first `i` pending changes, for every `i`;
 //! - single omission: everything except one piece, for every piece;
@@ -47,7 +50,7 @@ pub const EXHAUSTIVE_PIECES_MAX: usize = 12;
 
 /// Up to this many combinations of the pieces' groups' outcomes, a power loss yields the image
 /// of every subset of its pending pieces, however many pieces there are.
-pub const EXHAUSTIVE_IMAGES_MAX: usize = 1 << 14;
+pub const EXHAUSTIVE_IMAGES_MAX: usize = 1 << 18;
 
 /// Cap on the cut positions tried per write in one torn family, so one huge write cannot
 /// dominate a sweep.
@@ -212,8 +215,12 @@ pub struct CrashImages {
     pub generated: usize,
     /// Whether every subset of the pending pieces was produced.
     pub exhaustive: bool,
-    /// Pending pieces at the crash point.
+    /// Pending pieces at the crash point (those left out as indistinguishable not counted).
     pub pending_pieces: usize,
+    /// Pending chunk pieces left out because applying them or not gives the same image (all
+    /// zeros past the file's durable end, on a zero-tail medium): each halves the subsets an
+    /// exhaustive enumeration needs, and loses none of the images.
+    pub reduced_pieces: usize,
 }
 
 /// What survives of one piece in one image.
@@ -244,12 +251,18 @@ struct Piece {
 pub(crate) struct Pieces {
     list: Vec<Piece>,
     ops: usize,
+    /// Chunk pieces left out because no image can tell them apart (see `indistinguishable`).
+    reduced: usize,
 }
 
 impl Pieces {
     pub(crate) fn collect(state: &State) -> Pieces {
         let chunk = chunk_bytes();
         let mut list = Vec::new();
+        let mut reduced = 0;
+        // The chunks (file, start) some kept piece writes: a later all-zero piece there is not
+        // a no-op, since without it the earlier piece's bytes could show.
+        let mut kept: BTreeSet<(Ino, u64)> = BTreeSet::new();
         let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
         let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
         for (op, pending) in state.pending.iter().enumerate() {
@@ -292,6 +305,11 @@ impl Pieces {
                                 Vec::new()
                             };
                             let written = (written.0.max(start), written.1.min(start + chunk));
+                            if indistinguishable(state, *ino, start, &snapshot, &kept) {
+                                reduced += 1;
+                                continue;
+                            }
+                            kept.insert((*ino, start));
                             list.push(Piece {
                                 op,
                                 kind: PieceKind::Chunk { ino: *ino, start, snapshot, written },
@@ -307,12 +325,36 @@ impl Pieces {
                 }
             }
         }
-        Pieces { list, ops: state.pending.len() }
+        Pieces { list, ops: state.pending.len(), reduced }
     }
 
     pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
+}
+
+/// Whether a chunk piece of file `ino` at `start` with content `snapshot` (the chunk right
+/// after its write) changes no image, so that leaving it out of the enumeration halves the
+/// subsets without losing one image. It does not when: the medium shows zeros where a file grew
+/// without its data (on a stale medium the piece's zeros cover stale bytes); the chunk lies at
+/// or past the file's durable end (there, with no piece of its own, every image reads zeros or
+/// ends before it); no kept piece wrote the same chunk earlier (skipping this one could show
+/// that piece's bytes); and the piece holds only zeros. A file's length is its size pieces',
+/// never a chunk's, so applying the piece or not gives the same bytes. The reduction can be
+/// switched off ([`super::SimFs::set_zero_chunk_reduction`]) to compare both enumerations.
+fn indistinguishable(
+    state: &State,
+    ino: Ino,
+    start: u64,
+    snapshot: &[u8],
+    kept: &BTreeSet<(Ino, u64)>,
+) -> bool {
+    let Node::File(file) = &state.inode(ino).node else { return false };
+    state.reduce_zero_chunks
+        && state.media == Media::ZeroTails
+        && start >= file.durable.len() as u64
+        && !kept.contains(&(ino, start))
+        && snapshot.iter().all(|&byte| byte == 0)
 }
 
 /// The directories set ephemeral (see `SimFs::set_ephemeral`) and every file named in them,
@@ -358,6 +400,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 generated: 1,
                 exhaustive: true,
                 pending_pieces: 0,
+                reduced_pieces: 0,
             }
         }
         CrashMode::ProcessKill => {
@@ -368,6 +411,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 generated: 1,
                 exhaustive: true,
                 pending_pieces: 0,
+                reduced_pieces: 0,
             }
         }
         CrashMode::PowerLoss => {
@@ -378,6 +422,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 builder.prefixes();
                 true
             } else if builder.every_subset() {
+                builder.torn();
                 true
             } else {
                 builder.families();
@@ -394,6 +439,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 generated: builder.generated,
                 exhaustive,
                 pending_pieces: count,
+                reduced_pieces: pieces.reduced,
             }
         }
     }
@@ -434,7 +480,6 @@ impl<'a> Builder<'a> {
 
     fn families(&mut self) {
         let count = self.pieces.len();
-        let list = &self.pieces.list;
         self.prefixes();
         // Single omission.
         for omitted in 0..count {
@@ -443,7 +488,21 @@ impl<'a> Builder<'a> {
                 .collect();
             self.add(&choices);
         }
-        // Torn writes.
+        self.torn();
+        let seed = mix(self.state.plan.seed, self.state.op_count);
+        // Seeded samples.
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x5A3F));
+        for _ in 0..self.state.sampled_images {
+            let choices: Vec<Choice> = (0..count)
+                .map(|_| if rng.random::<bool>() { Choice::Apply } else { Choice::Skip })
+                .collect();
+            self.add(&choices);
+        }
+    }
+
+    /// Torn writes: every change before a write, then that write cut inside it.
+    fn torn(&mut self) {
+        let list = &self.pieces.list;
         let seed = mix(self.state.plan.seed, self.state.op_count);
         let (_, ephemeral_files) = ephemeral(self.state);
         for (op, pending) in self.state.pending.iter().enumerate() {
@@ -470,14 +529,6 @@ impl<'a> Builder<'a> {
                     .collect();
                 self.add(&choices);
             }
-        }
-        // Seeded samples.
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x5A3F));
-        for _ in 0..self.state.sampled_images {
-            let choices: Vec<Choice> = (0..count)
-                .map(|_| if rng.random::<bool>() { Choice::Apply } else { Choice::Skip })
-                .collect();
-            self.add(&choices);
         }
     }
 

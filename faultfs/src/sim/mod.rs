@@ -238,6 +238,9 @@ pub(crate) struct State {
     /// Whether the whole state was handed out (a crash's images, a restarted copy), so that
     /// any byte may have been seen.
     exposed: bool,
+    /// Whether a power loss leaves out the chunk pieces no image can tell apart (see
+    /// [`SimFs::set_zero_chunk_reduction`]).
+    reduce_zero_chunks: bool,
 }
 
 /// What the processes on a machine rebuilt from an image saw of the image's file bytes (see
@@ -292,6 +295,7 @@ impl SimFs {
             image_files: BTreeMap::new(),
             image_files_read: BTreeSet::new(),
             exposed: false,
+            reduce_zero_chunks: true,
         };
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
@@ -421,6 +425,14 @@ impl SimFs {
     /// Sets what the medium shows where a file grew without its data (see [`Media`]).
     pub fn set_media(&self, media: Media) {
         self.lock().media = media;
+    }
+
+    /// Whether a power loss leaves out pending chunk pieces that hold only zeros past a file's
+    /// durable end on a zero-tail medium (on by default): applying such a piece or not gives
+    /// the same bytes, so the images are the same set either way, from half as many subsets
+    /// per piece. Off, every piece is enumerated (to check the reduction against).
+    pub fn set_zero_chunk_reduction(&self, on: bool) {
+        self.lock().reduce_zero_chunks = on;
     }
 
     /// Sets how many seeded samples a power-loss crash adds beyond its structured families.

@@ -152,6 +152,9 @@ pub struct Reach {
 pub struct Enumeration {
     /// Crashes whose every pending subset was an image.
     pub exhaustive: u64,
+    /// Of those, the crashes at which pending pieces no image can tell apart were left out
+    /// (all-zero chunks past a file's durable end: see `faultfs`'s crash images).
+    pub reduced: u64,
     /// Crashes with too many pending pieces: structured families and seeded samples.
     pub sampled: u64,
     /// The most pending pieces seen at one crash.
@@ -163,6 +166,7 @@ impl Report {
         let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
         if crash.exhaustive {
             entry.exhaustive += 1;
+            entry.reduced += u64::from(crash.reduced_pieces > 0);
         } else {
             entry.sampled += 1;
         }
@@ -203,6 +207,7 @@ impl Report {
             let into = self.enumeration.entry(scenario).or_default();
             into.exhaustive += counts.exhaustive;
             into.sampled += counts.sampled;
+            into.reduced += counts.reduced;
             into.pieces_max = into.pieces_max.max(counts.pieces_max);
         }
     }

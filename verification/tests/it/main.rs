@@ -5,6 +5,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod conformance;
+mod crash_images;
 mod demo_sweep;
 mod engine_sweep;
 mod generated_sweep;
