@@ -18,6 +18,8 @@
 //!   `launch_readiness_pending` while a launch is in flight) and `worktree_path` are read, `''`
 //!   being none.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use faultfs::{FileKind, Fs};
@@ -167,7 +169,35 @@ fn optional_text(object: &Map<String, Value>, key: &str) -> Result<Option<String
     }
 }
 
+/// A line's bytes and what they parse to.
+type ParsedLines = HashMap<Box<[u8]>, Result<Line, String>>;
+
+thread_local! {
+    /// Lines parsed on this thread, by their bytes: a sweep decodes the same lines in image
+    /// after image, and a line's parse depends on its bytes alone. Cleared when it grows past
+    /// [`PARSED_LINES_MAX`].
+    static PARSED: RefCell<ParsedLines> = RefCell::new(HashMap::new());
+}
+
+/// The most lines [`PARSED`] remembers per thread.
+const PARSED_LINES_MAX: usize = 1 << 16;
+
 fn parse_line(body: &[u8]) -> Result<Line, String> {
+    if let Some(parsed) = PARSED.with(|parsed| parsed.borrow().get(body).cloned()) {
+        return parsed;
+    }
+    let parsed = parse_line_uncached(body);
+    PARSED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.len() >= PARSED_LINES_MAX {
+            cache.clear();
+        }
+        cache.insert(body.into(), parsed.clone());
+    });
+    parsed
+}
+
+fn parse_line_uncached(body: &[u8]) -> Result<Line, String> {
     let value: Value =
         serde_json::from_slice(body).map_err(|error| format!("not JSON: {error}"))?;
     let object = value.as_object().ok_or("not an object")?;
