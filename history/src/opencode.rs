@@ -251,12 +251,16 @@ pub fn render(path: &Path) -> Result<Vec<String>, Error> {
     Ok(lines)
 }
 
-/// A row's `data` as JSON: the object it holds, or the text itself when it is not JSON (the
-/// parser then counts it as unknown).
+/// A row's `data` as JSON: the object it holds, or the text itself when it holds no object
+/// (the parser then counts it as unknown). Only an object is taken apart: a row holding the
+/// JSON string `"x"` must not render as the row holding the text `x`.
 fn data_of(data: Option<&str>) -> Value {
     match data {
         None => Value::Null,
-        Some(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(object @ Value::Object(_)) => object,
+            _ => Value::String(text.to_owned()),
+        },
     }
 }
 
