@@ -335,11 +335,11 @@ impl Pieces {
 
 /// Whether a chunk piece of file `ino` at `start` with content `snapshot` (the chunk right
 /// after its write) changes no image, so that leaving it out of the enumeration halves the
-/// subsets without losing one image. It does not when: the medium shows zeros where a file grew
-/// without its data (on a stale medium the piece's zeros cover stale bytes); the chunk lies at
-/// or past the file's durable end (there, with no piece of its own, every image reads zeros or
-/// ends before it); no kept piece wrote the same chunk earlier (skipping this one could show
-/// that piece's bytes); and the piece holds only zeros. A file's length is its size pieces',
+/// subsets without losing one image. It changes none when all of these hold: the medium shows
+/// zeros where a file grew without its data (on a stale medium the piece's zeros cover stale
+/// bytes); the chunk lies at or past the file's durable end (there, with no piece of its own,
+/// every image reads zeros or ends before it); no kept piece wrote the same chunk earlier
+/// (skipping this one could show that piece's bytes); and the piece holds only zeros. A file's length is its size pieces',
 /// never a chunk's, so applying the piece or not gives the same bytes. The reduction can be
 /// switched off ([`super::SimFs::set_zero_chunk_reduction`]) to compare both enumerations.
 fn indistinguishable(
