@@ -153,8 +153,18 @@ pub(crate) fn expect_kind<F: faultfs::Fs>(
 pub struct SegmentNo(pub u64);
 
 impl SegmentNo {
+    /// The largest number a segment's name can hold (12 digits).
+    pub const MAX: SegmentNo = SegmentNo(999_999_999_999);
+
+    /// The numbered segment a cursor's or position's segment key names: `None` for the legacy
+    /// key (0) and for a number no segment's name can hold (a forged or damaged cursor).
+    pub fn from_key(key: u64) -> Option<SegmentNo> {
+        (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key))
+    }
+
     /// The segment's file name.
     pub fn file_name(self) -> String {
+        debug_assert!(self <= SegmentNo::MAX, "segment {} has no 12-digit name", self.0);
         let name = format!("{:0width$}.ndjson", self.0, width = SEGMENT_NAME_DIGITS);
         debug_assert_eq!(
             name.len(),
@@ -280,6 +290,16 @@ impl Layout {
         self.timeline_dir(id).join(no.file_name())
     }
 
+    /// The segment a cursor's or position's key names: the legacy segment for 0, else the
+    /// numbered one; `None` for a key no segment's name can hold (it names no file).
+    pub fn segment_of_key(&self, id: &SessionId, key: u64) -> Option<PathBuf> {
+        if key == 0 {
+            Some(self.legacy_segment(id))
+        } else {
+            SegmentNo::from_key(key).map(|no| self.segment(id, no))
+        }
+    }
+
     /// The drain adapter spec of a session created by this engine (one line).
     pub fn adapter(&self, id: &SessionId) -> PathBuf {
         self.session_dir(id).join("adapter")
@@ -370,6 +390,21 @@ mod tests {
             ["", ".", "..", "../x", "a/b", "a\0b", ".hidden", "-flag", "é", &"x".repeat(129), "a b"]
         {
             assert!(SessionId::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_past_twelve_digits_names_no_segment() {
+        let layout = Layout::new("/store");
+        let id = SessionId::new("s").expect("an id");
+        assert_eq!(layout.segment_of_key(&id, 0), Some(layout.legacy_segment(&id)));
+        assert_eq!(SegmentNo::MAX.file_name(), "999999999999.ndjson");
+        assert_eq!(SegmentNo::from_key(SegmentNo::MAX.0), Some(SegmentNo::MAX));
+        for key in [SegmentNo::MAX.0 + 1, u64::MAX] {
+            assert_eq!(layout.segment_of_key(&id, key), None, "{key}");
+            let cursor = format!("0.{key}.0");
+            assert!(cursor.parse::<crate::timeline::Cursor>().is_err(), "{cursor}");
+            assert!(format!("{key}.0").parse::<crate::timeline::Position>().is_err(), "{key}");
         }
     }
 

@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 
 use crate::atomic::ReplaceBoundaries;
 use crate::error::{Error, Result};
-use crate::layout::{Layout, SegmentNo, SessionId};
+use crate::layout::{Layout, SessionId};
 use crate::sync::{Mutex, lock};
 use crate::timeline::{self, Cursor, Line, Position, Receipt, SentEvent};
 
@@ -94,11 +94,7 @@ pub(crate) fn tail_pin<F: Fs>(
             }
         };
     }
-    let path = if cursor.segment == 0 {
-        layout.legacy_segment(id)
-    } else {
-        layout.segment(id, SegmentNo(cursor.segment))
-    };
+    let Some(path) = layout.segment_of_key(id, cursor.segment) else { return Ok(None) };
     let file = match fs.open(&path, OpenOptions::read(), Boundary::new("read")) {
         Ok(file) => file,
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),

@@ -569,7 +569,12 @@ impl<F: Fs> Store<F> {
         {
             return Ok(false);
         }
-        let current = self.layout.segment(id, crate::layout::SegmentNo(seen.cursor.segment));
+        let (Some(current), Some(next)) = (
+            self.layout.segment_of_key(id, seen.cursor.segment),
+            self.layout.segment_of_key(id, seen.cursor.segment.saturating_add(1)),
+        ) else {
+            return Ok(false);
+        };
         match self.fs.metadata(&current) {
             Ok(metadata) => {
                 if metadata.len != seen.cursor.offset
@@ -583,7 +588,6 @@ impl<F: Fs> Store<F> {
             }
             Err(error) => return Err(error.into()),
         }
-        let next = self.layout.segment(id, crate::layout::SegmentNo(seen.cursor.segment + 1));
         match self.fs.metadata(&next) {
             Ok(_) => Ok(false),
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(true),

@@ -258,7 +258,11 @@ impl FromStr for Cursor {
             return Err(invalid("expected <index>.<segment>.<offset>"));
         };
         let number = |text: &str| text.parse::<u64>().map_err(|_| invalid("not a number"));
-        Ok(Cursor { index: number(index)?, segment: number(segment)?, offset: number(offset)? })
+        let segment = number(segment)?;
+        if segment > SegmentNo::MAX.0 {
+            return Err(invalid("the segment number has more digits than a segment's name"));
+        }
+        Ok(Cursor { index: number(index)?, segment, offset: number(offset)? })
     }
 }
 
@@ -301,7 +305,11 @@ impl FromStr for Position {
         let (segment, offset) =
             s.split_once('.').ok_or_else(|| invalid("expected <segment>.<offset>"))?;
         let number = |text: &str| text.parse::<u64>().map_err(|_| invalid("not a number"));
-        Ok(Position { segment: number(segment)?, offset: number(offset)? })
+        let segment = number(segment)?;
+        if segment > SegmentNo::MAX.0 {
+            return Err(invalid("the segment number has more digits than a segment's name"));
+        }
+        Ok(Position { segment, offset: number(offset)? })
     }
 }
 
@@ -365,11 +373,7 @@ pub(crate) fn line_at<F: Fs>(
     position: Position,
 ) -> Result<Option<Line>> {
     let Position { segment, offset } = position;
-    let path = if segment == 0 {
-        layout.legacy_segment(id)
-    } else {
-        layout.segment(id, SegmentNo(segment))
-    };
+    let Some(path) = layout.segment_of_key(id, segment) else { return Ok(None) };
     let file = match fs.open(&path, OpenOptions::read(), faultfs::Boundary::new("read")) {
         Ok(file) => file,
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),

@@ -19,7 +19,7 @@
 use faultfs::{Boundary, File, Fs, OpenOptions};
 
 use super::read::{list_segments, segment_len, sound_len};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::{Layout, SegmentNo, SessionId};
 use crate::mutant::{Mutant, active, selected};
 
@@ -89,7 +89,15 @@ pub(crate) fn append<F: Fs>(
         sealed.append(b"\n", steps.append)?;
         sealed.sync_data(steps.sync)?;
     }
-    let next = SegmentNo(newest.map_or(1, |(no, _)| no.0 + 1));
+    let Some(next) = SegmentNo::from_key(newest.map_or(1, |(no, _)| no.0 + 1)) else {
+        return Err(Error::InvalidInput {
+            what: "append",
+            reason: format!(
+                "the log already holds {} segments, the most a name can number",
+                SegmentNo::MAX.0
+            ),
+        });
+    };
     let dir = layout.timeline_dir(id);
     if !fs.exists(&dir)? {
         fs.create_dir(&dir, steps.mkdir)?;
