@@ -58,7 +58,7 @@ pub use plan::{Fault, FaultPlan};
 pub use real::{RealFile, RealFs};
 pub use sim::{
     CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media,
-    Observed, REBOOT_CLOCK_MS, Rules, SimFile, SimFs, chunk_bytes,
+    Observed, REBOOT_CLOCK_MS, ReadMark, Rules, SimFile, SimFs, chunk_bytes,
 };
 pub use trace::{OpKind, Trace, TraceEntry};
 

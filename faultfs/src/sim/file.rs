@@ -115,6 +115,9 @@ impl File for SimFile {
         if state.image_files.contains_key(&self.ino) {
             state.image_files_read.insert(self.ino);
         }
+        if let Some(read) = &mut state.read_since_mark {
+            read.insert(self.ino);
+        }
         Ok(end - start)
     }
 

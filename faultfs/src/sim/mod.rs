@@ -36,6 +36,7 @@ mod image;
 mod path;
 mod process;
 
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Component, Path};
@@ -235,12 +236,21 @@ pub(crate) struct State {
     image_files: BTreeMap<Ino, String>,
     /// Those of them some read has seen the bytes of.
     image_files_read: BTreeSet<Ino>,
+    /// Every file some read reached since [`SimFs::mark_reads`], while marking.
+    read_since_mark: Option<BTreeSet<Ino>>,
     /// Whether the whole state was handed out (a crash's images, a restarted copy), so that
     /// any byte may have been seen.
     exposed: bool,
     /// Whether a power loss leaves out the chunk pieces no image can tell apart (see
     /// [`SimFs::set_zero_chunk_reduction`]).
     reduce_zero_chunks: bool,
+}
+
+/// The files reachable on a machine at one moment, by inode, with a name of each (see
+/// [`SimFs::mark_reads`]).
+#[derive(Clone, Debug)]
+pub struct ReadMark {
+    paths: BTreeMap<Ino, String>,
 }
 
 /// What the processes on a machine rebuilt from an image saw of the image's file bytes (see
@@ -294,6 +304,7 @@ impl SimFs {
             group_pieces_max: GROUP_PIECES_MAX_DEFAULT,
             image_files: BTreeMap::new(),
             image_files_read: BTreeSet::new(),
+            read_since_mark: None,
             exposed: false,
             reduce_zero_chunks: true,
         };
@@ -506,6 +517,110 @@ impl SimFs {
                 })
                 .collect(),
         )
+    }
+
+    /// A digest of everything the next op of this process can see or depend on: every path
+    /// reachable now with its kind, bytes (or link target) and modification time, the clock,
+    /// the running processes and this one's pid, the boot count and how many advisory locks are
+    /// held. Two machines with the same digest answer every op alike (what is pending rather
+    /// than durable is left out: it shows only in a later crash's images). A harness keys what
+    /// it concluded from a machine's future on it.
+    pub fn visible_digest(&self) -> [u8; 32] {
+        let state = self.lock();
+        let mut hasher = Sha256::new();
+        // A file reached again by another name (a hard link) is hashed as the first name's
+        // number in the walk: which names share a file shows in what a write through one does.
+        let mut files_seen: BTreeMap<Ino, u64> = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for (name, &ino) in &state.dir(dir).volatile {
+                let path = format!("{prefix}/{name}");
+                let inode = state.inode(ino);
+                hasher.update((path.len() as u64).to_le_bytes());
+                hasher.update(path.as_bytes());
+                hasher.update(inode.modified_ms.to_le_bytes());
+                if matches!(inode.node, Node::File(_)) {
+                    if let Some(first) = files_seen.get(&ino) {
+                        hasher.update(b"h");
+                        hasher.update(first.to_le_bytes());
+                        continue;
+                    }
+                    files_seen.insert(ino, files_seen.len() as u64);
+                }
+                match &inode.node {
+                    Node::Dir(_) => {
+                        hasher.update(b"d");
+                        stack.push((ino, path));
+                    }
+                    Node::File(file) => {
+                        hasher.update(b"f");
+                        hasher.update((file.volatile.len() as u64).to_le_bytes());
+                        hasher.update(&file.volatile);
+                    }
+                    Node::Symlink(target) => {
+                        hasher.update(b"l");
+                        hasher.update((target.len() as u64).to_le_bytes());
+                        hasher.update(target.as_bytes());
+                    }
+                    Node::Special => hasher.update(b"s"),
+                }
+            }
+        }
+        for word in
+            [state.clock_ms, state.boot, u64::from(self.process_id), state.locks.len() as u64]
+        {
+            hasher.update(word.to_le_bytes());
+        }
+        for (pid, start_ms) in &state.processes {
+            hasher.update(u64::from(*pid).to_le_bytes());
+            hasher.update(start_ms.to_le_bytes());
+        }
+        hasher.finalize().into()
+    }
+
+    /// Starts noting which of the files reachable now some read reaches from here on (see
+    /// [`SimFs::read_since`]).
+    pub fn mark_reads(&self) -> ReadMark {
+        let mut state = self.lock();
+        state.read_since_mark = Some(BTreeSet::new());
+        let mut paths = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for (name, &ino) in &state.dir(dir).volatile {
+                let path = format!("{prefix}/{name}");
+                match &state.inode(ino).node {
+                    Node::Dir(_) => stack.push((ino, path)),
+                    Node::File(_) => {
+                        paths.entry(ino).or_insert(path);
+                    }
+                    Node::Symlink(_) | Node::Special => {}
+                }
+            }
+        }
+        ReadMark { paths }
+    }
+
+    /// The files reachable at `mark` that some read reached since, by their paths then (one
+    /// name per file). A harness that knows another machine alike at the mark (the same
+    /// [`SimFs::visible_digest`]) would run the same ops hands these to [`SimFs::note_read`]
+    /// there, so that [`SimFs::observed`] says what those ops would have read.
+    pub fn read_since(&self, mark: &ReadMark) -> BTreeSet<String> {
+        let mut state = self.lock();
+        let read = state.read_since_mark.take().unwrap_or_default();
+        read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect()
+    }
+
+    /// Counts the files at `paths` (absolute, resolved without following a last symlink) as
+    /// read, for [`SimFs::observed`]: what ops that did not run here read of a machine alike.
+    pub fn note_read(&self, paths: &BTreeSet<String>) {
+        let mut state = self.lock();
+        for path in paths {
+            let components = split_image_path(path);
+            let Some(ino) = state.lookup_components(&components) else { continue };
+            if state.image_files.contains_key(&ino) {
+                state.image_files_read.insert(ino);
+            }
+        }
     }
 
     /// How many crashes lie behind this machine (0 for a new one; a restart or a machine

@@ -262,6 +262,52 @@ fn a_rebuilt_machine_knows_which_files_it_read() {
     assert_eq!(machine.observed(), Observed::Everything);
 }
 
+/// Two machines with the same visible digest are alike to every op: the digest sees the bytes
+/// and modification time of every file, and which names share a file; it does not see what is
+/// pending rather than durable. The files a mark's reads reached are named as at the mark, and
+/// counting them read on a machine alike makes its observation what the reads would have made.
+#[test]
+fn a_visible_digest_tells_apart_what_an_op_can_and_a_mark_names_the_files_read() {
+    let machine = |linked: bool, synced: bool| {
+        let fs = fs_with_dir(Rules::default());
+        fs.open(p("/d/a"), OpenOptions::create(), B).unwrap().append(b"bytes", B).unwrap();
+        if linked {
+            fs.hard_link(p("/d/a"), p("/d/b"), B).unwrap();
+        } else {
+            fs.open(p("/d/b"), OpenOptions::create(), B).unwrap().append(b"bytes", B).unwrap();
+        }
+        if synced {
+            fs.open(p("/d/a"), OpenOptions::read(), B).unwrap().sync_data(B).unwrap();
+        }
+        fs
+    };
+    // The same ops, one machine with its data synced: a sync moves the clock like any
+    // mutating op, so the syncing machine is compared with one that made another op instead.
+    let (plain, synced) = (machine(false, false), machine(false, true));
+    assert_ne!(plain.visible_digest(), synced.visible_digest(), "a sync moves the clock");
+    plain.open(p("/d/a"), OpenOptions::read(), B).unwrap().sync_data(B).unwrap();
+    assert_eq!(plain.visible_digest(), synced.visible_digest(), "durability is not visible");
+    let (linked, separate) = (machine(true, false), machine(false, false));
+    assert_ne!(linked.visible_digest(), separate.visible_digest(), "shared names are visible");
+    plain.open(p("/d/a"), OpenOptions::read_write(), B).unwrap().write_at(0, b"B", B).unwrap();
+    assert_ne!(plain.visible_digest(), synced.visible_digest(), "bytes are visible");
+
+    let image = synced.crash(CrashMode::ProcessKill).images.remove(0);
+    let (ran, alike) = (
+        SimFs::from_image(&image, FaultPlan::none(1)),
+        SimFs::from_image(&image, FaultPlan::none(1)),
+    );
+    assert_eq!(ran.visible_digest(), alike.visible_digest());
+    let mark = ran.mark_reads();
+    assert_eq!(ran.read(p("/d/b")).unwrap(), b"bytes");
+    ran.rename(p("/d/a"), p("/d/c"), B).unwrap();
+    assert_eq!(ran.read(p("/d/c")).unwrap(), b"bytes", "read under a name it took later");
+    let read = ran.read_since(&mark);
+    assert_eq!(read, ["/d/a".to_owned(), "/d/b".to_owned()].into(), "named as at the mark");
+    alike.note_read(&read);
+    assert_eq!(alike.observed(), ran.observed());
+}
+
 /// A directory made in `/s` without syncing `/s`, then renamed into `/c` and the rename synced
 /// through `/c`: a later sync of `/s` cannot make the creation durable after the rename and bring
 /// the name back. No image holds the directory under both names, or under `/s` at all once both

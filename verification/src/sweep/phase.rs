@@ -82,6 +82,51 @@ pub(crate) fn check_image(
     Ok(Checked { violations, run: next })
 }
 
+/// A store the next process opened and recovered after a crash, its recovery judged sound:
+/// what is left of the phase is the continued work ([`Recovered::continue_judged`]).
+pub(crate) struct Recovered {
+    store: Store<SimFs>,
+    /// The machine as recovery left it.
+    pub(crate) fs: SimFs,
+}
+
+/// Opens `fs` after a crash during `run` (with no planned fault), recovers and judges the
+/// recovery: the store, or the violations that end the phase (as [`check_image`] reports them).
+pub(crate) fn recover_judged(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &Execution,
+    seed: u64,
+) -> Result<Recovered, Vec<String>> {
+    assert!(fs.plan().trigger.is_none(), "a phase judged to its end runs no planned fault");
+    let store = match open(fs.clone(), scenario, seed) {
+        Ok(store) => store,
+        Err(error) if error.is_crash() => {
+            return Err(vec!["recovery crashed without a planned fault".to_owned()]);
+        }
+        Err(error) => return Err(vec![format!("the recovered store does not open: {error}")]),
+    };
+    if let Err(error) = recover_all(&store, run) {
+        return Err(vec![error]);
+    }
+    let violations = check_recovered(&store, scenario, run);
+    if violations.is_empty() { Ok(Recovered { store, fs }) } else { Err(violations) }
+}
+
+impl Recovered {
+    /// The continued work and its judgement (the rest of [`check_image`]'s violations). What
+    /// it can depend on is the machine as every process sees it (`SimFs::visible_digest`), the
+    /// run, and the store handle's memory, which holds nothing recovery's machine does not
+    /// give: no poisoned session (nothing failed), no batch in progress, no id drawn (only a
+    /// send draws one), and a receipt index only as read after recovery.
+    pub(crate) fn continue_judged(self, scenario: &Scenario, run: &Execution) -> Vec<String> {
+        let mut next = run.continued(scenario);
+        let violations = continue_workload(&self.store, scenario, run, &mut next);
+        assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
+        violations
+    }
+}
+
 /// The phase on an open store (simulated or real): recover, judge, continue, judge.
 pub(crate) fn check_store<F: Fs>(
     store: &Store<F>,

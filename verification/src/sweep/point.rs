@@ -3,7 +3,8 @@
 //! at every op of the phase, the first commands after a kill and a crash inside their
 //! takeovers), each image judged once per run and recorded in its cell of the matrix.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
@@ -210,7 +211,7 @@ fn judge_image(
         return None;
     }
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
-    let messages = judge_last(machine.clone(), scenario, run, seed);
+    let messages = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
     if let Some(verdict) = stand_in {
         report.compare_stand_in(key, &verdict, &messages);
         return None;
@@ -233,7 +234,8 @@ fn judge_second_crash(
     match mode {
         CrashMode::ProcessKill => {
             let machine = halted.fs.restart(FaultPlan::none(seed));
-            vec![(0, judge_last(machine, scenario, &halted.run, seed))]
+            let run_digest = digest_of(&halted.run);
+            vec![(0, judge_to_end(report, machine, scenario, &halted.run, &run_digest, seed))]
         }
         CrashMode::PowerLoss => {
             let crash = halted.fs.crash(mode);
@@ -353,6 +355,85 @@ fn torn_tail(image: &faultfs::Image) -> bool {
         let last = body.rsplit(|&b| b == b'\n').next().unwrap_or_default();
         !bytes.is_empty() && (!bytes.ends_with(b"\n") || last.contains(&0))
     })
+}
+
+/// The continued work of a last phase (after recovery): its verdict, and the files it read
+/// (by their paths when it began).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Continuation {
+    verdict: Vec<String>,
+    read: BTreeSet<String>,
+}
+
+/// Most continuations a thread keeps; past it, it forgets them all and starts over.
+const CONTINUATIONS_KEPT_MAX: usize = 16_384;
+
+thread_local! {
+    /// This thread's continuations, by a digest of (scenario, seed, the engine variant,
+    /// machine after recovery, run). Across crash points too: the points of one transition share a run until it
+    /// answers, and their images mostly recover to the machines of their neighbours'.
+    static CONTINUATIONS: RefCell<HashMap<[u8; 32], Continuation>> = RefCell::default();
+}
+
+/// The last phase of a sequence on `fs` against `run` (its digest `run_digest`), as
+/// [`judge_last`] judges it, with its continued work run once per machine that recovery leaves
+/// and run: the work after recovery is a deterministic program of the machine as every process
+/// sees it (`SimFs::visible_digest`), the run, the scenario and the seed (what the store
+/// handle holds in memory then is read from that machine: see `Recovered::continue_judged`).
+/// A shared continuation's reads are counted on `fs` as if it had run (`SimFs::note_read`),
+/// so that what the judgement observed of the image stays whole for the stand-ins. When
+/// verifying the reductions, the work runs anyway and must match what it shared.
+fn judge_to_end(
+    report: &mut Report,
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &run::Execution,
+    run_digest: &[u8; 32],
+    seed: u64,
+) -> Vec<String> {
+    let recovered = match phase::recover_judged(fs, scenario, run, seed) {
+        Ok(recovered) => recovered,
+        Err(violations) => return violations,
+    };
+    if !report.reduce {
+        return recovered.continue_judged(scenario, run);
+    }
+    let key: [u8; 32] = {
+        let mut hasher = Sha256::new();
+        hasher.update(scenario.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(seed.to_le_bytes());
+        hasher.update(format!("{:?}", spex_engine::mutant::selected()).as_bytes());
+        hasher.update(recovered.fs.visible_digest());
+        hasher.update(run_digest);
+        hasher.finalize().into()
+    };
+    let known = CONTINUATIONS.with(|kept| kept.borrow().get(&key).cloned());
+    if let Some(known) = &known
+        && !report.verify
+    {
+        report.shared += 1;
+        recovered.fs.note_read(&known.read);
+        return known.verdict.clone();
+    }
+    let fs = recovered.fs.clone();
+    let mark = fs.mark_reads();
+    let verdict = recovered.continue_judged(scenario, run);
+    let ran = Continuation { verdict, read: fs.read_since(&mark) };
+    match known {
+        Some(known) if known != ran => report.unequal_stand_ins.push(format!(
+            "the work after recovery from one machine went {known:?} once and {ran:?} again"
+        )),
+        Some(_) => report.shared += 1,
+        None => CONTINUATIONS.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if kept.len() >= CONTINUATIONS_KEPT_MAX {
+                kept.clear();
+            }
+            kept.insert(key, ran.clone());
+        }),
+    }
+    ran.verdict
 }
 
 /// The last phase of a sequence: judged, not crashed again.

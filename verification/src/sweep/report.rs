@@ -114,6 +114,14 @@ pub struct Report {
     pub equivalent: u64,
     /// Per (cell, run), the judged images' digests, grouped by the files their judgement read.
     classes: std::collections::HashMap<[u8; 32], Vec<Class>>,
+    /// Last phases whose continued work did not run again: recovery had left the same machine
+    /// (every path, kind, byte, modification time, the clock and the processes) as before a
+    /// continuation that ran against the same run of the same scenario, and the continued work
+    /// is a deterministic program of those (see `point::judge_to_end`). Which image of several
+    /// alike runs its continuation depends on the order the points are judged in, so this
+    /// count (alone of the report's) may differ with `--jobs`.
+    pub shared: u64,
+
     /// When verifying the reduction ([`Options::verify_equivalent`]), every image stood for
     /// whose own verdict differs from the one of the image that stood for it (none, if the
     /// reduction is sound).
@@ -200,6 +208,7 @@ impl Report {
         self.images += part.images;
         self.repeated += part.repeated;
         self.equivalent += part.equivalent;
+        self.shared += part.shared;
         self.unequal_stand_ins.extend(part.unequal_stand_ins);
         self.reached.extend(part.reached);
         self.crashed.extend(part.crashed);

@@ -326,6 +326,9 @@ fn images_a_judged_one_stands_for_change_no_verdict() {
     let every = sweep::sweep(&options(false, false), &mut |_| {});
     spex_engine::mutant::select(None);
     assert!(checked.equivalent > 100, "images stood for: {}", checked.equivalent);
+    // Verifying, each continuation after recovery runs even where one from the same machine
+    // and run ran before, and must have read the same files and reached the same verdict.
+    assert!(checked.shared > 100, "continuations compared: {}", checked.shared);
     assert!(
         checked.unequal_stand_ins.is_empty(),
         "{} images stood for are judged otherwise; the first: {:?}",
