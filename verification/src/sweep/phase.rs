@@ -82,17 +82,17 @@ pub(crate) fn check_image(
     Ok(Checked { violations, run: next })
 }
 
-/// A store the next process opened and recovered after a crash, its recovery judged sound:
-/// what is left of the phase is the continued work ([`Recovered::continue_judged`]).
+/// A store the next process opened and recovered after a crash: what is left of the phase is
+/// judging it and the continued work ([`Recovered::judge_rest`]).
 pub(crate) struct Recovered {
     store: Store<SimFs>,
     /// The machine as recovery left it.
     pub(crate) fs: SimFs,
 }
 
-/// Opens `fs` after a crash during `run` (with no planned fault), recovers and judges the
-/// recovery: the store, or the violations that end the phase (as [`check_image`] reports them).
-pub(crate) fn recover_judged(
+/// Opens `fs` after a crash during `run` (with no planned fault) and recovers: the store, or
+/// the violations that end the phase there (as [`check_image`] reports them).
+pub(crate) fn recover_only(
     fs: SimFs,
     scenario: &Scenario,
     run: &Execution,
@@ -106,22 +106,24 @@ pub(crate) fn recover_judged(
         }
         Err(error) => return Err(vec![format!("the recovered store does not open: {error}")]),
     };
-    if let Err(error) = recover_all(&store, run) {
-        return Err(vec![error]);
+    match recover_all(&store, run) {
+        Ok(()) => Ok(Recovered { store, fs }),
+        Err(error) => Err(vec![error]),
     }
-    let violations = check_recovered(&store, scenario, run);
-    if violations.is_empty() { Ok(Recovered { store, fs }) } else { Err(violations) }
 }
 
 impl Recovered {
-    /// The continued work and its judgement (the rest of [`check_image`]'s violations). What
-    /// it can depend on is the machine as every process sees it (`SimFs::visible_digest`), the
-    /// run, and the store handle's memory, which holds nothing recovery's machine does not
-    /// give: no poisoned session (nothing failed), no batch in progress, no id drawn (only a
-    /// send draws one), and a receipt index only as read after recovery.
-    pub(crate) fn continue_judged(self, scenario: &Scenario, run: &Execution) -> Vec<String> {
-        let mut next = run.continued(scenario);
-        let violations = continue_workload(&self.store, scenario, run, &mut next);
+    /// The rest of [`check_image`]'s judgement: the recovered store judged, then the continued
+    /// work and its judgement. What it can depend on is the machine as every process sees it
+    /// (`SimFs::visible_digest`), the run, and the store handle's memory, which holds nothing
+    /// the machine does not give: no poisoned session (nothing failed), no batch in progress,
+    /// no id drawn (only a send draws one), and no receipt index yet (recovery reads none).
+    pub(crate) fn judge_rest(self, scenario: &Scenario, run: &Execution) -> Vec<String> {
+        let mut violations = check_recovered(&self.store, scenario, run);
+        if violations.is_empty() {
+            let mut next = run.continued(scenario);
+            violations.extend(continue_workload(&self.store, scenario, run, &mut next));
+        }
         assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
         violations
     }

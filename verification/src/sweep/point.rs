@@ -125,13 +125,20 @@ pub(crate) fn judge_sequence(
         return;
     }
     let fs = source.machine(FaultPlan::none(seed));
-    let (messages, checked) = match phase::check_image(fs.clone(), scenario, run, seed) {
-        Ok(checked) => {
-            let mut messages = run.violations.clone();
-            messages.extend(checked.violations.iter().cloned());
-            (messages, Some(checked))
+    let (messages, checked) = if sequence.deep {
+        match phase::check_image(fs.clone(), scenario, run, seed) {
+            Ok(checked) => {
+                let mut messages = run.violations.clone();
+                messages.extend(checked.violations.iter().cloned());
+                (messages, Some(checked))
+            }
+            Err(_) => (vec!["recovery crashed without a planned fault".to_owned()], None),
         }
-        Err(_) => (vec!["recovery crashed without a planned fault".to_owned()], None),
+    } else {
+        // Nothing follows the phase: judged as a last one.
+        let mut messages = run.violations.clone();
+        messages.extend(judge_to_end(report, fs.clone(), scenario, run, sequence.run_digest, seed));
+        (messages, None)
     };
     if let Some(verdict) = stand_in {
         report.compare_stand_in(&key, &verdict, &messages);
@@ -357,8 +364,8 @@ fn torn_tail(image: &faultfs::Image) -> bool {
     })
 }
 
-/// The continued work of a last phase (after recovery): its verdict, and the files it read
-/// (by their paths when it began).
+/// What follows recovery in a last phase (the recovered store judged, the continued work, its
+/// judgement): its verdict, and the files it read (by their paths when it began).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Continuation {
     verdict: Vec<String>,
@@ -369,20 +376,20 @@ struct Continuation {
 const CONTINUATIONS_KEPT_MAX: usize = 16_384;
 
 thread_local! {
-    /// This thread's continuations, by a digest of (scenario, seed, the engine variant,
-    /// machine after recovery, run). Across crash points too: the points of one transition share a run until it
-    /// answers, and their images mostly recover to the machines of their neighbours'.
+    /// This thread's continuations, by a digest of (scenario, seed, the engine variant, machine
+    /// after recovery, run). Across crash points too: the points of one transition share a run
+    /// until it answers, and their images mostly recover to the machines of their neighbours'.
     static CONTINUATIONS: RefCell<HashMap<[u8; 32], Continuation>> = RefCell::default();
 }
 
 /// The last phase of a sequence on `fs` against `run` (its digest `run_digest`), as
-/// [`judge_last`] judges it, with its continued work run once per machine that recovery leaves
-/// and run: the work after recovery is a deterministic program of the machine as every process
-/// sees it (`SimFs::visible_digest`), the run, the scenario and the seed (what the store
-/// handle holds in memory then is read from that machine: see `Recovered::continue_judged`).
-/// A shared continuation's reads are counted on `fs` as if it had run (`SimFs::note_read`),
-/// so that what the judgement observed of the image stays whole for the stand-ins. When
-/// verifying the reductions, the work runs anyway and must match what it shared.
+/// [`judge_last`] judges it, with what follows recovery run once per machine that recovery
+/// leaves and run: it is a deterministic program of the machine as every process sees it
+/// (`SimFs::visible_digest`), the run, the scenario, the seed and the engine variant (the store
+/// handle holds nothing else then: see `Recovered::judge_rest`). A shared continuation's reads
+/// are counted on `fs` as if it had run (`SimFs::note_read`), so that what the judgement
+/// observed of the image stays whole for the stand-ins. When verifying the reductions, it runs
+/// anyway and must read the same files and reach the same verdict.
 fn judge_to_end(
     report: &mut Report,
     fs: SimFs,
@@ -391,12 +398,12 @@ fn judge_to_end(
     run_digest: &[u8; 32],
     seed: u64,
 ) -> Vec<String> {
-    let recovered = match phase::recover_judged(fs, scenario, run, seed) {
+    let recovered = match phase::recover_only(fs, scenario, run, seed) {
         Ok(recovered) => recovered,
         Err(violations) => return violations,
     };
     if !report.reduce {
-        return recovered.continue_judged(scenario, run);
+        return recovered.judge_rest(scenario, run);
     }
     let key: [u8; 32] = {
         let mut hasher = Sha256::new();
@@ -418,11 +425,11 @@ fn judge_to_end(
     }
     let fs = recovered.fs.clone();
     let mark = fs.mark_reads();
-    let verdict = recovered.continue_judged(scenario, run);
+    let verdict = recovered.judge_rest(scenario, run);
     let ran = Continuation { verdict, read: fs.read_since(&mark) };
     match known {
         Some(known) if known != ran => report.unequal_stand_ins.push(format!(
-            "the work after recovery from one machine went {known:?} once and {ran:?} again"
+            "the judgement after recovery to one machine went {known:?} once and {ran:?} again"
         )),
         Some(_) => report.shared += 1,
         None => CONTINUATIONS.with(|kept| {
