@@ -159,12 +159,14 @@ struct SweepArgs {
     #[arg(long, conflicts_with = "faults")]
     no_faults: bool,
     /// Judge every distinct image, also those a judged image stands for (one that agrees with
-    /// them on every path, kind and length and on the bytes of every file its judgement read):
-    /// slower, with the same verdicts.
+    /// them on every path, kind and length and on the bytes of every file its judgement read),
+    /// and run the judgement after recovery for every image, also where one that recovered to
+    /// the same machine ran it: slower, with the same verdicts.
     #[arg(long, conflicts_with = "check_stand_ins")]
     every_image: bool,
-    /// Check the images a judged one stands for: judge each of them anyway and fail when its
-    /// verdict differs from the one that stood for it (as slow as --every-image).
+    /// Check the images a judged one stands for and the shared judgements after recovery: judge
+    /// each anyway and fail when its verdict (or what it read) differs from the one it would
+    /// have been given (as slow as --every-image).
     #[arg(long)]
     check_stand_ins: bool,
     /// Sweep only shard I of N (0-based): crash point k is swept when k % N == I.
