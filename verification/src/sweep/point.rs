@@ -149,10 +149,28 @@ pub(crate) fn judge_sequence(
     }
     let clean = messages.is_empty();
     record(report, &key, place.token.clone(), place, messages);
-    let Some(checked) = checked.filter(|_| sequence.deep && clean) else {
-        return;
-    };
-    report.note_reached(&fs);
+    if let Some(checked) = checked.filter(|_| sequence.deep && clean) {
+        judge_deeper(options, sequence, source, place, report, &fs, &checked);
+    }
+}
+
+/// What follows a deep sequence's clean phase (`fs` after it, `checked` its judgement): a power
+/// loss after it; after a kill, the first commands; and (with `depth2`) a crash at every op of
+/// the phase in every mode.
+fn judge_deeper(
+    options: &Options,
+    sequence: Sequence<'_>,
+    source: Source<'_>,
+    place: &Place<'_>,
+    report: &mut Report,
+    fs: &SimFs,
+    checked: &phase::Checked,
+) {
+    let seed = options.seed;
+    let scenario = place.scenario;
+    let first = place.token.mode;
+    let run = sequence.run;
+    report.note_reached(fs);
     // Kill (or reboot), restart, work, power loss.
     let name = format!("{}+work+power", first.name());
     let key = place.key(&name, CrashMode::PowerLoss);
