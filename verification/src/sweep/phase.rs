@@ -119,11 +119,7 @@ impl Recovered {
     /// the machine does not give: no poisoned session (nothing failed), no batch in progress,
     /// no id drawn (only a send draws one), and no receipt index yet (recovery reads none).
     pub(crate) fn judge_rest(self, scenario: &Scenario, run: &Execution) -> Vec<String> {
-        let mut violations = check_recovered(&self.store, scenario, run);
-        if violations.is_empty() {
-            let mut next = run.continued(scenario);
-            violations.extend(continue_workload(&self.store, scenario, run, &mut next));
-        }
+        let violations = judge_recovered(&self.store, scenario, run, &mut run.continued(scenario));
         assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
         violations
     }
@@ -139,11 +135,23 @@ pub(crate) fn check_store<F: Fs>(
     if let Err(error) = recover_all(store, run) {
         return (vec![error], next);
     }
+    let violations = judge_recovered(store, scenario, run, &mut next);
+    (violations, next)
+}
+
+/// After recovery: the recovered store judged, then (if sound) the continued work, which
+/// advances `next`, and its judgement.
+fn judge_recovered<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    run: &Execution,
+    next: &mut Execution,
+) -> Vec<String> {
     let mut violations = check_recovered(store, scenario, run);
     if violations.is_empty() {
-        violations.extend(continue_workload(store, scenario, run, &mut next));
+        violations.extend(continue_workload(store, scenario, run, next));
     }
-    (violations, next)
+    violations
 }
 
 /// What the next process may run first after a kill, as the CLI runs it (no recovery of its
