@@ -531,41 +531,33 @@ impl SimFs {
         // A file reached again by another name (a hard link) is hashed as the first name's
         // number in the walk: which names share a file shows in what a write through one does.
         let mut files_seen: BTreeMap<Ino, u64> = BTreeMap::new();
-        let mut stack = vec![(ROOT_INO, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            for (name, &ino) in &state.dir(dir).volatile {
-                let path = format!("{prefix}/{name}");
-                let inode = state.inode(ino);
-                hasher.update((path.len() as u64).to_le_bytes());
-                hasher.update(path.as_bytes());
-                hasher.update(inode.modified_ms.to_le_bytes());
-                if matches!(inode.node, Node::File(_)) {
-                    if let Some(first) = files_seen.get(&ino) {
-                        hasher.update(b"h");
-                        hasher.update(first.to_le_bytes());
-                        continue;
-                    }
-                    files_seen.insert(ino, files_seen.len() as u64);
+        state.each_visible(|path, ino, inode| {
+            hasher.update((path.len() as u64).to_le_bytes());
+            hasher.update(path.as_bytes());
+            hasher.update(inode.modified_ms.to_le_bytes());
+            if matches!(inode.node, Node::File(_)) {
+                if let Some(first) = files_seen.get(&ino) {
+                    hasher.update(b"h");
+                    hasher.update(first.to_le_bytes());
+                    return;
                 }
-                match &inode.node {
-                    Node::Dir(_) => {
-                        hasher.update(b"d");
-                        stack.push((ino, path));
-                    }
-                    Node::File(file) => {
-                        hasher.update(b"f");
-                        hasher.update((file.volatile.len() as u64).to_le_bytes());
-                        hasher.update(&file.volatile);
-                    }
-                    Node::Symlink(target) => {
-                        hasher.update(b"l");
-                        hasher.update((target.len() as u64).to_le_bytes());
-                        hasher.update(target.as_bytes());
-                    }
-                    Node::Special => hasher.update(b"s"),
-                }
+                files_seen.insert(ino, files_seen.len() as u64);
             }
-        }
+            match &inode.node {
+                Node::Dir(_) => hasher.update(b"d"),
+                Node::File(file) => {
+                    hasher.update(b"f");
+                    hasher.update((file.volatile.len() as u64).to_le_bytes());
+                    hasher.update(&file.volatile);
+                }
+                Node::Symlink(target) => {
+                    hasher.update(b"l");
+                    hasher.update((target.len() as u64).to_le_bytes());
+                    hasher.update(target.as_bytes());
+                }
+                Node::Special => hasher.update(b"s"),
+            }
+        });
         for word in
             [state.clock_ms, state.boot, u64::from(self.process_id), state.locks.len() as u64]
         {
@@ -584,19 +576,11 @@ impl SimFs {
         let mut state = self.lock();
         state.read_since_mark = Some(BTreeSet::new());
         let mut paths = BTreeMap::new();
-        let mut stack = vec![(ROOT_INO, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            for (name, &ino) in &state.dir(dir).volatile {
-                let path = format!("{prefix}/{name}");
-                match &state.inode(ino).node {
-                    Node::Dir(_) => stack.push((ino, path)),
-                    Node::File(_) => {
-                        paths.entry(ino).or_insert(path);
-                    }
-                    Node::Symlink(_) | Node::Special => {}
-                }
+        state.each_visible(|path, ino, inode| {
+            if matches!(inode.node, Node::File(_)) {
+                paths.entry(ino).or_insert_with(|| path.to_owned());
             }
-        }
+        });
         ReadMark { paths }
     }
 
@@ -821,6 +805,22 @@ impl State {
             .get(*from_name)
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
         Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
+    }
+
+    /// Visits every path reachable now through the volatile entries (depth first, each
+    /// directory's entries in name order), with its inode.
+    fn each_visible(&self, mut visit: impl FnMut(&str, Ino, &Inode)) {
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for (name, &ino) in &self.dir(dir).volatile {
+                let path = format!("{prefix}/{name}");
+                let inode = self.inode(ino);
+                visit(&path, ino, inode);
+                if matches!(inode.node, Node::Dir(_)) {
+                    stack.push((ino, path));
+                }
+            }
+        }
     }
 
     fn new_inode(&mut self, node: Node) -> Ino {
