@@ -71,10 +71,17 @@ pub struct QueueFile {
 
 /// Reads a queue file as the existing implementation reads it (see the module header).
 pub(crate) fn parse(bytes: &[u8]) -> QueueFile {
-    match parse_sound(bytes) {
+    let file = match parse_sound(bytes) {
         Some(entries) => QueueFile { entries, damage: None },
         None => parse_lenient(bytes),
-    }
+    };
+    debug_assert!(file.entries.iter().all(valid), "a reader returns valid entries only");
+    file
+}
+
+/// Whether an entry is one the existing reader keeps: its attributes, if any, are texts.
+fn valid(entry: &Entry) -> bool {
+    entry.attributes.as_ref().is_none_or(|map| map.values().all(serde_json::Value::is_string))
 }
 
 /// One entry as the fast path reads it: a field that is present must have its type (an
@@ -171,7 +178,10 @@ fn parse_sound(bytes: &[u8]) -> Option<Vec<Entry>> {
                 Some(Some(dispatch)) => Some(dispatch),
                 Some(None) => return None,
             };
-            Some(Entry { mid: entry.mid, text: entry.text, from: entry.from, attributes, dispatch })
+            let entry =
+                Entry { mid: entry.mid, text: entry.text, from: entry.from, attributes, dispatch };
+            debug_assert!(valid(&entry), "the fast path keeps valid entries only");
+            Some(entry)
         })
         .collect()
 }
@@ -192,15 +202,18 @@ pub(crate) fn parse_lenient(bytes: &[u8]) -> QueueFile {
     };
     let mut file = QueueFile::default();
     let mut invalid = Vec::new();
+    let count = items.len();
     for (index, item) in items.into_iter().enumerate() {
         match entry_of(item) {
             Some(entry) => file.entries.push(entry),
             None => invalid.push(index.to_string()),
         }
     }
+    assert_eq!(file.entries.len() + invalid.len(), count, "each item is kept or named");
     if !invalid.is_empty() {
         file.damage = Some(format!("invalid entries at index {}", invalid.join(", ")));
     }
+    assert_eq!(file.damage.is_none(), invalid.is_empty(), "a queue is damaged by what it drops");
     file
 }
 
@@ -224,12 +237,15 @@ fn entry_of(item: serde_json::Value) -> Option<Entry> {
     if !object.get("from").is_some_and(serde_json::Value::is_string) {
         object.insert("from".to_owned(), serde_json::Value::Null);
     }
-    serde_json::from_value(serde_json::Value::Object(object)).ok()
+    let entry: Option<Entry> = serde_json::from_value(serde_json::Value::Object(object)).ok();
+    debug_assert!(entry.as_ref().is_none_or(valid), "the lenient reader keeps valid entries");
+    entry
 }
 
 /// The bytes of a non-empty queue: pretty JSON, trailing newline.
 pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
     assert!(!entries.is_empty(), "an empty queue is represented by no file");
+    debug_assert!(entries.iter().all(valid), "a writer writes what readers keep");
     let mut bytes = serde_json::to_vec_pretty(entries).expect("queue entries always serialize");
     bytes.push(b'\n');
     debug_assert_eq!(parse(&bytes).entries, entries, "an encoded queue decodes to itself");
@@ -239,8 +255,9 @@ pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
 /// The session's queue file as a reader reads it: the valid entries and, when the file is
 /// damaged, why (an empty queue when there is no file).
 pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<QueueFile> {
-    Ok(atomic::read(files.fs, &files.layout.queue(files.id))?
-        .map_or_else(QueueFile::default, |bytes| parse(&bytes)))
+    let file = atomic::read(files.fs, &files.layout.queue(files.id))?
+        .map_or_else(QueueFile::default, |bytes| parse(&bytes));
+    Ok(file)
 }
 
 /// Whether the session has a queue file at all (the existing implementation's "owes
@@ -254,7 +271,10 @@ pub(crate) fn exists<F: Fs>(files: SessionFiles<'_, F>) -> Result<bool> {
 pub(crate) fn read_for_write<F: Fs>(files: SessionFiles<'_, F>) -> Result<Vec<Entry>> {
     let file = read(files)?;
     match file.damage {
-        None => Ok(file.entries),
+        None => {
+            debug_assert!(file.entries.iter().all(valid), "a writer starts from valid entries");
+            Ok(file.entries)
+        }
         Some(reason) => Err(Error::Corrupt {
             path: files.layout.queue(files.id),
             offset: 0,
@@ -278,6 +298,7 @@ pub(crate) fn write_around<F: Fs>(
     commit: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let tmp = files.layout.queue_tmp(files.id);
+    assert_eq!(tmp.parent(), Some(files.layout.session_dir(files.id).as_path()));
     if !entries.is_empty()
         && let Err(error) = atomic::stage(files.fs, &tmp, &encode(entries), &steps.queue)
     {
@@ -295,6 +316,7 @@ pub(crate) fn write_around<F: Fs>(
 fn publish<F: Fs>(files: SessionFiles<'_, F>, empty: bool, steps: &Boundaries) -> Result<()> {
     let (layout, id) = (files.layout, files.id);
     let dir = layout.session_dir(id);
+    assert_eq!(layout.queue(id).parent(), Some(dir.as_path()), "the queue is in its session");
     if empty {
         return atomic::remove(
             files.fs,

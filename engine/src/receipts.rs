@@ -126,11 +126,19 @@ pub(crate) fn tail_pin<F: Fs>(
             break;
         }
     }
+    assert!(bytes.len() as u64 <= cursor.offset, "a pin hashes bytes before its cursor only");
     let body = bytes.split_last().map_or(&[][..], |(_, body)| body);
     let line_start = body.iter().rposition(|&b| b == b'\n').map_or(0, |newline| newline + 1);
     let pinned_from = line_start.min(bytes.len().saturating_sub(TAIL_PIN_BYTES as usize));
     let pinned = bytes.get(pinned_from..).unwrap_or_default();
-    Ok(Some(hex::encode(Sha256::digest(pinned))))
+    assert!(
+        pinned.len() as u64 >= TAIL_PIN_BYTES.min(cursor.offset)
+            || bytes.len() > crate::layout::LINE_BYTES_MAX,
+        "a pin covers at least its bytes, or the whole segment before the cursor"
+    );
+    let pin = hex::encode(Sha256::digest(pinned));
+    debug_assert_eq!(pin.len(), 64, "a pin is a SHA-256 in hex");
+    Ok(Some(pin))
 }
 
 /// Magic at the start of the header block.
@@ -170,6 +178,7 @@ fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
 }
 
 fn key_digest(operation: &str, request_digest: &str) -> Digest32 {
+    debug_assert!(!operation.contains('\0'), "the separator cannot occur in an operation");
     let mut hasher = Sha256::new();
     hasher.update(operation.as_bytes());
     hasher.update([0u8]);
@@ -201,11 +210,13 @@ impl Posting {
         if bytes.len() < POSTING_BYTES {
             return None;
         }
-        Some(Posting {
+        let posting = Posting {
             key: field(bytes, 0, 32)?.try_into().ok()?,
             position: Position { segment: word_at(bytes, 32)?, offset: word_at(bytes, 40)? },
             settled: *field(bytes, 48, 1)?.first()? != 0,
-        })
+        };
+        debug_assert!(bytes.len() >= POSTING_BYTES, "a posting is read from a posting's bytes");
+        Some(posting)
     }
 }
 
@@ -252,12 +263,14 @@ impl Header {
         }
         let word = |i: usize| word_at(bytes, 8 + i * 8);
         let pin_len = usize::from(*field(bytes, 48, 1)?.first()?).min(71);
-        Some(Header {
+        let header = Header {
             records: word(0)?,
             blocks: word(1)?,
             cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
             pin: String::from_utf8(field(bytes, 49, pin_len)?.to_vec()).ok()?,
-        })
+        };
+        assert!(header.pin.len() <= 71, "a pin ends before the checksum");
+        Some(header)
     }
 }
 
@@ -276,9 +289,11 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     if count == 0 || count > RECORDS_PER_BLOCK {
         return None;
     }
-    (0..count)
+    let records: Vec<Posting> = (0..count)
         .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
-        .collect()
+        .collect::<Option<_>>()?;
+    assert_eq!(records.len(), count, "a block holds the records it counts");
+    Some(records)
 }
 
 fn encode_block(records: &[Posting]) -> Vec<u8> {
@@ -304,6 +319,7 @@ fn encode_block(records: &[Posting]) -> Vec<u8> {
 /// intact only if each of its 4096 bytes is as written (unused bytes included), so every
 /// damaged version of a block is refused alike.
 fn block_digest(bytes: &[u8], at: usize, len: usize) -> [u8; 32] {
+    assert!(at + len <= BLOCK_BYTES, "a checksum field lies inside its block");
     let mut hasher = Sha256::new();
     hasher.update(bytes.get(..at).unwrap_or_default());
     hasher.update(bytes.get(at + len..BLOCK_BYTES).unwrap_or_default());
@@ -402,6 +418,10 @@ impl Run {
         if tail_pin(fs, layout, id, header.cursor)?.as_deref() != Some(header.pin.as_str()) {
             return Ok(None);
         }
+        assert!(
+            header.records <= header.blocks * RECORDS_PER_BLOCK as u64,
+            "an opened run's blocks can hold its records"
+        );
         Ok(Some(Run { header }))
     }
 
@@ -433,6 +453,7 @@ impl Run {
                 return Ok(Persisted::Damaged);
             };
             let (first, last) = (first.key, last.key);
+            debug_assert!(low <= middle && middle < high, "the search probes inside its range");
             if *key < first {
                 high = middle;
             } else if *key > last {
@@ -465,6 +486,7 @@ impl Run {
         if records.len() as u64 != self.header.records {
             return Ok(Persisted::Damaged);
         }
+        assert_eq!(records.len() as u64, self.header.records, "a sound run has its records");
         Ok(Persisted::Sound(records))
     }
 }
@@ -479,6 +501,7 @@ fn persist<F: Fs>(
     cursor: Cursor,
     steps: &ReplaceBoundaries,
 ) -> Result<()> {
+    assert!(records.is_sorted_by_key(|record| record.key), "a run is sorted by key");
     let Some(pin) = tail_pin(fs, layout, id, cursor)? else { return Ok(()) };
     let blocks: Vec<&[Posting]> = records.chunks(RECORDS_PER_BLOCK).collect();
     let header = Header { records: records.len() as u64, blocks: blocks.len() as u64, cursor, pin };
@@ -486,6 +509,11 @@ fn persist<F: Fs>(
     for block in blocks {
         bytes.extend_from_slice(&encode_block(block));
     }
+    assert_eq!(
+        bytes.len() as u64,
+        (header.blocks + 1) * BLOCK_BYTES as u64,
+        "a run is its header and its blocks, whole"
+    );
     let tmp = layout.receipt_index_tmp(id);
     let file = fs.open(&tmp, OpenOptions::create_truncate(), steps.create)?;
     file.write_at(0, &bytes, steps.write)?;
@@ -521,7 +549,9 @@ impl Index {
     fn persisted<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Index> {
         let run = Run::open(fs, layout, id)?;
         let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
-        Ok(Index { run, cursor, ..Index::default() })
+        let index = Index { run, cursor, ..Index::default() };
+        assert!(index.folded.is_empty() && index.unpersisted_lines == 0, "nothing folded yet");
+        Ok(index)
     }
 
     /// Folds positioned lines read past `self.cursor`.
@@ -567,6 +597,13 @@ impl Index {
                 Line::Sent(_, _) | Line::Status(_) => {}
             }
         }
+        debug_assert!(
+            self.folded.iter().all(|((operation, request_digest), folded)| {
+                folded.known.receipt.operation == *operation
+                    && folded.known.receipt.request_digest == *request_digest
+            }),
+            "a folded receipt is filed under its own key"
+        );
         Ok(Persisted::Sound(()))
     }
 
@@ -596,6 +633,7 @@ impl Index {
                         return Ok(Persisted::Damaged);
                     }
                     let settled = record.settled || self.settled.contains(&(digest, mid.clone()));
+                    assert_eq!(key_digest(&receipt.operation, &receipt.request_digest), digest);
                     return Ok(Persisted::Sound(Some(Known { mid, receipt: *receipt, settled })));
                 }
             }
@@ -644,12 +682,15 @@ impl Index {
                 }
             }
         }
+        let from_run = records.len();
         records.extend(self.folded.iter().map(|((operation, request_digest), folded)| Posting {
             key: key_digest(operation, request_digest),
             position: folded.position,
             settled: folded.known.settled,
         }));
         records.sort_by_key(|record| record.key);
+        assert_eq!(records.len(), from_run + self.folded.len(), "a merge keeps every receipt");
+        debug_assert!(records.is_sorted_by_key(|record| record.key), "a merged run is sorted");
         Ok(Persisted::Sound(records))
     }
 }
@@ -681,7 +722,16 @@ impl ReceiptIndexes {
         let index = indexes.get_mut(id).expect("inserted above");
         for attempt in 0..2 {
             match Self::refresh_and_get(fs, layout, id, index, operation, request_digest, steps)? {
-                Persisted::Sound(found) => return Ok(found),
+                Persisted::Sound(found) => {
+                    assert!(
+                        found.as_ref().is_none_or(|known| {
+                            known.receipt.operation == operation
+                                && known.receipt.request_digest == request_digest
+                        }),
+                        "a lookup answers with the receipt of the key asked about"
+                    );
+                    return Ok(found);
+                }
                 // Damaged (or a log that moved under the run): rebuild from the log, once.
                 Persisted::Damaged if attempt == 0 => *index = Index::default(),
                 Persisted::Damaged => break,
@@ -763,6 +813,10 @@ impl ReceiptIndexes {
         if let Persisted::Damaged = index.fold(fs, layout, id, lines)? {
             return Ok(Persisted::Damaged);
         }
+        assert!(
+            (next.segment, next.offset) >= (before.segment, before.offset),
+            "a refresh folds forward"
+        );
         index.cursor = next;
         if let Some(steps) = steps
             && index.cursor != before
@@ -786,7 +840,9 @@ impl ReceiptIndexes {
 
     /// Drops a session's index (it is closed, or its handle was poisoned).
     pub(crate) fn forget(&self, id: &SessionId) {
-        lock(&self.by_session).remove(id);
+        let mut indexes = lock(&self.by_session);
+        indexes.remove(id);
+        debug_assert!(!indexes.contains_key(id), "a forgotten index is read afresh");
     }
 }
 

@@ -106,6 +106,9 @@ impl Record {
         let mut record = Record { fields };
         record.set_triple(triple);
         record.fields = record.projection();
+        assert_eq!(record.session_id(), Some(id.as_str()), "a new record names its session");
+        assert!(record.governed() && !record.runtime_owned(), "a new record is a board session");
+        debug_assert!(record.check().is_ok(), "a new record is one the existing reader takes");
         record
     }
 
@@ -124,6 +127,7 @@ impl Record {
         };
         let record = Record { fields };
         record.check().map_err(corrupt)?;
+        assert!(record.session_id().is_some(), "a parsed record names a session");
         Ok(record)
     }
 
@@ -161,6 +165,10 @@ impl Record {
         let fields = if self.runtime_owned() { self.fields.clone() } else { self.projection() };
         let mut bytes = serde_json::to_vec_pretty(&fields).expect("a JSON map always serializes");
         bytes.push(b'\n');
+        assert!(
+            bytes.starts_with(b"{") && bytes.ends_with(b"}\n"),
+            "a record is one JSON object and a newline"
+        );
         bytes
     }
 
@@ -196,6 +204,18 @@ impl Record {
                 out.insert(key.clone(), value.clone());
             }
         }
+        let order: Vec<usize> = out
+            .keys()
+            .filter_map(|key| GOVERNED_KEYS.iter().position(|governed| governed == key))
+            .collect();
+        debug_assert!(
+            order.is_sorted() && order.len() >= GOVERNED_KEYS.len() - OPTIONAL_KEYS.len(),
+            "the projection holds every governed key, in order"
+        );
+        debug_assert!(
+            !EARLIER_KEYS.iter().any(|key| out.contains_key(*key)),
+            "the projection converts the earlier format's keys"
+        );
         out
     }
 
@@ -206,6 +226,7 @@ impl Record {
             original.insert(key.to_owned(), frozen.get(key).cloned().unwrap_or_else(empty));
         }
         self.freeze_flags(&mut original);
+        assert_eq!(original.len(), 3 + FROZEN_FLAGS.len(), "a fence freezes the triple and flags");
         serde_json::json!({"version": 1, "startedAt": self.created_at_ms().unwrap_or(0), "original": original})
     }
 
@@ -221,8 +242,16 @@ impl Record {
                 ) => text.clone(),
                 _ => default_of(key),
             };
+            debug_assert!(
+                matches!(value, Value::Bool(_) | Value::String(_) | Value::Null),
+                "a fence freezes booleans and texts only"
+            );
             original.insert(key.to_owned(), value);
         }
+        assert!(
+            FROZEN_FLAGS.iter().all(|key| original.contains_key(*key)),
+            "a fence freezes every flag"
+        );
     }
 
     fn runtime_owned(&self) -> bool {
@@ -232,7 +261,9 @@ impl Record {
 
     /// A string field, `''` read as none.
     fn text(&self, key: &str) -> Option<&str> {
-        self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty())
+        let text = self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty());
+        debug_assert!(text.is_none_or(|text| !text.is_empty()), "'' reads as none");
+        text
     }
 
     fn flag(&self, key: &str) -> bool {
@@ -313,6 +344,11 @@ impl Record {
         );
         self.fields
             .insert("note".to_owned(), Value::String(triple.note.clone().unwrap_or_default()));
+        assert_eq!(
+            self.triple(),
+            Triple::new(triple.status, triple.proposal, triple.note.clone()),
+            "a record reads back the triple set in it"
+        );
     }
 
     /// The frozen triple, while a launch is in flight.
@@ -329,13 +365,15 @@ impl Record {
             "proposal".to_owned(),
             Value::String(triple.proposal.map_or("", Proposal::name).to_owned()),
         );
-        original.insert("note".to_owned(), Value::String(triple.note.unwrap_or_default()));
+        original.insert("note".to_owned(), Value::String(triple.note.clone().unwrap_or_default()));
         self.freeze_flags(&mut original);
         self.fields.shift_remove("launchPending");
         self.fields.insert(
             "launch_readiness_pending".to_owned(),
             serde_json::json!({"version": 1, "startedAt": now_ms, "original": original}),
         );
+        assert!(self.fence().is_ok_and(|fence| fence.is_some()), "a begun launch is fenced");
+        assert_eq!(self.public_triple(), triple, "a launch fence freezes what readers saw");
     }
 
     /// Ends a launch: with `restore`, the frozen original comes back (a failed launch); either
@@ -353,6 +391,8 @@ impl Record {
         }
         self.fields.shift_remove("launchPending");
         self.fields.insert("launch_readiness_pending".to_owned(), empty());
+        assert!(self.launch_pending().is_none(), "an ended launch leaves no fence");
+        assert_eq!(self.public_triple(), self.triple(), "with no fence, readers see the triple");
     }
 
     /// The worktree path, if the session has one (`worktree_path`; `worktree` earlier).
@@ -398,7 +438,8 @@ impl Record {
         if self.fields.get(key) == Some(&value) {
             return Ok(false);
         }
-        self.fields.insert(key.to_owned(), value);
+        self.fields.insert(key.to_owned(), value.clone());
+        assert_eq!(self.fields.get(key), Some(&value), "a harness key holds what was set");
         Ok(true)
     }
 
@@ -452,6 +493,11 @@ impl Record {
         self.fields.insert("stopped".to_owned(), Value::Bool(true));
         self.fields.insert("archived".to_owned(), Value::Bool(true));
         self.fields.insert("cold_proof".to_owned(), Value::String(proof));
+        assert!(self.flag("archived") && self.flag("stopped"), "an archived session is stopped");
+        debug_assert!(
+            self.text("cold_proof").is_some_and(|proof| proof.starts_with("cold-v1|")),
+            "an archive carries the cold proof"
+        );
     }
 
     /// `createdAt` in epoch milliseconds (a number; an ISO string in the earlier format).
@@ -507,6 +553,10 @@ impl Record {
             }
             fields.insert("launch_readiness_pending".to_owned(), empty());
         }
+        debug_assert!(
+            fields.get("launch_readiness_pending").is_none_or(|fence| *fence == empty()),
+            "no public reader sees a fence"
+        );
         fields
     }
 
@@ -558,7 +608,12 @@ fn triple_of(fields: &Map<String, Value>) -> Triple {
     };
     let proposal = fields.get("proposal").and_then(Value::as_str).and_then(Proposal::parse);
     let note = fields.get("note").and_then(Value::as_str).map(str::to_owned);
-    Triple::new(status, proposal, note)
+    let triple = Triple::new(status, proposal, note);
+    debug_assert!(
+        triple.proposal.is_none() || triple.status == Status::Awaiting,
+        "only an awaiting triple proposes"
+    );
+    triple
 }
 
 /// Reads the session's record, or `None` if it has none (or no directory of its own: a link or
@@ -569,10 +624,12 @@ pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<Option<Record>> 
         return Ok(None);
     }
     let path = layout.record(id);
-    match atomic::read(fs, &path)? {
-        Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),
-        None => Ok(None),
-    }
+    let record = match atomic::read(fs, &path)? {
+        Some(bytes) => Some(Record::parse(&bytes, &path)?),
+        None => None,
+    };
+    assert!(record.as_ref().is_none_or(|record| record.check().is_ok()), "a read record is valid");
+    Ok(record)
 }
 
 /// Replaces the session's record durably.
@@ -603,10 +660,11 @@ pub(crate) fn adapter<F: Fs>(
     files: SessionFiles<'_, F>,
     record: &Record,
 ) -> Result<Option<String>> {
-    match atomic::read(files.fs, &files.layout.adapter(files.id))? {
-        Some(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned())),
-        None => Ok(record.earlier_adapter().map(str::to_owned)),
-    }
+    let spec = match atomic::read(files.fs, &files.layout.adapter(files.id))? {
+        Some(bytes) => Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()),
+        None => record.earlier_adapter().map(str::to_owned),
+    };
+    Ok(spec)
 }
 
 #[cfg(test)]

@@ -144,6 +144,7 @@ impl<F: Fs> Store<F> {
             store.ensure_dir_all(&dir, &boundaries::OPEN)?;
         }
         store.finish_closes()?;
+        assert!(lock_mutex(&store.poisoned).is_empty(), "a new handle has no poisoned session");
         Ok(store)
     }
 
@@ -210,7 +211,9 @@ impl<F: Fs> Store<F> {
     /// The current time, as the run log writes it: ISO-8601 UTC and epoch ms.
     pub fn run_time(&self) -> (String, UnixMs) {
         let now = self.clock.now_ms();
-        (crate::env::format_ts(now), now)
+        let text = crate::env::format_ts(now);
+        debug_assert_eq!(crate::env::parse_ts(&text), Some(now), "a run time reads back as itself");
+        (text, now)
     }
 
     /// The receipt of the keyed send `(operation, request_digest)` to session `id`, if the log
@@ -234,7 +237,13 @@ impl<F: Fs> Store<F> {
                 request_digest,
             );
         }
-        self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)
+        let known =
+            self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)?;
+        assert!(
+            known.as_ref().is_none_or(|known| known.receipt.request_digest == request_digest),
+            "a receipt answers for the request it was asked about"
+        );
+        Ok(known)
     }
 
     /// The store's layout.
@@ -285,9 +294,11 @@ impl<F: Fs> Store<F> {
     }
 
     pub(crate) fn check_poison(&self, id: &SessionId) -> Result<()> {
-        if lock_mutex(&self.poisoned).contains(id) {
+        let poisoned = lock_mutex(&self.poisoned);
+        if poisoned.contains(id) {
             return Err(Error::Poisoned { session: id.clone() });
         }
+        debug_assert!(!poisoned.contains(id), "only a healthy session passes");
         Ok(())
     }
 
@@ -406,6 +417,11 @@ impl<F: Fs> Store<F> {
                 )?;
             }
             let record = Record::new(id, triple, self.clock.now_ms(), worktree);
+            assert_eq!(
+                record.public_triple(),
+                Triple::new(triple.status, triple.proposal, triple.note.clone()),
+                "a session is created in the triple asked for"
+            );
             self.write_record(id, &record, &steps.record)?;
             Ok(record)
         })
@@ -442,6 +458,10 @@ impl<F: Fs> Store<F> {
                 Err(error) => return Err(error),
             }
         }
+        debug_assert!(
+            sessions.iter().all(|row| row.corrupt.is_none() || (row.governed && !row.archived)),
+            "a damaged session is listed on the board, unarchived"
+        );
         Ok(sessions)
     }
 
@@ -471,7 +491,13 @@ impl<F: Fs> Store<F> {
                 matches!(entry.kind, faultfs::FileKind::Dir | faultfs::FileKind::Symlink)
             })
             .filter_map(|entry| SessionId::new(&entry.name).ok())
-            .collect())
+            .collect::<Vec<_>>())
+        .inspect(|ids| {
+            debug_assert!(
+                ids.iter().collect::<BTreeSet<_>>().len() == ids.len(),
+                "a directory lists each name once"
+            );
+        })
     }
 
     /// The last `limit` public events, oldest first. Reads segments backward from the end; the
@@ -515,7 +541,9 @@ impl<F: Fs> Store<F> {
     ) -> Result<(Vec<Event>, Position)> {
         let cursor = Cursor { segment: position.segment, offset: position.offset, index: 0 };
         let (events, next) = self.follow(id, cursor)?;
-        Ok((events, Position { segment: next.segment, offset: next.offset }))
+        let next = Position { segment: next.segment, offset: next.offset };
+        assert!(events.is_empty() || next != position, "a read that returns events moves on");
+        Ok((events, next))
     }
 
     /// Every public event, in order.
@@ -527,7 +555,10 @@ impl<F: Fs> Store<F> {
     pub fn follow(&self, id: &SessionId, cursor: Cursor) -> Result<(Vec<Event>, Cursor)> {
         self.require_session(id)?;
         let (lines, next) = timeline::read_from(&self.fs, &self.layout, id, cursor)?;
-        Ok((lines.iter().filter_map(Line::public).collect(), next))
+        let events: Vec<Event> = lines.iter().filter_map(Line::public).collect();
+        assert!(events.len() <= lines.len(), "each line is one event or private");
+        assert!(lines.is_empty() || next != cursor, "a read that returns lines moves on");
+        Ok((events, next))
     }
 
     /// Cheap change detection of a session's log.
