@@ -105,13 +105,28 @@ pub(crate) struct LockGuard<'a, F: Fs> {
 impl<'a, F: Fs> LockGuard<'a, F> {
     /// The guard of a lock this process got by replacing a stale one (and registered).
     fn taken_over(fs: &'a F, path: &Path, steps: &LockBoundaries) -> LockGuard<'a, F> {
-        LockGuard {
+        let guard = LockGuard {
             fs,
             path: path.to_path_buf(),
             remove: steps.remove,
             held: true,
             took_over: true,
-        }
+        };
+        assert!(guard.held && guard.took_over(), "a lock taken over is held, and says so");
+        guard
+    }
+
+    /// The guard of a lock this process created (and registered).
+    fn created(fs: &'a F, path: &Path, steps: &LockBoundaries) -> LockGuard<'a, F> {
+        let guard = LockGuard {
+            fs,
+            path: path.to_path_buf(),
+            remove: steps.remove,
+            held: true,
+            took_over: false,
+        };
+        assert!(guard.held && !guard.took_over(), "a lock created is held, over no one's");
+        guard
     }
 
     /// Whether taking this lock replaced a stale one: its holder died holding it, so whatever it
@@ -125,6 +140,7 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// lock stale and vouch before it acts (another process once this one exits; a handle of
     /// this process at once, the file naming this process while none of its threads holds it).
     pub(crate) fn abandon(mut self) {
+        assert!(self.held, "only a held lock is abandoned");
         self.held = false;
         let mut holding = holding();
         let held = holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
@@ -134,6 +150,7 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// Releases the lock. If the removal fails, the file is left behind but no longer held:
     /// the next taker in this process (or any process once this one exits) recovers it.
     pub(crate) fn release(mut self) -> Result<()> {
+        assert!(self.held, "only a held lock is released");
         self.held = false;
         let mut holding = holding();
         let removed = self.fs.remove_file(&self.path, self.remove);
@@ -186,28 +203,10 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut empty_since: Option<(Observed, u64)> = None;
     let mut last_holder = None;
     let mut vanished = 0u32;
-    let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
     loop {
-        {
-            let mut holding = holding();
-            match create_holding_pid(fs, path, key.1, steps) {
-                Ok(true) => {
-                    let fresh = holding.insert(key);
-                    debug_assert!(
-                        fresh || selected().is_some(),
-                        "a process never takes a lock it already holds"
-                    );
-                    return Ok(LockGuard {
-                        fs,
-                        path: path.to_path_buf(),
-                        remove: steps.remove,
-                        held: true,
-                        took_over: false,
-                    });
-                }
-                Ok(false) => {}
-                Err(error) => return Err(error),
-            }
+        assert!(delay_ms <= RETRY_DELAY_MS_MAX, "a wait between attempts is bounded");
+        if create_registered(fs, path, steps)? {
+            return Ok(LockGuard::created(fs, path, steps));
         }
         // A lock that vanishes between a failed create and the inspection was released: try
         // again at once, but only once in a row, so that a lock name nothing can be read through
@@ -221,6 +220,7 @@ pub(crate) fn acquire<'a, F: Fs>(
         } else {
             vanished = 0;
         }
+        debug_assert!(vanished <= 2, "a lock that vanishes twice in a row is waited on");
         match inspected {
             Holder::Gone => {}
             Holder::Stale(seen) => {
@@ -259,6 +259,19 @@ pub(crate) fn acquire<'a, F: Fs>(
     }
 }
 
+/// [`create_holding_pid`] with this process's pid, registering the lock as held when created
+/// (the registry is held throughout, so no thread of this process judges it leaked between).
+fn create_registered<F: Fs>(fs: &F, path: &Path, steps: &LockBoundaries) -> Result<bool> {
+    let key = (fs.machine_id(), fs.process_id(), path.to_path_buf());
+    let mut holding = holding();
+    let created = create_holding_pid(fs, path, key.1, steps)?;
+    if created {
+        let fresh = holding.insert(key);
+        debug_assert!(fresh || selected().is_some(), "a process never takes a lock it holds");
+    }
+    Ok(created)
+}
+
 /// Creates the lock at `path` holding `pid`, in one step (see the module header): `Ok(false)`
 /// when the lock exists. Called with the process-wide registry held, so the private file's
 /// name is this process's alone.
@@ -269,6 +282,7 @@ fn create_holding_pid<F: Fs>(
     steps: &LockBoundaries,
 ) -> Result<bool> {
     let tmp = private_path(path, pid);
+    assert_ne!(tmp, path, "the pid is written beside the lock, never in its place");
     let written = write_private(fs, &tmp, pid, steps);
     let linked = written.and_then(|()| match fs.hard_link(&tmp, path, steps.link) {
         Ok(()) => Ok(true),
@@ -292,13 +306,17 @@ fn create_holding_pid<F: Fs>(
 fn private_path(path: &Path, pid: u32) -> PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{pid}.tmp"));
-    PathBuf::from(tmp)
+    let tmp = PathBuf::from(tmp);
+    debug_assert_eq!(tmp.parent(), path.parent(), "a private file lies beside its lock");
+    tmp
 }
 
 /// Writes `pid` to the private file `tmp`.
 fn write_private<F: Fs>(fs: &F, tmp: &Path, pid: u32, steps: &LockBoundaries) -> Result<()> {
     let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
-    file.append(pid.to_string().as_bytes(), steps.write)?;
+    let text = pid.to_string();
+    debug_assert!(text.bytes().all(|b| b.is_ascii_digit()), "a pid in decimal, no newline");
+    file.append(text.as_bytes(), steps.write)?;
     Ok(())
 }
 
@@ -315,6 +333,7 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
         // Not a pid: nothing this protocol wrote. Treat it like an abandoned empty lock.
         return Ok(Holder::Empty(seen));
     };
+
     if pid == fs.process_id() && !holding.contains(&(fs.machine_id(), pid, path.to_path_buf())) {
         // This process's own lock, held by none of its threads: leaked by a failed release.
         return Ok(Holder::Stale(seen));
@@ -347,6 +366,7 @@ fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Observed>> {
         Err(error) => return Err(error.into()),
     };
     let modified_ms = modified.duration_since(UNIX_EPOCH).map_or(0, |at| at.as_millis() as u64);
+
     Ok(Some(Observed { contents, modified_ms }))
 }
 
@@ -365,6 +385,7 @@ fn take_over<F: Fs>(
     let mut guard_path = path.as_os_str().to_owned();
     guard_path.push(".takeover");
     let guard_path = PathBuf::from(guard_path);
+    assert_eq!(guard_path.parent(), path.parent(), "the takeover flock lies beside its lock");
     let guard = fs.open(&guard_path, OpenOptions::create(), steps.takeover)?;
     while !guard.try_lock()? {
         let waited_ms = clock.now_ms().saturating_sub(started_ms);

@@ -63,7 +63,9 @@ impl Status {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|status| status.name() == name)
+        let status = Status::ALL.into_iter().find(|status| status.name() == name);
+        debug_assert!(status.is_none_or(|status| status.name() == name), "a name reads back");
+        status
     }
 }
 
@@ -91,7 +93,11 @@ impl Proposal {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Proposal> {
-        [Proposal::Merge, Proposal::Nothing, Proposal::Close].into_iter().find(|p| p.name() == name)
+        let proposal = [Proposal::Merge, Proposal::Nothing, Proposal::Close]
+            .into_iter()
+            .find(|p| p.name() == name);
+        debug_assert!(proposal.is_none_or(|p| p.name() == name), "a name reads back");
+        proposal
     }
 }
 
@@ -109,11 +115,14 @@ pub struct Triple {
 impl Triple {
     /// A normalized triple: the proposal is dropped unless awaiting, an empty note is none.
     pub fn new(status: Status, proposal: Option<Proposal>, note: Option<String>) -> Triple {
-        Triple {
+        let triple = Triple {
             status,
             proposal: if status == Status::Awaiting { proposal } else { None },
             note: note.filter(|note| !note.is_empty()),
-        }
+        };
+        assert!(triple.proposal.is_none() || triple.status == Status::Awaiting);
+        assert!(triple.note.as_ref().is_none_or(|note| !note.is_empty()), "'' is no note");
+        triple
     }
 
     /// The display word of this triple.
@@ -207,7 +216,7 @@ impl Event {
     /// The event as public JSON: the stored keys in order, plus `display` on status events,
     /// never any private metadata.
     pub fn to_public_json(&self) -> serde_json::Value {
-        match self {
+        let json = match self {
             Event::Status(event) => serde_json::json!({
                 "ts": event.ts,
                 "kind": "status",
@@ -230,7 +239,12 @@ impl Event {
                 }
                 serde_json::Value::Object(map)
             }
-        }
+        };
+        debug_assert!(
+            json.get("dispatchReceipt").is_none() && json.get("ts").is_some(),
+            "a public event carries its time and never a receipt"
+        );
+        json
     }
 }
 
@@ -330,11 +344,13 @@ enum LineIn {
 impl Line {
     /// The public event of this line, if it has one (receipts stripped).
     pub fn public(&self) -> Option<Event> {
-        match self {
+        let event = match self {
             Line::Status(event) => Some(Event::Status(event.clone())),
             Line::Sent(event, _) => Some(Event::Sent(event.clone())),
             Line::Settled(_) => None,
-        }
+        };
+        debug_assert_eq!(event.is_some(), self.is_public(), "a public line is an event");
+        event
     }
 
     /// Whether this line is a public event.
@@ -450,10 +466,17 @@ impl Line {
 /// beginning whose rest parses is the glued line.
 pub(crate) fn glued(bytes: &[u8]) -> Option<(usize, Line)> {
     const START: &[u8] = b"{\"ts\":";
-    (1..bytes.len().saturating_sub(START.len()))
+    let found = (1..bytes.len().saturating_sub(START.len()))
         .filter_map(|at| Some((at, bytes.get(at..)?)))
         .filter(|(_, rest)| rest.starts_with(START))
-        .find_map(|(at, rest)| Line::decode(rest).ok().map(|line| (at, line)))
+        .find_map(|(at, rest)| Line::decode(rest).ok().map(|line| (at, line)));
+    debug_assert!(
+        found.as_ref().is_none_or(|(at, _)| {
+            *at >= 1 && bytes.get(*at..).is_some_and(|rest| rest.starts_with(START))
+        }),
+        "a glued line starts inside the fragment, where a line starts"
+    );
+    found
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub(crate) struct Segment {
 impl Segment {
     /// The segment's position in a cursor: 0 for legacy, else its number.
     fn key(&self) -> u64 {
+        debug_assert_ne!(self.no, Some(SegmentNo(0)), "numbered segments start at 1");
         self.no.map_or(0, |no| no.0)
     }
 }
@@ -69,39 +70,7 @@ pub(crate) fn list_segments<F: Fs>(
     if !crate::layout::expect_kind(fs, &dir, FileKind::Dir)? {
         return Ok(segments);
     }
-    let entries = match fs.read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
-        Err(error) => return Err(error.into()),
-    };
-    let mut numbered = Vec::new();
-    for entry in &entries {
-        let Some(no) = SegmentNo::parse(&entry.name) else { continue };
-        if entry.kind != FileKind::File {
-            return Err(Error::Corrupt {
-                path: dir.join(&entry.name),
-                offset: 0,
-                reason: CorruptReason::BadSegment(
-                    "a segment that is not a regular file".to_owned(),
-                ),
-            });
-        }
-        numbered.push(no);
-    }
-    numbered.sort();
-    // Segments are numbered from 1 without gaps: a missing number is a lost part of the log.
-    for (expected, no) in (1..).zip(&numbered) {
-        if no.0 != expected {
-            return Err(Error::Corrupt {
-                path: layout.segment(id, SegmentNo(expected)),
-                offset: 0,
-                reason: CorruptReason::BadSegment(format!(
-                    "segment {expected} is missing (the log continues at segment {})",
-                    no.0
-                )),
-            });
-        }
-    }
+    let numbered = numbered_segments(fs, layout, id)?;
     let newest = numbered.last().copied();
     for no in numbered {
         let path = layout.segment(id, no);
@@ -127,7 +96,55 @@ pub(crate) fn list_segments<F: Fs>(
             .all(|pair| pair.first().map(Segment::key) < pair.get(1).map(Segment::key)),
         "segments are listed oldest first, each once"
     );
+    assert!(
+        segments.iter().skip(1).all(|segment| segment.no.is_some()),
+        "only the first segment can be the legacy one"
+    );
     Ok(segments)
+}
+
+/// The numbers of a session's numbered segments, in order: 1 to the newest without a gap
+/// (corrupt, naming the first missing one, otherwise; a missing number is a lost part of the
+/// log), each a regular file (corrupt, naming it, otherwise).
+fn numbered_segments<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Vec<SegmentNo>> {
+    let dir = layout.timeline_dir(id);
+    let entries = match fs.read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Vec::new(),
+        Err(error) => return Err(error.into()),
+    };
+    let mut numbered = Vec::new();
+    for entry in &entries {
+        let Some(no) = SegmentNo::parse(&entry.name) else { continue };
+        if entry.kind != FileKind::File {
+            return Err(Error::Corrupt {
+                path: dir.join(&entry.name),
+                offset: 0,
+                reason: CorruptReason::BadSegment(
+                    "a segment that is not a regular file".to_owned(),
+                ),
+            });
+        }
+        numbered.push(no);
+    }
+    numbered.sort();
+    for (expected, no) in (1..).zip(&numbered) {
+        if no.0 != expected {
+            return Err(Error::Corrupt {
+                path: layout.segment(id, SegmentNo(expected)),
+                offset: 0,
+                reason: CorruptReason::BadSegment(format!(
+                    "segment {expected} is missing (the log continues at segment {})",
+                    no.0
+                )),
+            });
+        }
+    }
+    assert!(
+        numbered.last().is_none_or(|newest| newest.0 == numbered.len() as u64),
+        "segments are numbered from 1 without a gap"
+    );
+    Ok(numbered)
 }
 
 /// The current length of `segment` (a stat unless the listing already holds it).
@@ -219,6 +236,7 @@ fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
     let filled = file.read_full_at(offset, &mut buf)?;
     buf.truncate(filled);
+    assert!(offset + buf.len() as u64 <= len, "a read ends at the length it saw");
     Ok(buf)
 }
 
@@ -445,7 +463,18 @@ pub(crate) fn page_lines<F: Fs>(
             Err(Error::Corrupt { reason: CorruptReason::Shrank, .. }) if attempt < ATTEMPTS => {
                 continue;
             }
-            result => return result,
+            result => {
+                return result.inspect(|page| {
+                    assert!(
+                        page.lines.is_sorted_by(|newer, older| newer.0 > older.0),
+                        "a page is read newest first, each line once"
+                    );
+                    assert!(
+                        page.lines.first().is_none_or(|(newest, _)| *newest < page.end),
+                        "a page's lines start before its end"
+                    );
+                });
+            }
         }
     }
 }
@@ -558,6 +587,8 @@ impl<T: File> BackwardLines<T> {
                 reader.buf.truncate(start);
             }
         }
+        assert!(reader.end() <= len, "a reader ends within the file");
+        assert!(reader.buf.last().is_none_or(|&b| b == b'\n'), "a reader holds whole lines");
         Ok(reader)
     }
 
@@ -581,6 +612,7 @@ impl<T: File> BackwardLines<T> {
                 return Err(invalid("no line starts there"));
             }
         }
+        assert_eq!(reader.end(), offset, "a page read back starts where it was asked to");
         Ok(reader)
     }
 
@@ -591,6 +623,7 @@ impl<T: File> BackwardLines<T> {
 
     /// Prepends one block before `pos`.
     fn read_block(&mut self) -> Result<()> {
+        let end = self.end();
         let take = (READ_BLOCK_BYTES as u64).min(self.pos);
         let start = self.pos - take;
         let mut block = vec![0u8; usize::try_from(take).unwrap_or(READ_BLOCK_BYTES)];
@@ -605,6 +638,7 @@ impl<T: File> BackwardLines<T> {
         block.extend_from_slice(&self.buf);
         self.buf = block;
         self.pos = start;
+        assert_eq!(self.end(), end, "a block is read before what is held, never past it");
         if self.buf.len() > LINE_BYTES_MAX + READ_BLOCK_BYTES {
             return Err(Error::Corrupt {
                 path: self.segment.path.clone(),
@@ -643,6 +677,7 @@ impl<T: File> BackwardLines<T> {
         let offset = self.pos + start as u64;
         let line = Line::decode_at(&body, &self.segment.path, offset)?;
         self.buf.truncate(start);
+        assert_eq!(self.end(), offset, "what is left ends where the line returned starts");
         Ok(Some((offset, line)))
     }
 }
@@ -665,12 +700,17 @@ pub struct Stamp {
 /// The stamp of a session's log: one directory listing and one stat of the newest segment.
 pub(crate) fn stamp<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Stamp> {
     let segments = list_segments(fs, layout, id)?;
-    Ok(segments.last().map_or(Stamp::default(), |newest| Stamp {
+    let stamp = segments.last().map_or(Stamp::default(), |newest| Stamp {
         segments: segments.len() as u64,
         newest: newest.key(),
         newest_len: newest.len.unwrap_or(0),
         newest_modified_ns: newest.modified_ns.unwrap_or(0),
-    }))
+    });
+    debug_assert!(
+        segments.last().is_none_or(|newest| newest.len.is_some()),
+        "a listing knows the newest segment's length"
+    );
+    Ok(stamp)
 }
 
 /// A read-only scan of a session's whole log for doctor: every glued fragment, the torn tail of
@@ -737,5 +777,9 @@ pub(crate) fn scan<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<Vec
             start += newline + 1;
         }
     }
+    debug_assert!(
+        found.iter().all(|damage| segments.iter().any(|segment| segment.path == damage.path)),
+        "a scan of the log names segments only"
+    );
     Ok(found)
 }
