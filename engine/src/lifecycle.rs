@@ -85,6 +85,14 @@ impl<F: Fs> Store<F> {
             for (key, value) in fields {
                 changed |= record.set_harness_field(key, value)?;
             }
+            debug_assert!(
+                fields.iter().enumerate().all(|(at, (key, value))| {
+                    fields.iter().skip(at + 1).any(|(later, _)| later == key)
+                        || record.fields().get(*key).and_then(serde_json::Value::as_str)
+                            == Some(*value)
+                }),
+                "a binding holds what was bound (the last value of a key given twice)"
+            );
             if changed {
                 self.write_record(id, &record, &APPEND.record)?;
             }
@@ -114,74 +122,104 @@ impl<F: Fs> Store<F> {
                 return Err(Error::Retired { id: id.clone(), worktree: worktree.to_owned() });
             }
             let before = record.public_triple();
-            let pending = record.launch_pending();
-            let (after, log) = match (write, pending) {
-                (Lifecycle::SetFrom { from, .. }, _) if !from.contains(&record.triple().status) => {
-                    return Ok(Applied {
-                        after: before.clone(),
-                        before,
-                        logged: false,
-                        written: false,
-                    });
-                }
-                (Lifecycle::Set(triple) | Lifecycle::SetFrom { triple, .. }, _) => {
-                    record.set_triple(triple);
-                    record.end_launch(false);
-                    (triple.clone(), *triple != before)
-                }
-                (Lifecycle::BeginLaunch(_), Some(_)) => {
-                    return Err(Error::Refused {
-                        reason: "a launch is already pending".to_owned(),
-                    });
-                }
-                (Lifecycle::BeginLaunch(triple), None) => {
-                    record.begin_launch(self.clock.now_ms());
-                    record.set_triple(triple);
-                    (before.clone(), false)
-                }
-                (Lifecycle::FailLaunch, None) => {
-                    return Err(Error::Refused { reason: "no launch is pending".to_owned() });
-                }
-                (Lifecycle::FailLaunch, Some(frozen)) => {
-                    record.end_launch(true);
-                    (frozen, false)
-                }
+            let Some((after, log)) = self.apply(&mut record, write, &before)? else {
+                return Ok(Applied {
+                    after: before.clone(),
+                    before,
+                    logged: false,
+                    written: false,
+                });
             };
-            let now_ms = self.clock.now_ms();
-            let tmp = self.layout.record_tmp(id);
-            if let Err(error) = atomic::stage(&self.fs, &tmp, &record.encode(), &APPEND.record) {
+            assert!(!log || after != before, "only a move is logged");
+            self.commit_lifecycle(id, &record, &after, log)?;
+            Ok(Applied { before, after, logged: log, written: true })
+        })
+    }
+
+    /// Applies `write` to `record` (whose public triple is `before`): the public triple after
+    /// and whether it is a move to log, or `None` for a `SetFrom` whose condition failed.
+    fn apply(
+        &self,
+        record: &mut Record,
+        write: &Lifecycle,
+        before: &Triple,
+    ) -> Result<Option<(Triple, bool)>> {
+        let pending = record.launch_pending();
+        let (after, log) = match (write, pending) {
+            (Lifecycle::SetFrom { from, .. }, _) if !from.contains(&record.triple().status) => {
+                return Ok(None);
+            }
+            (Lifecycle::Set(triple) | Lifecycle::SetFrom { triple, .. }, _) => {
+                record.set_triple(triple);
+                record.end_launch(false);
+                (triple.clone(), triple != before)
+            }
+            (Lifecycle::BeginLaunch(_), Some(_)) => {
+                return Err(Error::Refused { reason: "a launch is already pending".to_owned() });
+            }
+            (Lifecycle::BeginLaunch(triple), None) => {
+                record.begin_launch(self.clock.now_ms());
+                record.set_triple(triple);
+                (before.clone(), false)
+            }
+            (Lifecycle::FailLaunch, None) => {
+                return Err(Error::Refused { reason: "no launch is pending".to_owned() });
+            }
+            (Lifecycle::FailLaunch, Some(frozen)) => {
+                record.end_launch(true);
+                (frozen, false)
+            }
+        };
+        assert_eq!(
+            record.public_triple(),
+            Triple::new(after.status, after.proposal, after.note.clone()),
+            "readers see the triple the write reports"
+        );
+        Ok(Some((after, log)))
+    }
+
+    /// Writes a lifecycle write's record, after its `status` event when `log` (the commit point;
+    /// see the module header for the order).
+    fn commit_lifecycle(
+        &self,
+        id: &SessionId,
+        record: &Record,
+        after: &Triple,
+        log: bool,
+    ) -> Result<()> {
+        let now_ms = self.clock.now_ms();
+        let tmp = self.layout.record_tmp(id);
+        if let Err(error) = atomic::stage(&self.fs, &tmp, &record.encode(), &APPEND.record) {
+            atomic::discard(&self.fs, &tmp, &APPEND.record);
+            return Err(error);
+        }
+        if active(Mutant::RecordBeforeEvent) {
+            let dir = self.layout.session_dir(id);
+            atomic::publish(&self.fs, &dir, &tmp, &self.layout.record(id), &APPEND.record)?;
+            if log {
+                let ts = crate::env::format_ts(now_ms);
+                let line = Line::Status(StatusEvent { ts, triple: after.clone() });
+                self.append_line(id, &line, &APPEND)?;
+            }
+            return Ok(());
+        }
+        if log {
+            let line = Line::Status(StatusEvent {
+                ts: crate::env::format_ts(now_ms),
+                triple: after.clone(),
+            });
+            if let Err(error) = self.append_line(id, &line, &APPEND) {
                 atomic::discard(&self.fs, &tmp, &APPEND.record);
                 return Err(error);
             }
-            if active(Mutant::RecordBeforeEvent) {
-                let dir = self.layout.session_dir(id);
-                atomic::publish(&self.fs, &dir, &tmp, &self.layout.record(id), &APPEND.record)?;
-                if log {
-                    let ts = crate::env::format_ts(now_ms);
-                    let line = Line::Status(StatusEvent { ts, triple: after.clone() });
-                    self.append_line(id, &line, &APPEND)?;
-                }
-                return Ok(Applied { before, after, logged: log, written: true });
-            }
-            if log {
-                let line = Line::Status(StatusEvent {
-                    ts: crate::env::format_ts(now_ms),
-                    triple: after.clone(),
-                });
-                if let Err(error) = self.append_line(id, &line, &APPEND) {
-                    atomic::discard(&self.fs, &tmp, &APPEND.record);
-                    return Err(error);
-                }
-            }
-            atomic::publish(
-                &self.fs,
-                &self.layout.session_dir(id),
-                &tmp,
-                &self.layout.record(id),
-                &APPEND.record,
-            )?;
-            Ok(Applied { before, after, logged: log, written: true })
-        })
+        }
+        atomic::publish(
+            &self.fs,
+            &self.layout.session_dir(id),
+            &tmp,
+            &self.layout.record(id),
+            &APPEND.record,
+        )
     }
 
     /// Archives session `id`: a record-only write (no event) that sets `stopped`, `archived`

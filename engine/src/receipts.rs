@@ -70,29 +70,7 @@ pub(crate) fn tail_pin<F: Fs>(
     cursor: Cursor,
 ) -> Result<Option<String>> {
     if cursor.offset == 0 {
-        // A cursor at the start of a segment stands just past the end of the segment before
-        // it: pin that one's last line. A power loss may take the new segment's name back, and
-        // the writer then appends to the segment before it again; the pin must see that.
-        if cursor.segment == 0
-            || crate::mutant::active(crate::mutant::Mutant::EmptyPinAtSegmentStart)
-        {
-            return Ok(Some(String::new()));
-        }
-        let segments = timeline::list_segments(fs, layout, id)?;
-        let previous =
-            segments.iter().rfind(|segment| segment.no.map_or(0, |no| no.0) < cursor.segment);
-        return match previous {
-            None => Ok(Some(String::new())),
-            Some(segment) => {
-                let len = timeline::segment_len(fs, segment)?;
-                let end = Cursor {
-                    segment: segment.no.map_or(0, |no| no.0),
-                    offset: len,
-                    index: cursor.index,
-                };
-                if len == 0 { Ok(Some(String::new())) } else { tail_pin(fs, layout, id, end) }
-            }
-        };
+        return pin_before_segment(fs, layout, id, cursor);
     }
     let Some(path) = layout.segment_of_key(id, cursor.segment) else { return Ok(None) };
     let file = match fs.open(&path, OpenOptions::read(), Boundary::new("read")) {
@@ -139,6 +117,33 @@ pub(crate) fn tail_pin<F: Fs>(
     let pin = hex::encode(Sha256::digest(pinned));
     debug_assert_eq!(pin.len(), 64, "a pin is a SHA-256 in hex");
     Ok(Some(pin))
+}
+
+/// [`tail_pin`] of a cursor at the start of a segment: it stands just past the end of the
+/// segment before it, so that one's last line is pinned. A power loss may take the new
+/// segment's name back, and the writer then appends to the segment before it again; the pin
+/// must see that.
+fn pin_before_segment<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    cursor: Cursor,
+) -> Result<Option<String>> {
+    assert_eq!(cursor.offset, 0, "a cursor at the start of a segment");
+    if cursor.segment == 0 || crate::mutant::active(crate::mutant::Mutant::EmptyPinAtSegmentStart) {
+        return Ok(Some(String::new()));
+    }
+    let segments = timeline::list_segments(fs, layout, id)?;
+    let previous =
+        segments.iter().rfind(|segment| segment.no.map_or(0, |no| no.0) < cursor.segment);
+    let Some(segment) = previous else { return Ok(Some(String::new())) };
+    let len = timeline::segment_len(fs, segment)?;
+    if len == 0 {
+        return Ok(Some(String::new()));
+    }
+    let end = Cursor { segment: segment.no.map_or(0, |no| no.0), offset: len, index: cursor.index };
+    assert!(end.segment < cursor.segment && end.offset > 0, "the end of an earlier segment");
+    tail_pin(fs, layout, id, end)
 }
 
 /// Magic at the start of the header block.

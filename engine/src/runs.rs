@@ -404,13 +404,6 @@ pub fn fold(
     lines: &[RunLine],
     alive: &dyn Fn(u32, Option<u64>) -> bool,
 ) -> Vec<Run> {
-    /// A run being folded: the run, the rank of its native id's source (end 4, bound 3, hook 2,
-    /// start 1), and whether an end was seen.
-    struct Folding {
-        run: Run,
-        rank: u8,
-        ended: bool,
-    }
     let mut folding: Vec<Folding> = Vec::new();
     let mut by_id: HashMap<&str, usize> = HashMap::new();
     for line in lines {
@@ -424,7 +417,42 @@ pub fn fold(
                 len => len - 1,
             },
         };
-        let Some(Folding { run, rank, ended }) = folding.get_mut(index) else { continue };
+        let Some(run) = folding.get_mut(index) else { continue };
+        run.take(line);
+    }
+    assert_eq!(folding.len(), by_id.len(), "one run per run id");
+    let runs: Vec<Run> = folding
+        .into_iter()
+        .map(|Folding { mut run, ended, .. }| {
+            if !ended {
+                run.outcome = match run.pid {
+                    Some((pid, start)) if alive(pid, start) => Outcome::Running,
+                    _ => Outcome::Interrupted,
+                };
+            }
+            run
+        })
+        .collect();
+    debug_assert!(
+        runs.iter().all(|run| run.ended.is_some()
+            || matches!(run.outcome, Outcome::Running | Outcome::Interrupted)),
+        "a run without an end is running or interrupted"
+    );
+    runs
+}
+
+/// A run being folded: the run, the rank of its native id's source (end 4, bound 3, hook 2,
+/// start 1), and whether an end was seen.
+struct Folding {
+    run: Run,
+    rank: u8,
+    ended: bool,
+}
+
+impl Folding {
+    /// Takes what `line` says of the run (see the module header for which line wins).
+    fn take(&mut self, line: &RunLine) {
+        let Folding { run, rank, ended } = self;
         let mut offer = |native: Option<&str>, source: u8, run: &mut Run| {
             if let Some(native) = native.filter(|native| !native.is_empty())
                 && (source > *rank || run.native_id.is_none())
@@ -480,19 +508,9 @@ pub fn fold(
                 offer(native_id.as_deref(), 4, run);
             }
         }
+        assert!(self.rank <= 4, "a native id comes from one of four kinds of line");
+        assert_eq!(self.ended, self.run.ended.is_some(), "a run has ended once its end is read");
     }
-    folding
-        .into_iter()
-        .map(|Folding { mut run, ended, .. }| {
-            if !ended {
-                run.outcome = match run.pid {
-                    Some((pid, start)) if alive(pid, start) => Outcome::Running,
-                    _ => Outcome::Interrupted,
-                };
-            }
-            run
-        })
-        .collect()
 }
 
 /// Whether process `pid`, started at `start_ms` (when known), still runs, as `fs` sees it.

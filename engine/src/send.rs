@@ -137,12 +137,15 @@ impl<F: Fs> Store<F> {
         let committed = if valid.is_empty() { Vec::new() } else { self.send_batch(to, &valid)? };
         assert_eq!(committed.len(), valid.len(), "one answer per request the batch committed");
         let mut committed = committed.into_iter();
-        Ok(answers
+        let answers: Vec<Result<Accepted>> = answers
             .iter_mut()
             .map(|answer| {
                 answer.take().or_else(|| committed.next()).expect("one answer per request")
             })
-            .collect())
+            .collect();
+        assert!(committed.next().is_none(), "every committed answer is handed out");
+        assert_eq!(answers.len(), requests.len(), "one answer per request, in order");
+        Ok(answers)
     }
 
     /// The checks of a request that need no lock: its size, its key, its sender's revocation.
@@ -238,46 +241,61 @@ impl<F: Fs> Store<F> {
         {
             return Ok(Prepared::Refused(Error::Revoked { sender: sender.to_owned() }));
         }
-        let keyed: Option<Keyed> = request.key.as_ref().map(|key| {
-            let request_digest = digest::request_digest(&key.operation, &key.key);
-            let payload = Payload {
-                text: &request.text,
-                from,
-                reply_via: request.reply_via.map(ReplyChannel::name),
-                attributes: request.attributes.as_ref(),
-            };
-            let payload_hash = digest::payload_hash(&key.operation, &request_digest, &payload);
-            Keyed { operation: key.operation.clone(), request_digest, payload_hash }
-        });
-        if let Some(Keyed { operation, request_digest, payload_hash }) = &keyed {
-            let conflict = |mid: &str| Error::KeyConflict {
-                operation: operation.clone(),
-                request_digest: request_digest.clone(),
-                mid: mid.to_owned(),
-            };
-            // Accepted earlier in this batch: its line is not in the log yet.
-            if let Some(kept) = batch.keys.get(&(operation.clone(), request_digest.clone())) {
-                if kept.payload_hash != *payload_hash {
-                    return Ok(Prepared::Refused(conflict(&kept.mid)));
-                }
-                let mid = kept.mid.clone();
-                return Ok(Prepared::Accepted(Accepted { mid, replayed: true, restored: false }));
-            }
-            if let Some(known) =
-                self.receipts.lookup(&self.fs, &self.layout, to, operation, request_digest, None)?
-            {
-                if known.receipt.payload_hash != *payload_hash {
-                    return Ok(Prepared::Refused(conflict(&known.mid)));
-                }
-                let restored = restore_debt(&mut batch.entries, &known);
-                batch.restored |= restored;
-                return Ok(Prepared::Accepted(Accepted {
-                    mid: known.mid,
-                    replayed: true,
-                    restored,
-                }));
-            }
+        let keyed = keyed_of(request);
+        if let Some(keyed) = &keyed
+            && let Some(replayed) = self.replay(to, keyed, batch)?
+        {
+            return Ok(replayed);
         }
+        self.accept_new(to, request, keyed, headless, last_line, batch)
+    }
+
+    /// The answer to a keyed request whose key was accepted before (earlier in this batch, or
+    /// in the log): the same message replayed (its queue entry restored when neither owed nor
+    /// settled), or a conflict when the payload differs. `None` for a key not seen yet.
+    fn replay(&self, to: &SessionId, keyed: &Keyed, batch: &mut Batch) -> Result<Option<Prepared>> {
+        let Keyed { operation, request_digest, payload_hash } = keyed;
+        let conflict = |mid: &str| Error::KeyConflict {
+            operation: operation.clone(),
+            request_digest: request_digest.clone(),
+            mid: mid.to_owned(),
+        };
+        // Accepted earlier in this batch: its line is not in the log yet.
+        if let Some(kept) = batch.keys.get(&(operation.clone(), request_digest.clone())) {
+            if kept.payload_hash != *payload_hash {
+                return Ok(Some(Prepared::Refused(conflict(&kept.mid))));
+            }
+            let mid = kept.mid.clone();
+            assert!(batch.entries.iter().any(|entry| entry.mid == mid), "a kept key is owed");
+            return Ok(Some(Prepared::Accepted(Accepted { mid, replayed: true, restored: false })));
+        }
+        let Some(known) =
+            self.receipts.lookup(&self.fs, &self.layout, to, operation, request_digest, None)?
+        else {
+            return Ok(None);
+        };
+        assert_eq!(known.receipt.request_digest, *request_digest, "the receipt of this key");
+        if known.receipt.payload_hash != *payload_hash {
+            return Ok(Some(Prepared::Refused(conflict(&known.mid))));
+        }
+        let restored = restore_debt(&mut batch.entries, &known);
+        batch.restored |= restored;
+        Ok(Some(Prepared::Accepted(Accepted { mid: known.mid, replayed: true, restored })))
+    }
+
+    /// A new message for `request`: its `sent` line (with its receipt when keyed) and its queue
+    /// entry added to the batch, or a refusal when the queue is full.
+    fn accept_new(
+        &self,
+        to: &SessionId,
+        request: &SendRequest,
+        keyed: Option<Keyed>,
+        headless: bool,
+        last_line: Option<&Line>,
+        batch: &mut Batch,
+    ) -> Result<Prepared> {
+        let from = request.from.as_ref().map(SessionId::as_str);
+        let (lines_before, entries_before) = (batch.lines.len(), batch.entries.len());
         if batch.entries.len() >= QUEUE_ENTRIES_MAX {
             return Ok(Prepared::Refused(Error::TooLarge {
                 what: "delivery queue (entries)",
@@ -301,28 +319,7 @@ impl<F: Fs> Store<F> {
         }
         let mid = self.ids.mid();
         let ts = crate::env::format_ts(self.clock.now_ms());
-        let receipt = keyed.as_ref().map(|keyed| {
-            Box::new(Receipt {
-                operation: keyed.operation.clone(),
-                request_digest: keyed.request_digest.clone(),
-                payload_hash: keyed.payload_hash.clone(),
-                delivery: Some(Delivery {
-                    text: composed.text.clone(),
-                    from: from.map(str::to_owned),
-                    attributes: request.attributes.clone(),
-                }),
-            })
-        });
-        batch.lines.push(Line::Sent(
-            SentEvent {
-                ts,
-                mid: Some(mid.clone()),
-                text: request.text.clone(),
-                from: from.map(str::to_owned),
-                reply_via: composed.note.then(|| "note".to_owned()),
-            },
-            receipt,
-        ));
+        batch.lines.push(sent_line(ts, &mid, request, &composed, keyed.as_ref()));
         if let Some(keyed) = &keyed {
             batch.keys.insert(
                 (keyed.operation.clone(), keyed.request_digest.clone()),
@@ -339,11 +336,14 @@ impl<F: Fs> Store<F> {
                 request_digest,
             }),
         });
+        assert_eq!(batch.lines.len(), lines_before + 1, "a new message is one line");
+        assert_eq!(batch.entries.len(), entries_before + 1, "a new message is one entry");
         Ok(Prepared::Accepted(Accepted { mid, replayed: false, restored: false }))
     }
 
     /// Boundaries 1 to 3 of the module header, for the whole batch.
     fn commit_batch(&self, to: &SessionId, batch: &Batch) -> Result<()> {
+        assert!(!batch.lines.is_empty() || batch.restored, "a batch commits only what it changed");
         if active(Mutant::EnqueueBeforeAppend) {
             queue::write(self.files(to), &batch.entries, &SEND)?;
             return self.append_lines(to, &batch.lines, &SEND);
@@ -398,5 +398,58 @@ fn restore_debt(entries: &mut Vec<Entry>, known: &crate::receipts::Known) -> boo
             request_digest: known.receipt.request_digest.clone(),
         }),
     });
+    assert!(entries.last().is_some_and(|entry| entry.mid == known.mid), "the debt is owed again");
     true
+}
+
+/// The `sent` line of a new message `mid`, with its receipt (and the frozen delivery bytes a
+/// lost queue entry is restored from) when keyed.
+fn sent_line(
+    ts: String,
+    mid: &str,
+    request: &SendRequest,
+    composed: &reply::Composed,
+    keyed: Option<&Keyed>,
+) -> Line {
+    let from = request.from.as_ref().map(|from| from.as_str().to_owned());
+    let receipt = keyed.map(|keyed| {
+        Box::new(Receipt {
+            operation: keyed.operation.clone(),
+            request_digest: keyed.request_digest.clone(),
+            payload_hash: keyed.payload_hash.clone(),
+            delivery: Some(Delivery {
+                text: composed.text.clone(),
+                from: from.clone(),
+                attributes: request.attributes.clone(),
+            }),
+        })
+    });
+    let event = SentEvent {
+        ts,
+        mid: Some(mid.to_owned()),
+        text: request.text.clone(),
+        from,
+        reply_via: composed.note.then(|| "note".to_owned()),
+    };
+    assert_eq!(event.text, request.text, "the log keeps the raw text, hints go to the queue");
+    Line::Sent(event, receipt)
+}
+
+/// A keyed request's digests, or `None` for an unkeyed one.
+fn keyed_of(request: &SendRequest) -> Option<Keyed> {
+    let key = request.key.as_ref()?;
+    let from = request.from.as_ref().map(SessionId::as_str);
+    let request_digest = digest::request_digest(&key.operation, &key.key);
+    let payload = Payload {
+        text: &request.text,
+        from,
+        reply_via: request.reply_via.map(ReplyChannel::name),
+        attributes: request.attributes.as_ref(),
+    };
+    let payload_hash = digest::payload_hash(&key.operation, &request_digest, &payload);
+    debug_assert!(
+        request_digest.len() == 64 && payload_hash.len() == 64,
+        "digests are SHA-256 in hex"
+    );
+    Some(Keyed { operation: key.operation.clone(), request_digest, payload_hash })
 }

@@ -98,6 +98,22 @@ pub(crate) fn append<F: Fs>(
             ),
         });
     };
+    assert!(newest.is_none_or(|(no, _)| no < next), "a new segment comes after the newest");
+    append_to_new_segment(fs, layout, id, next, line, steps, sync_line)?;
+    Ok(Appended { segment: next, offset: 0 })
+}
+
+/// Creates segment `next` holding `line`, durably: the line synced (unless `sync_line` is off,
+/// for a mutant), then the directory entry. A failure leaves no new segment behind.
+fn append_to_new_segment<F: Fs>(
+    fs: &F,
+    layout: &Layout,
+    id: &SessionId,
+    next: SegmentNo,
+    line: &[u8],
+    steps: &LogBoundaries,
+    sync_line: bool,
+) -> Result<()> {
     let dir = layout.timeline_dir(id);
     if !fs.exists(&dir)? {
         fs.create_dir(&dir, steps.mkdir)?;
@@ -126,7 +142,11 @@ pub(crate) fn append<F: Fs>(
         }
         return Err(error.into());
     }
-    Ok(Appended { segment: next, offset: 0 })
+    debug_assert!(
+        selected().is_some() || file.len().ok() == Some(line.len() as u64),
+        "a new segment holds exactly its first line"
+    );
+    Ok(())
 }
 
 /// Appends `bytes` at `len`, the end of `file`, and syncs them (unless `sync` is off, for a
@@ -142,6 +162,7 @@ pub(crate) fn append_or_cut_back<T: File>(
     cut: (Boundary, Boundary),
     sync: bool,
 ) -> Result<()> {
+    assert!(bytes.last() == Some(&b'\n'), "what is appended ends a line");
     let written = file
         .append(bytes, boundaries.0)
         .and_then(|()| if sync { file.sync_data(boundaries.1) } else { Ok(()) });
@@ -183,6 +204,7 @@ pub(crate) fn vouch<F: Fs>(
         segments.iter().rev().find(|segment| segment.no.is_some())
     };
     if let Some(newest) = newest {
+        assert!(newest.no.is_some(), "the legacy segment is never written, so never vouched for");
         let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
         file.sync_data(steps.vouch)?;
     }
@@ -245,6 +267,7 @@ pub(crate) fn repair_torn_tail<F: Fs>(
         fs.rename(&copy, &newest.path, steps.repair)?;
         return Ok(len - keep);
     }
+    assert!(keep < len, "a repair only cuts");
     file.set_len(keep, steps.repair)?;
     file.sync_data(steps.repair_sync)?;
     debug_assert_eq!(file.len().ok(), Some(keep), "a repaired segment ends at its sound length");
@@ -262,6 +285,7 @@ fn unterminated_cut<T: File>(file: &T, len: u64) -> Result<u64> {
         }
         pos -= 1;
     }
+    assert!(pos <= len, "a cut keeps a prefix");
     Ok(pos)
 }
 
