@@ -64,6 +64,10 @@ pub(crate) fn publish<F: Fs>(
     target: &Path,
     steps: &ReplaceBoundaries,
 ) -> Result<()> {
+    assert!(
+        tmp.parent() == Some(dir) && target.parent() == Some(dir),
+        "a replace renames within the directory it syncs"
+    );
     fs.rename(tmp, target, steps.rename)?;
     if !(steps.file == StateFile::Queue && active(Mutant::NoQueueDirSync)) {
         fs.sync_dir(dir, steps.dir_sync)?;
@@ -80,6 +84,7 @@ pub(crate) fn replace<F: Fs>(
     bytes: &[u8],
     steps: &ReplaceBoundaries,
 ) -> Result<()> {
+    assert_ne!(tmp, target, "a replace stages beside its target, never in its place");
     stage(fs, tmp, bytes, steps)?;
     publish(fs, dir, tmp, target, steps)
 }
@@ -97,6 +102,7 @@ pub(crate) fn remove<F: Fs>(
     remove: Boundary,
     dir_sync: Boundary,
 ) -> Result<()> {
+    assert_eq!(path.parent(), Some(dir), "a removal syncs the directory that held the file");
     if !fs.exists(path)? {
         return Ok(());
     }

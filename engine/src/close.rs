@@ -72,6 +72,7 @@ impl<F: Fs> Store<F> {
                 return self.finish_close(id, &CLOSE, false);
             }
             let closing_dir = self.layout.closing_dir();
+            assert_eq!(self.layout.closing(id).parent(), Some(closing_dir.as_path()));
             self.ensure_dir_all(&closing_dir, &CLOSE)?;
             self.fs.rename(
                 &self.layout.session_dir(id),
@@ -187,7 +188,9 @@ impl<F: Fs> Store<F> {
                 "branch": record.as_ref().and_then(Record::branch),
             },
         });
-        Ok(line.to_string())
+        let line = line.to_string();
+        assert!(!line.contains('\n'), "a ledger line is one line");
+        Ok(line)
     }
 
     /// Appends the close line of `id` to the ledger, durably, under the ledger lock (closers of
@@ -216,6 +219,7 @@ impl<F: Fs> Store<F> {
         }
         let mut bytes = self.ledger_line(id)?.into_bytes();
         bytes.push(b'\n');
+        debug_assert!(Self::parses_as_close(&bytes, id), "the line appended reads as this close");
         let boundaries = (close.ledger_append, close.ledger_sync);
         let sync = !active(Mutant::CloseLedgerUnsynced);
         append_or_cut_back(&file, sound, &bytes, boundaries, boundaries, sync)?;
@@ -302,7 +306,17 @@ impl<F: Fs> Store<F> {
             let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |at| at as u64 + 1);
             ledger.sound_len = ledger.sound_len.max(complete);
         }
+        assert!(ledger.sound_len <= bytes.len() as u64, "the sound part is a prefix");
         Ok(ledger)
+    }
+
+    /// Whether `line` is a `close-authorized` line naming `id` (a check of what is appended).
+    fn parses_as_close(line: &[u8], id: &SessionId) -> bool {
+        serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|value| {
+            value.get("action").and_then(serde_json::Value::as_str) == Some(CLOSE_AUTHORIZED)
+                && value.pointer("/target/id").and_then(serde_json::Value::as_str)
+                    == Some(id.as_str())
+        })
     }
 
     /// The close of the session `selector` names (its id, or a prefix of exactly one closed
@@ -330,11 +344,20 @@ impl<F: Fs> Store<F> {
                 }
             }
         }
+        assert!(
+            found.as_ref().is_none_or(|closure| closure.id.starts_with(selector)),
+            "a closed session found by a prefix starts with it"
+        );
         Ok(found)
     }
 
     /// Removes a directory tree (files first, then directories).
     fn remove_tree(&self, path: &Path, steps: &Boundaries) -> Result<()> {
+        assert!(
+            path.starts_with(self.layout.sessions_dir())
+                || path.starts_with(self.layout.closing_dir()),
+            "a close removes a session's own tree, nothing else"
+        );
         let entries = match self.fs.read_dir(path) {
             Ok(entries) => entries,
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(()),

@@ -37,7 +37,9 @@ use serde_json::{Map, Value};
 use crate::boundaries::DRAIN;
 use crate::error::Result;
 use crate::layout::SessionId;
-use crate::mutant::{Mutant, active};
+use std::collections::HashSet;
+
+use crate::mutant::{Mutant, active, selected};
 use crate::queue::{self, Entry};
 use crate::receipts::Known;
 use crate::recover::Checks;
@@ -143,7 +145,9 @@ const BATCH_MIN: usize = 64;
 
 /// The most heads one round hands to the adapter before committing, for `owed` entries.
 fn batch_max(owed: usize) -> usize {
-    BATCH_MIN.max(owed.div_ceil(4))
+    let max = BATCH_MIN.max(owed.div_ceil(4));
+    assert!(max >= BATCH_MIN && max * 4 >= owed, "a batch is at least a quarter of what is owed");
+    max
 }
 
 /// What step 1 found.
@@ -165,6 +169,12 @@ impl<F: Fs> Store<F> {
             Ok(()) => {
                 delivery.release().inspect_err(|error| self.poison_on_io(id, error))?;
                 report.remaining = self.queue(id)?.len();
+                debug_assert!(
+                    selected().is_some()
+                        || report.delivered.iter().collect::<HashSet<_>>().len()
+                            == report.delivered.len(),
+                    "one mid, one delivery"
+                );
                 Ok(report)
             }
             Err(error) => {
@@ -202,6 +212,10 @@ impl<F: Fs> Store<F> {
                     }
                 }
             }
+            assert!(
+                refused.is_some() || delivered == batch.deliver.len(),
+                "a batch is delivered whole unless the adapter refused"
+            );
             let delivered = if refused.is_some() && active(Mutant::DrainCommitsRefused) {
                 &batch.deliver[..]
             } else {
@@ -267,11 +281,19 @@ impl<F: Fs> Store<F> {
                 }
             }
         }
+        assert!(batch.deliver.len() <= limit, "a batch holds at most its bound");
+        assert!(gone <= entries.len(), "only heads are dropped or consumed");
         if gone > 0 {
             entries.drain(..gone);
             queue::write(self.files(id), &entries, &DRAIN)?;
         }
         self.fence_unkeyed(id, &mut batch)?;
+        debug_assert!(
+            batch.deliver.iter().enumerate().all(|(at, entry)| {
+                batch.deliver.iter().skip(at + 1).all(|later| later.mid != entry.mid)
+            }),
+            "a mid queued twice is delivered once"
+        );
         Ok(batch)
     }
 
@@ -312,6 +334,13 @@ impl<F: Fs> Store<F> {
             batch.deliver.truncate(at);
             batch.stop = Some(DrainStop::SentMissing { mid });
         }
+        assert!(
+            batch
+                .deliver
+                .iter()
+                .all(|entry| entry.dispatch.is_some() || found.contains(&entry.mid)),
+            "every unkeyed message delivered has its sent line in the log"
+        );
         Ok(())
     }
 
@@ -413,6 +442,7 @@ fn deliver<F: Fs>(
         attributes: entry.attributes.as_ref(),
     };
     let attempts_max = adapter.attempts_max().unwrap_or(store.config.drain_attempts_max).max(1);
+    assert!(attempts_max >= 1, "a message is offered at least once");
     let mut last_error = String::new();
     for attempt in 1..=attempts_max {
         match adapter.deliver(&message) {
@@ -454,5 +484,6 @@ fn fence(entry: &Entry, known: Option<&Known>) -> std::result::Result<bool, Drai
     if delivery.attributes != entry.attributes {
         return differs("attributes");
     }
+    assert_eq!(known.mid, entry.mid, "an entry passes the fence of its own receipt only");
     Ok(known.settled)
 }

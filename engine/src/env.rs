@@ -58,7 +58,9 @@ impl IdSource for RandomIds {
         reason = "the production id source is the one user of OS randomness"
     )]
     fn mid(&self) -> String {
-        uuid::Uuid::new_v4().to_string()
+        let mid = uuid::Uuid::new_v4().to_string();
+        debug_assert_eq!(mid.len(), 36, "a mid is a hyphenated UUID");
+        mid
     }
 }
 
@@ -109,16 +111,26 @@ impl IdSource for SeededIds {
     fn mid(&self) -> String {
         let mut bytes = [0u8; 16];
         crate::sync::lock(&self.rng).fill_bytes(&mut bytes);
-        uuid::Builder::from_random_bytes(bytes).into_uuid().to_string()
+        let mid = uuid::Builder::from_random_bytes(bytes).into_uuid().to_string();
+        debug_assert_eq!(mid.len(), 36, "a mid is a hyphenated UUID");
+        mid
     }
 }
 
 /// Formats `ms` as the store's timestamp: UTC, millisecond ISO-8601 with `Z`.
 pub fn format_ts(ms: UnixMs) -> String {
-    i64::try_from(ms).ok().and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()).map_or_else(
-        || "1970-01-01T00:00:00.000Z".to_owned(),
-        |at| at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-    )
+    let text = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || "1970-01-01T00:00:00.000Z".to_owned(),
+            |at| at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        );
+    assert!(
+        text.len() == "1970-01-01T00:00:00.000Z".len() && text.ends_with('Z'),
+        "a store timestamp is ISO-8601 UTC with milliseconds: {text}"
+    );
+    text
 }
 
 /// Parses a store timestamp back to milliseconds (any RFC 3339 time is accepted).

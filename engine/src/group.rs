@@ -85,6 +85,7 @@ impl Drop for Leading<'_> {
                 group.answered.insert(ticket, Answer::Alone);
             }
         }
+        assert!(self.tickets.is_empty(), "every member of an unwound batch is answered");
         self.groups.changed.notify_all();
     }
 }
@@ -119,6 +120,7 @@ impl Groups {
             // Lead one batch: everything waiting now.
             group.leading = true;
             let batch: Vec<(u64, SendRequest)> = std::mem::take(&mut group.waiting);
+            assert!(batch.iter().any(|(t, _)| *t == ticket), "a leader leads its own request");
             drop(sessions);
             let requests: Vec<SendRequest> =
                 batch.iter().map(|(_, request)| request.clone()).collect();
@@ -149,6 +151,7 @@ impl Groups {
             for ((member, _), answer) in batch.into_iter().zip(answers) {
                 group.answered.insert(member, answer);
             }
+            assert!(group.answered.contains_key(&ticket), "the leader's own answer is ready");
             if !active(Mutant::GroupWithoutWakeup) {
                 self.changed.notify_all();
             }

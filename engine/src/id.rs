@@ -45,7 +45,15 @@ impl SessionId {
                 "contains {bad:?} (allowed: letters, digits, '.', '_', '-')"
             )));
         }
-        Ok(SessionId(id.to_owned()))
+        let valid = SessionId(id.to_owned());
+        assert!(
+            (1..=SESSION_ID_BYTES_MAX).contains(&valid.0.len())
+                && !valid.0.contains(['/', '\0'])
+                && valid.0 != "."
+                && valid.0 != "..",
+            "a valid id is one path component inside its directory"
+        );
+        Ok(valid)
     }
 
     /// The id as text.

@@ -69,7 +69,7 @@ pub fn segment_bytes_from_env(value: Option<&str>) -> u64 {
 
 /// [`segment_bytes_from_env`] of a value that is set.
 fn segment_bytes_of(value: &str) -> u64 {
-    match js_number(value) {
+    let bound = match js_number(value) {
         Some(number) if number.is_finite() => {
             let floored = number.floor();
             if floored <= SEGMENT_BYTES_MIN as f64 {
@@ -81,7 +81,9 @@ fn segment_bytes_of(value: &str) -> u64 {
             }
         }
         _ => SEGMENT_BYTES_DEFAULT,
-    }
+    };
+    assert!(bound >= SEGMENT_BYTES_MIN, "no override sets a bound under the minimum");
+    bound
 }
 
 /// JavaScript's `Number(text)`: `None` for NaN.
@@ -159,7 +161,9 @@ impl SegmentNo {
     /// The numbered segment a cursor's or position's segment key names: `None` for the legacy
     /// key (0) and for a number no segment's name can hold (a forged or damaged cursor).
     pub fn from_key(key: u64) -> Option<SegmentNo> {
-        (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key))
+        let no = (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key));
+        debug_assert!(no.is_none_or(|no| no.0 == key && no <= SegmentNo::MAX));
+        no
     }
 
     /// The segment's file name.
@@ -199,6 +203,7 @@ pub fn default_root(spexcode_home: Option<&Path>, home: &Path, project: &Path) -
         .chars()
         .map(|c| if c == '/' || c == '.' { '-' } else { c })
         .collect();
+    assert!(!encoded.contains(['/', '.']), "a project is one name, never a path or a dot name");
     base.join("projects").join(encoded)
 }
 
@@ -241,7 +246,9 @@ impl Layout {
 
     /// `<root>/sessions`.
     pub fn sessions_dir(&self) -> PathBuf {
-        self.root.join("sessions")
+        let dir = self.root.join("sessions");
+        debug_assert!(dir.starts_with(&self.root), "everything lives under the root");
+        dir
     }
 
     /// `<root>/sessions/<id>`.
@@ -257,37 +264,70 @@ impl Layout {
 
     /// The record.
     pub fn record(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("session.json")
+        let path = self.session_dir(id).join("session.json");
+        debug_assert!(
+            SegmentNo::parse("session.json").is_none() && path.starts_with(&self.root),
+            "a session's state file is inside the store and never read as a segment"
+        );
+        path
     }
 
     /// The record's staging file.
     pub fn record_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("session.json.tmp")
+        let path = self.session_dir(id).join("session.json.tmp");
+        debug_assert!(
+            path.parent() == self.record(id).parent() && path != self.record(id),
+            "a staging file lies beside its target, never in its place"
+        );
+        path
     }
 
     /// The persisted receipt index (derived; see `receipts`).
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("receipts.index")
+        let path = self.session_dir(id).join("receipts.index");
+        debug_assert!(
+            SegmentNo::parse("receipts.index").is_none() && path.starts_with(&self.root),
+            "a session's state file is inside the store and never read as a segment"
+        );
+        path
     }
 
     /// The receipt index's staging file.
     pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("receipts.index.tmp")
+        let path = self.session_dir(id).join("receipts.index.tmp");
+        debug_assert!(
+            path.parent() == self.receipt_index(id).parent() && path != self.receipt_index(id),
+            "a staging file lies beside its target, never in its place"
+        );
+        path
     }
 
     /// The legacy first segment.
     pub fn legacy_segment(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("timeline.ndjson")
+        let path = self.session_dir(id).join("timeline.ndjson");
+        debug_assert!(
+            SegmentNo::parse("timeline.ndjson").is_none(),
+            "the legacy segment has no number"
+        );
+        path
     }
 
     /// The directory of numbered segments.
     pub fn timeline_dir(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("timeline")
+        let dir = self.session_dir(id).join("timeline");
+        debug_assert!(dir.parent() == Some(self.session_dir(id).as_path()));
+        dir
     }
 
     /// A numbered segment.
     pub fn segment(&self, id: &SessionId, no: SegmentNo) -> PathBuf {
-        self.timeline_dir(id).join(no.file_name())
+        let name = no.file_name();
+        debug_assert_eq!(
+            SegmentNo::parse(&name),
+            Some(no),
+            "a segment's name reads back its number"
+        );
+        self.timeline_dir(id).join(name)
     }
 
     /// The segment a cursor's or position's key names: the legacy segment for 0, else the
@@ -302,22 +342,42 @@ impl Layout {
 
     /// The drain adapter spec of a session created by this engine (one line).
     pub fn adapter(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("adapter")
+        let path = self.session_dir(id).join("adapter");
+        debug_assert!(
+            SegmentNo::parse("adapter").is_none() && path.starts_with(&self.root),
+            "a session's state file is inside the store and never read as a segment"
+        );
+        path
     }
 
     /// The adapter spec's staging file.
     pub fn adapter_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("adapter.tmp")
+        let path = self.session_dir(id).join("adapter.tmp");
+        debug_assert!(
+            path.parent() == self.adapter(id).parent() && path != self.adapter(id),
+            "a staging file lies beside its target, never in its place"
+        );
+        path
     }
 
     /// The delivery queue.
     pub fn queue(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("pending.json")
+        let path = self.session_dir(id).join("pending.json");
+        debug_assert!(
+            SegmentNo::parse("pending.json").is_none() && path.starts_with(&self.root),
+            "a session's state file is inside the store and never read as a segment"
+        );
+        path
     }
 
     /// The delivery queue's staging file.
     pub fn queue_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("pending.json.tmp")
+        let path = self.session_dir(id).join("pending.json.tmp");
+        debug_assert!(
+            path.parent() == self.queue(id).parent() && path != self.queue(id),
+            "a staging file lies beside its target, never in its place"
+        );
+        path
     }
 
     /// Directory of record locks.
@@ -327,7 +387,9 @@ impl Layout {
 
     /// The record lock.
     pub fn session_lock(&self, id: &SessionId) -> PathBuf {
-        self.session_locks_dir().join(format!("{id}.lock"))
+        let lock = self.session_locks_dir().join(format!("{id}.lock"));
+        debug_assert_ne!(lock, self.close_ledger_lock(), "no session's lock is the ledger's");
+        lock
     }
 
     /// Directory of delivery locks.
@@ -337,7 +399,9 @@ impl Layout {
 
     /// The delivery lock.
     pub fn delivery_lock(&self, id: &SessionId) -> PathBuf {
-        self.delivery_locks_dir().join(format!("{id}.lock"))
+        let lock = self.delivery_locks_dir().join(format!("{id}.lock"));
+        debug_assert_ne!(lock.parent(), self.session_lock(id).parent(), "two locks, two places");
+        lock
     }
 
     /// Directory of revoked-sender markers.
@@ -347,7 +411,9 @@ impl Layout {
 
     /// A revoked sender's marker.
     pub fn revoked(&self, id: &SessionId) -> PathBuf {
-        self.revoked_dir().join(id.as_str())
+        let marker = self.revoked_dir().join(id.as_str());
+        debug_assert_eq!(marker.parent(), Some(self.revoked_dir().as_path()));
+        marker
     }
 
     /// The close ledger.
@@ -357,6 +423,7 @@ impl Layout {
 
     /// The close ledger's lock (in the record-lock directory; no session id starts with `.`).
     pub fn close_ledger_lock(&self) -> PathBuf {
+        debug_assert!(SessionId::new(".close-ledger").is_err(), "no session id starts with '.'");
         self.session_locks_dir().join(".close-ledger.lock")
     }
 

@@ -145,7 +145,9 @@ impl Record {
         {
             return Err("zcode_child_session_ids is not a list of session ids".to_owned());
         }
-        self.fence().map(|_| ())
+        self.fence()?;
+        debug_assert!(self.session_id().is_some(), "a valid record names its session");
+        Ok(())
     }
 
     /// The record's bytes: pretty JSON, 2-space indent, trailing newline; a governed record in
@@ -314,7 +316,11 @@ impl Record {
             && original.get("archived").is_some_and(Value::is_boolean)
             && text_or_null("cold_proof")
             && text_or_null("adapter_recovery");
-        if valid { Ok(Some(original)) } else { Err(invalid()) }
+        if !valid {
+            return Err(invalid());
+        }
+        assert!(frozen_triple_valid(original, true), "a valid fence holds a triple readers take");
+        Ok(Some(original))
     }
 
     /// The current (candidate) triple.
@@ -325,7 +331,12 @@ impl Record {
     /// The triple a reader sees: the frozen original while a launch is in flight, else the
     /// current triple.
     pub fn public_triple(&self) -> Triple {
-        self.launch_pending().unwrap_or_else(|| self.triple())
+        let triple = self.launch_pending().unwrap_or_else(|| self.triple());
+        debug_assert!(
+            triple.proposal.is_none() || triple.status == Status::Awaiting,
+            "readers see a normalized triple"
+        );
+        triple
     }
 
     /// Sets the current triple. The raw status `launch-queued` stays while the status stays
@@ -402,12 +413,20 @@ impl Record {
 
     /// The harness (`''` reads as `claude`, as the existing reader reads it).
     pub fn harness(&self) -> &str {
-        self.text("harness").unwrap_or("claude")
+        let harness = self.text("harness").unwrap_or("claude");
+        debug_assert!(!harness.is_empty(), "every session has a harness");
+        harness
     }
 
     /// The title a person gave the session (`title`), if any and not blank.
     pub fn title(&self) -> Option<&str> {
-        self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty())
+        let title = self
+            .fields
+            .get("title")
+            .and_then(Value::as_str)
+            .filter(|title| !title.trim().is_empty());
+        debug_assert!(title.is_none_or(|title| !title.trim().is_empty()), "a blank title is none");
+        title
     }
 
     /// The harness's own thread id.
@@ -453,11 +472,14 @@ impl Record {
         if self.text("status") != Some(LAUNCH_QUEUED) {
             return None;
         }
-        self.fields
+        let owner = self
+            .fields
             .get("launch_owner")
             .and_then(Value::as_str)
             .map(str::trim)
-            .filter(|owner| !owner.is_empty())
+            .filter(|owner| !owner.is_empty());
+        debug_assert!(owner.is_none_or(|owner| owner == owner.trim()), "an owner is trimmed");
+        owner
     }
 
     /// A flag as a public reader sees it (frozen while a launch is in flight).
@@ -513,10 +535,14 @@ impl Record {
 
     /// The board position: a finite numeric `sortkey` (floored), else `createdAt`.
     pub fn board_key(&self) -> i64 {
-        match self.fields.get("sortkey").and_then(Value::as_f64).filter(|key| key.is_finite()) {
+        let sortkey =
+            self.fields.get("sortkey").and_then(Value::as_f64).filter(|key| key.is_finite());
+        let key = match sortkey {
             Some(key) => key.floor() as i64,
             None => self.created_at_ms().map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-        }
+        };
+        debug_assert!(sortkey.is_some() || key >= 0, "a creation time is never negative");
+        key
     }
 
     /// `createdAt` as a store timestamp (UTC, ISO-8601, milliseconds).
@@ -589,6 +615,7 @@ fn frozen_triple_valid(original: &Map<String, Value>, absent_ok: bool) -> bool {
 
 /// The value a governed record's key takes when absent.
 fn default_of(key: &str) -> Value {
+    debug_assert!(GOVERNED_KEYS.contains(&key), "only a governed key has a default");
     match key {
         "merges" | "createdAt" => Value::from(0),
         "stopped" | "archived" => Value::Bool(false),

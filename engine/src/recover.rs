@@ -173,6 +173,7 @@ impl<F: Fs> Store<F> {
             atomic::remove(&self.fs, &dir, &tmp, steps.recover_remove, steps.recover_dir_sync)?;
             debug_assert!(!self.fs.exists(&tmp)?, "no staging file survives recovery: {tmp:?}");
         }
+        assert_eq!(queue.is_some(), checks.queue, "the queue is read when the transition asks");
         let Some(mut record) = record else {
             return Ok(Recovered { queue, ..Recovered::default() });
         };

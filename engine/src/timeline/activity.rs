@@ -25,10 +25,14 @@ pub fn is_activity(event: &Event) -> bool {
 
 /// Whether the stored line `line` is activity (private lines never are).
 pub fn line_is_activity(line: &Line) -> bool {
-    line.public().as_ref().is_some_and(is_activity)
+    let activity = line.public().as_ref().is_some_and(is_activity);
+    debug_assert!(!activity || line.is_public(), "a private line is never activity");
+    activity
 }
 
 /// The in-log projection: the timestamp of the last activity among `events`, if any.
 pub fn last_activity<'a>(events: impl IntoIterator<Item = &'a Event>) -> Option<&'a str> {
-    events.into_iter().filter(|event| is_activity(event)).last().map(Event::ts)
+    let last = events.into_iter().filter(|event| is_activity(event)).last();
+    debug_assert!(last.is_none_or(is_activity), "the last activity is activity");
+    last.map(Event::ts)
 }
