@@ -117,6 +117,10 @@ impl<F: Fs> Store<F> {
 
     /// The commit's directory syncs: `.closing` (the new name) and `sessions` (the old one).
     fn sync_commit(&self, steps: &Boundaries) -> Result<()> {
+        assert!(
+            self.layout.closing_dir().parent() == self.layout.sessions_dir().parent(),
+            "a close's rename stays on one filesystem: both directories are the root's"
+        );
         self.fs.sync_dir(&self.layout.closing_dir(), steps.close.commit_sync_closing)?;
         self.fs.sync_dir(&self.layout.sessions_dir(), steps.close.commit_sync_sessions)?;
         Ok(())

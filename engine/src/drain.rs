@@ -355,6 +355,7 @@ impl<F: Fs> Store<F> {
         if active(Mutant::SkipReceiptFence) {
             return Ok(Judged::Deliver);
         }
+
         let known = self.receipts.lookup(
             &self.fs,
             &self.layout,
@@ -373,12 +374,14 @@ impl<F: Fs> Store<F> {
     /// The settlement line of a delivered keyed entry (`None` for an unkeyed one).
     fn settlement(&self, delivered: &Entry) -> Option<Line> {
         let dispatch = delivered.dispatch.as_ref()?;
-        Some(Line::Settled(Settlement {
+        let line = Line::Settled(Settlement {
             ts: crate::env::format_ts(self.clock.now_ms()),
             operation: dispatch.operation.clone(),
             request_digest: dispatch.request_digest.clone(),
             mid: delivered.mid.clone(),
-        }))
+        });
+        assert!(!line.is_public(), "a settlement is private");
+        Some(line)
     }
 
     /// Step 3: settle the delivered keyed heads and remove every delivered head, in one commit.

@@ -260,7 +260,7 @@ pub struct Run {
 impl Run {
     /// A run known only by its id, until its lines say more.
     fn new(run: &str, session: &str) -> Run {
-        Run {
+        let new = Run {
             run: run.to_owned(),
             session: session.to_owned(),
             harness: String::new(),
@@ -278,7 +278,9 @@ impl Run {
             error: None,
             stderr_tail: Vec::new(),
             signals: Vec::new(),
-        }
+        };
+        assert!(new.ended.is_none() && new.native_id.is_none(), "a run starts with nothing read");
+        new
     }
 
     /// Milliseconds from start to end, when both are known.
@@ -314,7 +316,9 @@ pub fn runs_dir(layout: &Layout) -> PathBuf {
 
 /// `<root>/runs/<id>.ndjson`.
 pub fn run_log(layout: &Layout, id: &SessionId) -> PathBuf {
-    runs_dir(layout).join(format!("{}.ndjson", id.as_str()))
+    let path = runs_dir(layout).join(format!("{}.ndjson", id.as_str()));
+    debug_assert_eq!(path.parent(), Some(runs_dir(layout).as_path()), "one file per session");
+    path
 }
 
 /// Appends `line` to session `id`'s run log (see the module header): under the file's lock, one
@@ -362,6 +366,10 @@ pub fn append<F: Fs>(
             bytes.insert(0, b'\n');
         }
     }
+    assert!(
+        bytes.ends_with(b"\n") && !bytes.iter().skip(1).rev().skip(1).any(|&b| b == b'\n'),
+        "a run line is one line (after a fresh start past a torn one)"
+    );
     let result = file.append(&bytes, APPEND).and_then(|()| file.sync_data(SYNC));
     let _unlocked = file.unlock();
     Ok(result?)
@@ -393,6 +401,10 @@ pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLi
     if complete.len() < bytes.len() {
         unreadable += 1;
     }
+    assert!(
+        lines.len() + unreadable <= bytes.iter().filter(|&&b| b == b'\n').count() + 1,
+        "each line read or unreadable is one line of the file"
+    );
     Ok((lines, unreadable))
 }
 

@@ -315,6 +315,10 @@ impl<F: Fs> Store<F> {
     pub(crate) fn poison_on_io(&self, id: &SessionId, error: &Error) {
         if matches!(error, Error::Io(_)) {
             self.poison(id);
+            debug_assert!(
+                active(Mutant::NoPoisonAfterFailedWrite) || self.check_poison(id).is_err(),
+                "a failed write poisons its session in this handle"
+            );
         }
     }
 
@@ -359,7 +363,9 @@ impl<F: Fs> Store<F> {
     /// Whether `sender` was closed (revoked).
     pub(crate) fn is_revoked(&self, sender: &str) -> Result<bool> {
         let Ok(sender) = SessionId::new(sender) else { return Ok(false) };
-        Ok(self.fs.exists(&self.layout.revoked(&sender))?)
+        let marker = self.layout.revoked(&sender);
+        assert!(marker.starts_with(self.layout.revoked_dir()), "a sender's marker is one name");
+        Ok(self.fs.exists(&marker)?)
     }
 
     /// Whether session `id` has a directory: a real one, never a symbolic link (corrupt,
@@ -371,6 +377,7 @@ impl<F: Fs> Store<F> {
     /// Fails with `NoSuchSession` unless the session has a record (in a real directory).
     pub(crate) fn require_session(&self, id: &SessionId) -> Result<()> {
         if self.session_dir_exists(id)? && self.fs.exists(&self.layout.record(id))? {
+            debug_assert!(self.layout.record(id).starts_with(self.layout.sessions_dir()));
             Ok(())
         } else {
             Err(Error::NoSuchSession { id: id.clone() })
@@ -548,7 +555,9 @@ impl<F: Fs> Store<F> {
 
     /// Every public event, in order.
     pub fn events(&self, id: &SessionId) -> Result<Vec<Event>> {
-        Ok(self.follow(id, Cursor::START)?.0)
+        let (events, end) = self.follow(id, Cursor::START)?;
+        assert_eq!(end.index, events.len() as u64, "a cursor counts the public events before it");
+        Ok(events)
     }
 
     /// The public events after `cursor`, and the cursor after them. Reads only what grew.
@@ -631,12 +640,23 @@ impl<F: Fs> Store<F> {
     /// may drop unsynced lines a reader saw, and new lines may regrow the log past the cursor).
     /// `None` when the cursor's segment is gone or shorter than the cursor.
     pub fn pin(&self, id: &SessionId, cursor: Cursor) -> Result<Option<String>> {
-        crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)
+        let pin = crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)?;
+        debug_assert!(
+            pin.as_ref().is_none_or(|pin| pin.is_empty() || pin.len() == 64),
+            "a pin is empty (nothing before the cursor) or a SHA-256 in hex"
+        );
+        Ok(pin)
     }
 
     /// Every stored line of a session, private ones included (for verification and export).
     pub fn lines(&self, id: &SessionId) -> Result<Vec<Line>> {
         self.require_session(id)?;
-        Ok(timeline::read_from(&self.fs, &self.layout, id, Cursor::START)?.0)
+        let (lines, end) = timeline::read_from(&self.fs, &self.layout, id, Cursor::START)?;
+        assert_eq!(
+            end.index,
+            lines.iter().filter(|line| line.is_public()).count() as u64,
+            "a read from the start counts every public event before its end"
+        );
+        Ok(lines)
     }
 }

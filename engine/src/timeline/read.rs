@@ -280,7 +280,9 @@ impl FromStr for Cursor {
         if segment > SegmentNo::MAX.0 {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
-        Ok(Cursor { index: number(index)?, segment, offset: number(offset)? })
+        let cursor = Cursor { index: number(index)?, segment, offset: number(offset)? };
+        assert!(cursor.segment <= SegmentNo::MAX.0, "a cursor names a segment a name holds");
+        Ok(cursor)
     }
 }
 
@@ -293,6 +295,10 @@ pub(crate) fn read_from<F: Fs>(
     cursor: Cursor,
 ) -> Result<(Vec<Line>, Cursor)> {
     let (lines, next) = read_from_positioned(fs, layout, id, cursor)?;
+    debug_assert!(
+        lines.is_sorted_by(|earlier, later| earlier.0 < later.0),
+        "lines are read in log order"
+    );
     Ok((lines.into_iter().map(|(_, line)| line).collect(), next))
 }
 
@@ -327,7 +333,9 @@ impl FromStr for Position {
         if segment > SegmentNo::MAX.0 {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
-        Ok(Position { segment, offset: number(offset)? })
+        let position = Position { segment, offset: number(offset)? };
+        assert!(position.segment <= SegmentNo::MAX.0, "a position names a segment a name holds");
+        Ok(position)
     }
 }
 
@@ -429,6 +437,7 @@ pub(crate) fn tail_lines<F: Fs>(
     counts: impl Fn(&Line) -> bool,
 ) -> Result<Vec<Line>> {
     let page = page_lines(fs, layout, id, None, want, counts)?;
+
     Ok(page.lines.into_iter().map(|(_, line)| line).collect())
 }
 
