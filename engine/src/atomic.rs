@@ -91,6 +91,10 @@ pub(crate) fn replace<F: Fs>(
 
 /// Best-effort removal of a staged file after a failure (recovery removes it otherwise).
 pub(crate) fn discard<F: Fs>(fs: &F, tmp: &Path, steps: &ReplaceBoundaries) {
+    assert!(
+        tmp.extension().is_some_and(|extension| extension == "tmp"),
+        "only a staging file is discarded"
+    );
     let _ = fs.remove_file(tmp, steps.remove);
 }
 

@@ -364,6 +364,12 @@ impl<F: Fs> Store<F> {
             &dispatch.request_digest,
             Some(&DRAIN.index),
         )?;
+        assert!(
+            known
+                .as_ref()
+                .is_none_or(|known| known.receipt.request_digest == dispatch.request_digest),
+            "a head is fenced by the receipt of its own key"
+        );
         Ok(match fence(head, known.as_ref()) {
             Err(stop) => Judged::Stop(stop),
             Ok(true) => Judged::Consume,

@@ -104,6 +104,10 @@ impl Groups {
         let group = sessions.entry(to.clone()).or_default();
         let ticket = group.next;
         group.next += 1;
+        assert!(
+            group.waiting.iter().all(|(waiting, _)| *waiting < ticket),
+            "tickets are handed out in order, each once"
+        );
         group.waiting.push((ticket, request));
         loop {
             let group = sessions.get_mut(to).expect("a group with a waiting member stays");

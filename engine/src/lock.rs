@@ -338,6 +338,7 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
         // This process's own lock, held by none of its threads: leaked by a failed release.
         return Ok(Holder::Stale(seen));
     }
+
     match fs.process_start_ms(pid)? {
         None => Ok(Holder::Stale(seen)),
         Some(start_ms) if start_ms > seen.modified_ms + PID_REUSE_SLACK_MS => {

@@ -643,11 +643,15 @@ impl Index {
                 }
             }
         }
-        Ok(Persisted::Sound(
-            self.folded
-                .get(&(operation.to_owned(), request_digest.to_owned()))
-                .map(|folded| folded.known.clone()),
-        ))
+        let folded = self
+            .folded
+            .get(&(operation.to_owned(), request_digest.to_owned()))
+            .map(|folded| folded.known.clone());
+        assert!(
+            folded.as_ref().is_none_or(|known| known.receipt.request_digest == request_digest),
+            "a folded receipt answers for its own key"
+        );
+        Ok(Persisted::Sound(folded))
     }
 
     /// Receipts in all (the run's and the folded ones).
@@ -782,6 +786,7 @@ impl ReceiptIndexes {
             // Rebuilt from the log by the next lookup.
             *index = Index::default();
         }
+
         Ok(())
     }
 
@@ -797,6 +802,13 @@ impl ReceiptIndexes {
         if let Persisted::Damaged = Self::refresh(fs, layout, id, index, steps)? {
             return Ok(Persisted::Damaged);
         }
+        debug_assert!(
+            index.run.as_ref().is_none_or(|run| {
+                (run.header.cursor.segment, run.header.cursor.offset)
+                    <= (index.cursor.segment, index.cursor.offset)
+            }),
+            "the lines folded in memory lie past the persisted run"
+        );
         index.get(fs, layout, id, operation, request_digest)
     }
 

@@ -688,7 +688,10 @@ pub(crate) fn adapter<F: Fs>(
     record: &Record,
 ) -> Result<Option<String>> {
     let spec = match atomic::read(files.fs, &files.layout.adapter(files.id))? {
-        Some(bytes) => Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()),
+        Some(bytes) => {
+            let spec = String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned();
+            Some(spec)
+        }
         None => record.earlier_adapter().map(str::to_owned),
     };
     Ok(spec)

@@ -36,7 +36,7 @@ use crate::atomic;
 use crate::boundaries::{self, Boundaries};
 use crate::error::{Error, Result};
 use crate::layout::SessionId;
-use crate::mutant::{Mutant, active};
+use crate::mutant::{Mutant, active, selected};
 use crate::queue::{self, Entry};
 use crate::record::Record;
 use crate::store::Store;
@@ -57,6 +57,10 @@ pub(crate) struct Recovered {
 impl Recovered {
     /// The record; a missing one is `NoSuchSession`.
     pub(crate) fn into_record(self, id: &SessionId) -> Result<Record> {
+        debug_assert!(
+            self.record.is_some() || self.last_line.is_none(),
+            "a session without a record had no log line read"
+        );
         self.record.ok_or_else(|| crate::error::Error::NoSuchSession { id: id.clone() })
     }
 }
@@ -104,6 +108,10 @@ impl<F: Fs> Store<F> {
             || skips(Mutant::ArchiveTakeoverWithoutVouch, "archive.");
         let vouching =
             guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips;
+        assert!(
+            vouching || !guard.took_over() || selected().is_some(),
+            "a transition that took a dead holder's lock over vouches before anything else"
+        );
         let result = if vouching
             && active(Mutant::RollForwardBeforeVouch)
             && !steps.lock.link.name().starts_with("recover.")
@@ -121,6 +129,7 @@ impl<F: Fs> Store<F> {
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
+
                 Ok(value)
             }
             Err(error) => {

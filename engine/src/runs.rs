@@ -293,6 +293,10 @@ impl Run {
     pub fn turn_finished_by_hooks(&self) -> bool {
         let last_prompt = self.signals.iter().rposition(|signal| is_prompt(&signal.event));
         let last_stop = self.signals.iter().rposition(|signal| is_stop(&signal.event));
+        debug_assert!(
+            last_prompt.is_none() || last_prompt != last_stop,
+            "a signal is a prompt or a stop, never both"
+        );
         match (last_prompt, last_stop) {
             (Some(prompt), Some(stop)) => stop > prompt,
             (None, Some(_)) => true,
@@ -580,7 +584,7 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
         _ => Progress::IdleUnfinished,
     };
     let prompted = last.signals.iter().any(|signal| is_prompt(&signal.event));
-    match last.outcome {
+    let progress = match last.outcome {
         // A terminal UI (a launch that carries no message) between turns, or before its first.
         Outcome::Running if last.mid.is_none() && !prompted && !last.turn_finished_by_hooks() => {
             if last.signals.iter().any(|signal| signal.event == "SessionStart") {
@@ -598,7 +602,16 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
         }
         Outcome::Interrupted if last.turn_finished_by_hooks() => settled(),
         Outcome::Interrupted => Progress::Crashed,
-    }
+    };
+    assert!(
+        progress != Progress::Running || last.outcome == Outcome::Running,
+        "only a run still going is running"
+    );
+    assert!(
+        progress != Progress::Crashed || last.pid.is_some(),
+        "only a run whose process was seen can have crashed"
+    );
+    progress
 }
 
 /// Session `id`'s runs, folded, with their liveness as `fs` sees it, and the count of unreadable

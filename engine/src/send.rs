@@ -112,6 +112,7 @@ impl<F: Fs> Store<F> {
             Answer::Done(result) => result,
             Answer::Alone => {
                 let mut results = self.send_batch(to, std::slice::from_ref(request))?;
+                assert_eq!(results.len(), 1, "a send alone is a batch of one");
                 results.pop().expect("one answer per request")
             }
         }
@@ -370,6 +371,10 @@ impl<F: Fs> Store<F> {
             Some(line) if is_human_send(line) => vec![line.clone()],
             _ => timeline::tail_lines(&self.fs, &self.layout, to, 1, is_human_send)?,
         };
+        assert!(
+            lines.iter().filter(|line| is_human_send(line)).count() <= 1,
+            "the read stops at the first human send"
+        );
         Ok(
             matches!(lines.last(), Some(Line::Sent(event, _)) if event.from.is_none() && event.reply_via.as_deref() == Some("note")),
         )

@@ -289,6 +289,10 @@ impl<F: Fs> Store<F> {
         path: &Path,
         steps: &lock::LockBoundaries,
     ) -> Result<LockGuard<'_, F>> {
+        assert!(
+            *path == self.layout.session_lock(id) || *path == self.layout.delivery_lock(id),
+            "a session's lock is its record lock or its delivery lock"
+        );
         lock::acquire(&self.fs, self.clock.as_ref(), path, self.config.lock_wait_ms, steps)
             .inspect_err(|error| self.poison_on_io(id, error))
     }
@@ -394,6 +398,16 @@ impl<F: Fs> Store<F> {
         adapter: Option<&str>,
         worktree: Option<&str>,
     ) -> Result<Record> {
+        // The spec is one line of its own file: a line end in it would be read back as another
+        // spec (and a NUL is no text).
+        if let Some(spec) = adapter
+            && (spec.is_empty() || spec.contains(['\n', '\r', '\0']))
+        {
+            return Err(Error::InvalidInput {
+                what: "adapter",
+                reason: format!("{spec:?} is empty or holds a line end or NUL"),
+            });
+        }
         let steps = &boundaries::CREATE;
         self.transition(id, steps, |recovered| {
             if recovered.record.is_some() {
@@ -414,6 +428,7 @@ impl<F: Fs> Store<F> {
             if let Some(spec) = adapter {
                 let mut bytes = spec.as_bytes().to_vec();
                 bytes.push(b'\n');
+                assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1, "a spec is one line");
                 atomic::replace(
                     &self.fs,
                     &dir,
@@ -628,6 +643,7 @@ impl<F: Fs> Store<F> {
             }
             Err(error) => return Err(error.into()),
         }
+        assert_ne!(current, next, "the segment after the cursor's is another file");
         match self.fs.metadata(&next) {
             Ok(_) => Ok(false),
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(true),

@@ -440,6 +440,7 @@ impl Line {
             Ok(line) => Ok(line),
             Err(why) => match glued(bytes) {
                 Some((start, line)) => {
+                    assert!(start > 0 && start < bytes.len(), "a glued line starts inside");
                     crate::damage::note(crate::damage::Damage {
                         path: path.to_path_buf(),
                         offset,

@@ -149,6 +149,11 @@ fn numbered_segments<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<V
 
 /// The current length of `segment` (a stat unless the listing already holds it).
 pub(crate) fn segment_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
+    debug_assert_eq!(
+        segment.len.is_some(),
+        segment.modified_ns.is_some(),
+        "a listing knows a segment's length exactly when it knows its time"
+    );
     match segment.len {
         Some(len) => Ok(len),
         None => Ok(fs.metadata(&segment.path)?.len),
@@ -181,6 +186,7 @@ pub(crate) fn sound_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
 
 /// Whether a segment may end in a torn line: the newest one, and the legacy one.
 fn tail_tolerant(segments: &[Segment], index: usize) -> bool {
+    debug_assert!(index < segments.len(), "a segment of the listing");
     index + 1 == segments.len() || segments.get(index).is_some_and(|segment| segment.no.is_none())
 }
 
@@ -423,6 +429,8 @@ pub(crate) fn line_at<F: Fs>(
             return Ok(None);
         }
     }
+    assert!(!bytes.contains(&b'\n'), "a line read at a position is that one line");
+    assert!(bytes.len() <= LINE_BYTES_MAX + 4096, "a line read is bounded");
     Ok(Line::decode_at(&bytes, &path, offset).ok())
 }
 
@@ -498,6 +506,7 @@ fn page_once<F: Fs>(
 ) -> Result<PageLines> {
     let segments = list_segments(fs, layout, id)?;
     let newest = segments.len().checked_sub(1);
+    assert_eq!(newest.is_none(), segments.is_empty(), "an empty log has no newest segment");
     let (last, stop) = match before {
         None => (newest, None),
         Some(before) => {
@@ -513,6 +522,7 @@ fn page_once<F: Fs>(
     };
     let mut page = PageLines { lines: Vec::new(), full: false, end: before.unwrap_or_default() };
     let Some(last) = last else { return Ok(page) };
+    assert!(last < segments.len(), "a page starts in a segment of the log");
     let mut counted = 0usize;
     for (index, segment) in segments.iter().enumerate().take(last + 1).rev() {
         let mut reader = match stop.filter(|_| index == last) {

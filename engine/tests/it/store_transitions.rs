@@ -53,6 +53,22 @@ fn create_rejects_duplicates_and_bad_ids() {
 }
 
 #[test]
+fn an_adapter_spec_that_is_not_one_line_is_refused_before_anything_is_created() {
+    let (_dir, store) = real_store(config());
+    for spec in ["", "exec:cat\nstdout", "exec:cat\r", "exec:c\0at"] {
+        let s = id("s1");
+        assert!(
+            matches!(
+                store.create_session(&s, &queued(), Some(spec), None),
+                Err(Error::InvalidInput { what: "adapter", .. })
+            ),
+            "{spec:?}"
+        );
+        assert!(!store.fs().exists(&store.layout().session_dir(&s)).unwrap(), "{spec:?}");
+    }
+}
+
+#[test]
 fn unkeyed_send_is_logged_raw_and_queued_composed() {
     let (_dir, store) = real_store(config());
     let (pane, headless) = (id("pane"), id("headless"));
