@@ -65,6 +65,7 @@ impl FromStr for KillPoint {
             }
             None => (s, 1),
         };
+        assert!(occurrence >= 1 && !name.contains('#'), "occurrences count from 1, after the name");
         Ok(KillPoint::Boundary { name: name.to_owned(), occurrence })
     }
 }
@@ -96,6 +97,7 @@ impl KillState {
             *count += 1;
             *count
         };
+        assert!(occurrence >= 1, "this op is an occurrence of its boundary");
         if let Some(trace) = &self.trace {
             let mut trace = trace.lock().unwrap_or_else(PoisonError::into_inner);
             // One write per line on an O_APPEND file: lines from this process never interleave.
@@ -133,7 +135,7 @@ impl<F: Fs> KillFs<F> {
             }
             None => None,
         };
-        Ok(KillFs {
+        let fs = KillFs {
             inner,
             state: Arc::new(KillState {
                 point,
@@ -141,7 +143,9 @@ impl<F: Fs> KillFs<F> {
                 boundary_counts: Mutex::new(std::collections::HashMap::new()),
                 trace,
             }),
-        })
+        };
+        assert_eq!(fs.op_count(), 0, "a new kill seam has counted no op");
+        Ok(fs)
     }
 
     /// Wraps `inner` as configured by `SPEX_KILL_AT` and `SPEX_KILL_TRACE`; with neither set
@@ -185,6 +189,7 @@ impl<F: Fs> Fs for KillFs<F> {
             self.state.before(boundary, OpKind::Open, path);
         }
         let inner = self.inner.open(path, options, boundary)?;
+        assert_eq!(inner.path(), path, "a file opened keeps the path it was opened by");
         Ok(KillFile { inner, state: Arc::clone(&self.state) })
     }
 
@@ -219,7 +224,12 @@ impl<F: Fs> Fs for KillFs<F> {
     }
 
     fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>> {
-        self.inner.read_dir(path)
+        let entries = self.inner.read_dir(path)?;
+        debug_assert!(
+            entries.iter().all(|entry| !entry.name.is_empty() && !entry.name.contains('/')),
+            "a listing names entries, each one component"
+        );
+        Ok(entries)
     }
 
     fn metadata(&self, path: &Path) -> Result<Metadata> {
@@ -255,7 +265,9 @@ impl<T: File> File for KillFile<T> {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.inner.read_at(offset, buf)
+        let read = self.inner.read_at(offset, buf)?;
+        assert!(read <= buf.len(), "a read fills at most its buffer");
+        Ok(read)
     }
 
     fn len(&self) -> Result<u64> {

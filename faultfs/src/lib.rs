@@ -71,6 +71,7 @@ pub struct Boundary(&'static str);
 impl Boundary {
     /// A boundary named `name`.
     pub const fn new(name: &'static str) -> Self {
+        assert!(!name.is_empty(), "a boundary has a name");
         Boundary(name)
     }
 
@@ -277,11 +278,13 @@ pub trait File: Send + Sync {
         while filled < buf.len() {
             let Some(rest) = buf.get_mut(filled..) else { break };
             let read = self.read_at(offset + filled as u64, rest)?;
+            assert!(read <= rest.len(), "a read fills at most its buffer");
             if read == 0 {
                 break;
             }
             filled += read;
         }
+        assert!(filled <= buf.len(), "a full read fills at most its buffer");
         Ok(filled)
     }
 
@@ -325,6 +328,7 @@ pub trait File: Send + Sync {
         let mut buf = vec![0u8; len];
         let filled = self.read_full_at(0, &mut buf)?;
         buf.truncate(filled);
+        assert!(buf.len() <= len, "a whole read stops at the length it saw");
         Ok(buf)
     }
 }

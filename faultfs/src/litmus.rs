@@ -45,11 +45,13 @@ pub struct Outcome {
 impl Outcome {
     fn some(images: &[Image], witness: impl Fn(&Image) -> bool) -> Outcome {
         let witnesses = images.iter().filter(|image| witness(image)).count();
+        assert!(witnesses <= images.len(), "a witness is one of the images");
         Outcome { images: images.len(), witnesses, holds: witnesses > 0 }
     }
 
     fn every(images: &[Image], holds: impl Fn(&Image) -> bool) -> Outcome {
         let witnesses = images.iter().filter(|image| holds(image)).count();
+        assert!(!images.is_empty(), "a crash leaves at least one machine to judge");
         Outcome { images: images.len(), witnesses, holds: witnesses == images.len() }
     }
 }
@@ -133,6 +135,7 @@ fn fs_with_dir(plan: FaultPlan, rules: Rules) -> Result<SimFs> {
     let fs = SimFs::with_rules(plan, rules);
     fs.create_dir(p("/d"), B)?;
     fs.sync_dir(p("/"), B)?;
+    assert!(fs.exists(p("/d"))?, "reads see a directory at once, under every rule");
     Ok(fs)
 }
 
@@ -142,7 +145,9 @@ fn durable_file(fs: &SimFs, name: &str, contents: &[u8]) -> Result<()> {
     let file = fs.open(&path, OpenOptions::create(), B)?;
     file.append(contents, B)?;
     file.sync_all(B)?;
-    fs.sync_dir(p("/d"), B)
+    fs.sync_dir(p("/d"), B)?;
+    assert_eq!(fs.read(&path)?, contents, "reads see what was written");
+    Ok(())
 }
 
 fn power(fs: &SimFs) -> Vec<Image> {
@@ -154,6 +159,7 @@ fn file_synced_dir_not(rules: Rules) -> Result<Outcome> {
     let file = fs.open(p("/d/f"), OpenOptions::create(), B)?;
     file.append(b"data", B)?;
     file.sync_data(B)?;
+    assert!(fs.exists(p("/d/f"))?, "the running process sees the file");
     Ok(Outcome::some(&power(&fs), |image| !image.contains("/d/f")))
 }
 
@@ -165,6 +171,7 @@ fn rename_unsynced_tmp(rules: Rules) -> Result<Outcome> {
     tmp.append(&new, B)?;
     fs.rename(p("/d/target.tmp"), p("/d/target"), B)?;
     fs.sync_dir(p("/d"), B)?;
+    assert_eq!(fs.read(p("/d/target"))?, new, "the running process sees the new contents");
     Ok(Outcome::some(&power(&fs), |image| {
         image.file("/d/target").is_some_and(|target| target != b"old contents\n" && target != new)
     }))
@@ -175,6 +182,7 @@ fn append_unsynced(rules: Rules) -> Result<Outcome> {
     durable_file(&fs, "log", b"line 1\n")?;
     let file = fs.open(p("/d/log"), OpenOptions::read_write(), B)?;
     file.append(b"line 2\n", B)?;
+    assert_eq!(fs.read(p("/d/log"))?, b"line 1\nline 2\n", "reads see the unsynced line");
     Ok(Outcome::some(&power(&fs), |image| image.file("/d/log") == Some(b"line 1\n")))
 }
 
@@ -183,6 +191,7 @@ fn extension_as_zeros(rules: Rules) -> Result<Outcome> {
     durable_file(&fs, "log", b"")?;
     let file = fs.open(p("/d/log"), OpenOptions::read_write(), B)?;
     file.append(b"abc\n", B)?;
+    assert_eq!(file.len()?, 4, "reads see the new length at once");
     Ok(Outcome::some(&power(&fs), |image| image.file("/d/log") == Some(&[0u8; 4][..])))
 }
 
@@ -198,6 +207,7 @@ fn tmp_fsync_rename_dirsync(rules: Rules) -> Result<Outcome> {
     // Something else is still pending, so the images are not trivially one.
     let other = fs.open(p("/d/other"), OpenOptions::create(), B)?;
     other.append(b"pending", B)?;
+    assert!(!fs.exists(p("/d/target.tmp"))?, "the renamed name is gone for the running process");
     let images = power(&fs);
     Ok(Outcome::every(&images, |image| {
         image.file("/d/target") == Some(&new[..]) && !image.contains("/d/target.tmp")
@@ -209,6 +219,7 @@ fn rename_atomic(rules: Rules) -> Result<Outcome> {
     durable_file(&fs, "target", b"old")?;
     durable_file(&fs, "tmp", b"new")?;
     fs.rename(p("/d/tmp"), p("/d/target"), B)?;
+    assert_eq!(fs.read(p("/d/target"))?, b"new", "the running process sees the rename");
     Ok(Outcome::every(&power(&fs), |image| {
         matches!(
             (image.file("/d/tmp"), image.file("/d/target")),
@@ -222,6 +233,7 @@ fn kill_keeps_writes(rules: Rules) -> Result<Outcome> {
     let file = fs.open(p("/d/log"), OpenOptions::create(), B)?;
     file.append(b"never synced\n", B)?;
     fs.rename(p("/d/log"), p("/d/log2"), B)?;
+    assert!(!fs.exists(p("/d/log"))?, "the running process sees the rename");
     let images = fs.crash(CrashMode::ProcessKill).images;
     Ok(Outcome::every(&images, |image| {
         image.file("/d/log2") == Some(b"never synced\n") && !image.contains("/d/log")
@@ -236,6 +248,7 @@ fn fsyncgate(rules: Rules) -> Result<Outcome> {
     let file = fs.open(p("/d/log"), OpenOptions::read_write(), B)?;
     file.append(b"dropped\n", B)?;
     let failed = file.sync_data(B).is_err();
+    assert!(failed, "the planned fault fails the first sync, under every rule");
     file.sync_data(B)?;
     let visible = file.read_to_end()? == b"kept\ndropped\n";
     let mut outcome = Outcome::every(&power(&fs), |image| image.file("/d/log") == Some(b"kept\n"));

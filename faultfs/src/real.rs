@@ -118,6 +118,10 @@ impl Fs for RealFs {
             entries.push(DirEntry { name, kind });
         }
         entries.sort();
+        assert!(
+            entries.iter().all(|entry| !entry.name.is_empty() && !entry.name.contains('/')),
+            "a listing names entries, each one component"
+        );
         Ok(entries)
     }
 
@@ -163,12 +167,16 @@ const DIR_MODE: u32 = 0o700;
 /// `O_NOFOLLOW | O_NONBLOCK`.
 fn open_flags() -> i32 {
     let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
-    i32::try_from(flags.bits()).unwrap_or(0)
+    let flags = i32::try_from(flags.bits()).unwrap_or(0);
+    assert_ne!(flags, 0, "every open refuses links and never blocks");
+    flags
 }
 
 /// `O_DIRECTORY`.
 fn directory_flag() -> i32 {
-    i32::try_from(rustix::fs::OFlags::DIRECTORY.bits()).unwrap_or(0)
+    let flag = i32::try_from(rustix::fs::OFlags::DIRECTORY.bits()).unwrap_or(0);
+    assert_ne!(flag, 0, "a directory sync opens a directory or nothing");
+    flag
 }
 
 /// The error of an open that found something other than a regular file.
@@ -237,7 +245,9 @@ fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
         .and_then(|value| value.trim().parse().ok())
         .ok_or_else(|| malformed("no btime in /proc/stat"))?;
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
-    Ok(Some(boot_secs * 1000 + start_ticks * 1000 / ticks_per_second))
+    let start_ms = boot_secs * 1000 + start_ticks * 1000 / ticks_per_second;
+    assert!(start_ms >= boot_secs * 1000, "a process starts after the machine boots");
+    Ok(Some(start_ms))
 }
 
 impl File for RealFile {

@@ -146,6 +146,7 @@ impl Trace {
             self.entries.last().is_none_or(|last| last.index < entry.index),
             "trace entries are in op order"
         );
+        assert!(!entry.outcome.is_empty(), "every op has an outcome");
         self.entries.push(entry);
     }
 
@@ -156,7 +157,9 @@ impl Trace {
             hasher.update(entry.to_string().as_bytes());
             hasher.update(b"\n");
         }
-        hex::encode(hasher.finalize())
+        let hash = hex::encode(hasher.finalize());
+        debug_assert_eq!(hash.len(), 64, "a trace's hash is a SHA-256 in hex");
+        hash
     }
 }
 

@@ -34,12 +34,18 @@ impl SimFile {
         let detail = format!("@{offset}+{}", data.len());
         let op_index = state.op_count;
         let verdict = state.begin(boundary, op, self.path.display().to_string(), detail)?;
+        assert_eq!(state.op_count, op_index + 1, "a write is one op");
         if !self.writable {
             return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
         }
         match verdict {
             Verdict::Proceed => {
+                let before = state.pending.len();
                 state.write(self.ino, offset, data);
+                assert!(
+                    state.pending.len() == before + 1 || !state.rules.data_needs_sync,
+                    "a write is pending until its file is synced"
+                );
                 Ok(())
             }
             Verdict::Fail(Fault::ShortWrite) => {

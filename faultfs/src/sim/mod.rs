@@ -369,6 +369,8 @@ impl SimFs {
                 image.nodes().len() + 1,
                 "an inode per image node, and the root"
             );
+            #[cfg(debug_assertions)]
+            state.check();
         }
         fs
     }
@@ -644,66 +646,11 @@ impl SimFs {
         let existing = state.dir(parent).volatile.get(*name).copied();
         let ino = match existing {
             Some(ino) => {
-                if options.create_new {
-                    return Err(io_error(
-                        OpKind::Open,
-                        path,
-                        boundary,
-                        io::ErrorKind::AlreadyExists,
-                    ));
-                }
-                match state.inode(ino).node {
-                    Node::Dir(_) => {
-                        return Err(io_error(
-                            OpKind::Open,
-                            path,
-                            boundary,
-                            io::ErrorKind::IsADirectory,
-                        ));
-                    }
-                    // Every open is `O_NOFOLLOW`: a link in the last component is ELOOP.
-                    Node::Symlink(_) => {
-                        return Err(Error::io(
-                            OpKind::Open,
-                            path,
-                            Some(boundary),
-                            io::Error::from_raw_os_error(ELOOP),
-                        ));
-                    }
-                    // As `RealFs`: anything but a regular file is refused at once.
-                    Node::Special => {
-                        return Err(Error::io(
-                            OpKind::Open,
-                            path,
-                            Some(boundary),
-                            io::Error::new(
-                                io::ErrorKind::InvalidInput,
-                                "a special file (a FIFO, a socket or a device) where a regular file belongs",
-                            ),
-                        ));
-                    }
-                    Node::File(_) => {}
-                }
-                if options.truncate && options.write {
-                    state.set_len(ino, 0);
-                }
+                state.open_existing(ino, options, path, boundary)?;
                 ino
             }
-            None => {
-                if !(options.create || options.create_new) {
-                    return Err(io_error(OpKind::Open, path, boundary, io::ErrorKind::NotFound));
-                }
-                let ino = state.new_inode(Node::File(FileNode {
-                    durable: Arc::new(Vec::new()),
-                    volatile: Vec::new(),
-                }));
-                state.bind(vec![NameChange {
-                    dir: parent,
-                    name: (*name).to_owned(),
-                    target: Some(ino),
-                }]);
-                ino
-            }
+            None if options.create || options.create_new => state.create_file(parent, name),
+            None => return Err(io_error(OpKind::Open, path, boundary, io::ErrorKind::NotFound)),
         };
         debug_assert!(
             matches!(&state.inode(ino).node, Node::File(file)
@@ -823,6 +770,115 @@ impl State {
         }
     }
 
+    /// The open of the existing inode `ino` at `path`: refused unless a regular file (and
+    /// unless `create_new`), truncated when asked.
+    fn open_existing(
+        &mut self,
+        ino: Ino,
+        options: OpenOptions,
+        path: &Path,
+        boundary: Boundary,
+    ) -> Result<()> {
+        if options.create_new {
+            return Err(io_error(OpKind::Open, path, boundary, io::ErrorKind::AlreadyExists));
+        }
+        match self.inode(ino).node {
+            Node::Dir(_) => {
+                return Err(io_error(OpKind::Open, path, boundary, io::ErrorKind::IsADirectory));
+            }
+            // Every open is `O_NOFOLLOW`: a link in the last component is ELOOP.
+            Node::Symlink(_) => {
+                return Err(Error::io(
+                    OpKind::Open,
+                    path,
+                    Some(boundary),
+                    io::Error::from_raw_os_error(ELOOP),
+                ));
+            }
+            // As `RealFs`: anything but a regular file is refused at once.
+            Node::Special => {
+                return Err(Error::io(
+                    OpKind::Open,
+                    path,
+                    Some(boundary),
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a special file (a FIFO, a socket or a device) where a regular file belongs",
+                    ),
+                ));
+            }
+            Node::File(_) => {}
+        }
+        if options.truncate && options.write {
+            self.set_len(ino, 0);
+        }
+        assert!(matches!(self.inode(ino).node, Node::File(_)), "only a regular file opens");
+        Ok(())
+    }
+
+    /// A new empty file named `name` in directory `parent` (which has no such entry).
+    fn create_file(&mut self, parent: Ino, name: &str) -> Ino {
+        assert!(!self.dir(parent).volatile.contains_key(name), "a new file takes a free name");
+        let ino = self.new_inode(Node::File(FileNode {
+            durable: Arc::new(Vec::new()),
+            volatile: Vec::new(),
+        }));
+        self.bind(vec![NameChange { dir: parent, name: name.to_owned(), target: Some(ino) }]);
+        assert_eq!(self.dir(parent).volatile.get(name), Some(&ino), "the new file is named");
+        ino
+    }
+
+    /// The state's own invariants, checked after every change in debug builds: every name and
+    /// every pending change binds inodes that exist, of the right kind; inode numbers and file
+    /// handles are handed out in order; no time lies ahead of the clock; one trace entry per op.
+    fn check(&self) {
+        assert!(matches!(self.inode(ROOT_INO).node, Node::Dir(_)), "the root is a directory");
+        assert!(
+            self.inodes.keys().all(|&ino| ino < self.next_ino),
+            "inode numbers are handed out in order"
+        );
+        for inode in self.inodes.values() {
+            if let Node::Dir(dir) = &inode.node {
+                assert!(
+                    dir.volatile
+                        .values()
+                        .chain(dir.durable.values())
+                        .all(|ino| { self.inodes.contains_key(ino) }),
+                    "every entry, visible or durable, names an inode"
+                );
+            }
+            assert!(inode.modified_ms <= self.clock_ms, "nothing was modified after now");
+        }
+        for pending in &self.pending {
+            match pending {
+                Pending::Data { ino, .. } => assert!(
+                    matches!(self.inode(*ino).node, Node::File(_)),
+                    "pending data is a file's"
+                ),
+                Pending::Names { changes } => assert!(
+                    !changes.is_empty()
+                        && changes.iter().all(|change| {
+                            matches!(self.inode(change.dir).node, Node::Dir(_))
+                                && change.target.is_none_or(|to| self.inodes.contains_key(&to))
+                        }),
+                    "a pending name change binds an inode in a directory"
+                ),
+            }
+        }
+        assert!(
+            self.locks.iter().all(|(ino, &handle)| {
+                self.inodes.contains_key(ino) && handle < self.next_handle
+            }),
+            "a lock is on an inode, held by a handle handed out"
+        );
+        assert!(
+            self.image_files_read.iter().all(|ino| self.image_files.contains_key(ino)),
+            "a file read of an image is one of its files"
+        );
+        assert!(self.halted.is_none_or(|(_, op)| op < self.op_count), "a crash is at an op issued");
+        assert_eq!(self.trace.entries().len() as u64, self.op_count, "one trace entry per op");
+    }
+
     fn new_inode(&mut self, node: Node) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
@@ -886,6 +942,8 @@ impl State {
                 self.pending.push(Pending::Names { changes: vec![change] });
             }
         }
+        #[cfg(debug_assertions)]
+        self.check();
     }
 
     /// Applies name changes to the durable entries.
@@ -920,6 +978,8 @@ impl State {
         if !self.rules.data_needs_sync {
             self.sync_file(ino, false);
         }
+        #[cfg(debug_assertions)]
+        self.check();
     }
 
     fn set_len(&mut self, ino: Ino, len: u64) {
@@ -932,6 +992,8 @@ impl State {
         if !self.rules.data_needs_sync {
             self.sync_file(ino, false);
         }
+        #[cfg(debug_assertions)]
+        self.check();
     }
 
     /// Makes `ino`'s pending data changes durable, or (when `dropped`) discards them without
@@ -960,6 +1022,8 @@ impl State {
         for change in &changes {
             apply_change(durable, change);
         }
+        #[cfg(debug_assertions)]
+        self.check();
     }
 
     /// Makes every pending name change touching directory `dir` durable, and with them every
@@ -1001,6 +1065,8 @@ impl State {
             )),
             "a directory sync leaves none of its name changes pending"
         );
+        #[cfg(debug_assertions)]
+        self.check();
     }
 
     /// A seeded length in `0..len` for a short write at op `op_index`.

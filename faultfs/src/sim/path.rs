@@ -31,6 +31,14 @@ impl State {
                 _ => ino = next,
             }
         }
+        assert!(
+            followed <= SYMLINKS_FOLLOWED_MAX,
+            "a resolution follows a bounded number of links"
+        );
+        assert!(
+            !follow_last || !matches!(self.inode(ino).node, Node::Symlink(_)),
+            "a resolution that follows links ends on something else"
+        );
         Some(ino)
     }
 
@@ -87,9 +95,15 @@ pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
             }
         }
     }
+    assert!(
+        components.iter().all(|name| !name.is_empty() && !name.contains('/') && *name != ".."),
+        "a normalized path is names, each one component"
+    );
     Ok(components)
 }
 
 pub(super) fn split_image_path(path: &str) -> Vec<&str> {
-    path.split('/').filter(|component| !component.is_empty()).collect()
+    let components: Vec<&str> = path.split('/').filter(|component| !component.is_empty()).collect();
+    debug_assert!(components.iter().all(|name| !name.is_empty()), "no empty component");
+    components
 }
