@@ -257,7 +257,6 @@ pub(crate) struct Pieces {
 
 impl Pieces {
     pub(crate) fn collect(state: &State) -> Pieces {
-        let chunk = chunk_bytes();
         let mut list = Vec::new();
         let mut reduced = 0;
         // The chunks (file, start) some kept piece writes: a later all-zero piece there is not
@@ -293,29 +292,15 @@ impl Pieces {
                             (len_before.min(*len)..len_before.max(*len), (len_before, len_before))
                         }
                     };
-                    if !touched.is_empty() {
-                        let first = touched.start / chunk;
-                        let last = touched.end.div_ceil(chunk);
-                        for index in first..last {
-                            let start = index * chunk;
-                            let snapshot_end = (start + chunk).min(len_after);
-                            let snapshot = if start < snapshot_end {
-                                span(buf, to_usize(start), to_usize(snapshot_end)).to_vec()
-                            } else {
-                                Vec::new()
-                            };
-                            let written = (written.0.max(start), written.1.min(start + chunk));
-                            if indistinguishable(state, *ino, start, &snapshot, &kept) {
-                                reduced += 1;
-                                continue;
-                            }
-                            kept.insert((*ino, start));
-                            list.push(Piece {
-                                op,
-                                kind: PieceKind::Chunk { ino: *ino, start, snapshot, written },
-                            });
-                        }
-                    }
+                    reduced += chunk_pieces(
+                        state,
+                        (op, *ino),
+                        buf,
+                        touched,
+                        written,
+                        &mut kept,
+                        &mut list,
+                    );
                     if len_after != len_before {
                         list.push(Piece {
                             op,
@@ -325,12 +310,64 @@ impl Pieces {
                 }
             }
         }
+        assert!(
+            list.is_sorted_by_key(|piece: &Piece| piece.op),
+            "pieces are in the issue order of their changes"
+        );
         Pieces { list, ops: state.pending.len(), reduced }
     }
 
     pub(crate) fn len(&self) -> usize {
+        debug_assert!(self.list.iter().all(|piece| piece.op < self.ops), "a piece is of a change");
         self.list.len()
     }
+}
+
+/// The chunk pieces of the data change `op` to file `ino` that touched the byte range `touched`
+/// (writing `written`), each holding its chunk of `buf` (the file right after the change),
+/// pushed onto `list`; returns how many were left out as changing no image (see
+/// [`indistinguishable`]). `kept` holds the chunks some kept piece writes.
+fn chunk_pieces(
+    state: &State,
+    (op, ino): (usize, Ino),
+    buf: &[u8],
+    touched: std::ops::Range<u64>,
+    written: (u64, u64),
+    kept: &mut BTreeSet<(Ino, u64)>,
+    list: &mut Vec<Piece>,
+) -> usize {
+    let chunk = chunk_bytes();
+    let len_after = buf.len() as u64;
+    let listed = list.len();
+    let mut reduced = 0;
+    if touched.is_empty() {
+        return 0;
+    }
+    let first = touched.start / chunk;
+    let last = touched.end.div_ceil(chunk);
+    for index in first..last {
+        let start = index * chunk;
+        let snapshot_end = (start + chunk).min(len_after);
+        let snapshot = if start < snapshot_end {
+            span(buf, to_usize(start), to_usize(snapshot_end)).to_vec()
+        } else {
+            Vec::new()
+        };
+        let written = (written.0.max(start), written.1.min(start + chunk));
+        if indistinguishable(state, ino, start, &snapshot, kept) {
+            reduced += 1;
+            continue;
+        }
+        assert!(snapshot.len() as u64 <= chunk, "a chunk piece holds at most its chunk");
+        kept.insert((ino, start));
+        list.push(Piece { op, kind: PieceKind::Chunk { ino, start, snapshot, written } });
+    }
+    assert_eq!(
+        (list.len() - listed) + reduced,
+        to_usize(last - first),
+        "every chunk the change touched is a piece or left out"
+    );
+    reduced
 }
 
 /// Whether a chunk piece of file `ino` at `start` with content `snapshot` (the chunk right
@@ -370,6 +407,7 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
         dirs.insert(ino);
         files.extend(dir.volatile.values().chain(dir.durable.values()).copied());
     }
+    assert!(dirs.len() <= state.ephemeral.len(), "an ephemeral directory is one declared");
     (dirs, files)
 }
 
@@ -453,6 +491,10 @@ impl<'a> Builder<'a> {
                 by_file.entry(ino).or_default().push(index);
             }
         }
+        debug_assert!(
+            by_file.values().all(|indices| indices.is_sorted()),
+            "a file's pieces are listed in issue order"
+        );
         Builder {
             state,
             pieces,
@@ -467,6 +509,7 @@ impl<'a> Builder<'a> {
 
     /// The first `cut` pending changes, whole, for every `cut`.
     fn prefixes(&mut self) {
+        let generated = self.generated;
         for cut in 0..=self.pieces.ops {
             let choices: Vec<Choice> = self
                 .pieces
@@ -476,6 +519,7 @@ impl<'a> Builder<'a> {
                 .collect();
             self.add(&choices);
         }
+        assert_eq!(self.generated, generated + self.pieces.ops + 1, "one prefix per cut");
     }
 
     fn families(&mut self) {
@@ -492,12 +536,14 @@ impl<'a> Builder<'a> {
         let seed = mix(self.state.plan.seed, self.state.op_count);
         // Seeded samples.
         let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x5A3F));
+        let before = self.generated;
         for _ in 0..self.state.sampled_images {
             let choices: Vec<Choice> = (0..count)
                 .map(|_| if rng.random::<bool>() { Choice::Apply } else { Choice::Skip })
                 .collect();
             self.add(&choices);
         }
+        assert_eq!(self.generated, before + self.state.sampled_images, "each sample is generated");
     }
 
     /// Torn writes: every change before a write, then that write cut inside it.
@@ -533,11 +579,13 @@ impl<'a> Builder<'a> {
     }
 
     fn add(&mut self, choices: &[Choice]) {
+        assert_eq!(choices.len(), self.pieces.len(), "a choice per piece");
         self.generated += 1;
         let image = self.materialize(choices);
         if self.seen.insert(image.hash) {
             self.images.push(image);
         }
+        debug_assert_eq!(self.seen.len(), self.images.len(), "each image is listed once");
     }
 
     /// Applies the chosen pieces, in issue order, to the durable state. Each file's bytes
@@ -612,6 +660,7 @@ impl<'a> Builder<'a> {
                     distinct.push(Outcome { entries: changed.entries, files });
                 }
             }
+            assert!(!distinct.is_empty(), "a group has at least its empty subset's outcome");
             outcomes.push(distinct);
         }
         let product = outcomes.iter().try_fold(1usize, |product, distinct| {
@@ -781,7 +830,12 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
         let group = root(&mut parent, index);
         groups.entry(group).or_default().push(index);
     }
-    groups.into_values().collect()
+    let groups: Vec<Vec<usize>> = groups.into_values().collect();
+    debug_assert!(
+        groups.iter().flatten().collect::<BTreeSet<_>>().len() == groups.iter().flatten().count(),
+        "a piece is in one group at most"
+    );
+    groups
 }
 
 /// What a set of surviving pieces changed: directories' entries and files' bytes, the rest is
@@ -919,6 +973,7 @@ fn final_bytes(
     {
         stale_fill(&mut buf, file.durable.len(), covered);
     }
+    assert_eq!(buf.len() as u64, len, "a file's bytes in an image are as long as its length");
     buf
 }
 
@@ -939,6 +994,10 @@ const STALE: &[u8] = b"\xA5stale{\"kind\":\n";
 
 /// Fills the bytes of `buf` past `durable` that no surviving write covered with stale bytes.
 fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize)>>) {
+    debug_assert!(
+        covered.is_none_or(|ranges| ranges.iter().all(|(lo, hi)| lo <= hi)),
+        "a covered range is a range"
+    );
     for (position, byte) in buf.iter_mut().enumerate().skip(durable) {
         let written = covered
             .is_some_and(|ranges| ranges.iter().any(|(lo, hi)| (*lo..*hi).contains(&position)));
@@ -1003,14 +1062,26 @@ fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
     }
     cuts.sort_unstable();
     cuts.dedup();
+    assert!(
+        cuts.first() == Some(&lo) && cuts.iter().all(|cut| (lo..hi.max(lo + 1)).contains(cut)),
+        "every cut lies inside its write, the first at its start"
+    );
     cuts
 }
 
 /// The image of everything the kernel accepted: the volatile view.
 fn volatile_image(state: &State) -> Image {
-    walk(
+    let image = walk(
         state,
         |dir| &state.dir(dir).volatile,
         |_, file| (Arc::new(file.volatile.clone()), Sha256::digest(&file.volatile).into()),
-    )
+    );
+    debug_assert!(
+        image
+            .nodes()
+            .keys()
+            .all(|path| state.lookup_components(&super::path::split_image_path(path)).is_some()),
+        "a kill's image is what the running process sees"
+    );
+    image
 }
