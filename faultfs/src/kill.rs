@@ -90,6 +90,7 @@ struct KillState {
 impl KillState {
     /// Counts one mutating op; aborts the process if it is the kill point.
     fn before(&self, boundary: Boundary, op: OpKind, path: &Path) {
+        assert!(op != OpKind::Read && op != OpKind::Metadata, "only a mutating op is a kill point");
         let index = self.ops.fetch_add(1, Ordering::SeqCst);
         let occurrence = {
             let mut counts = self.boundary_counts.lock().unwrap_or_else(PoisonError::into_inner);

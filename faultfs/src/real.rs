@@ -48,6 +48,10 @@ impl Fs for RealFs {
         // O_NONBLOCK: a FIFO or a device in a file's place opens at once (or fails) instead of
         // waiting for a peer; it is then refused below, never read. On a regular file the flag
         // changes nothing. A file created is private to its owner (0600).
+        assert!(
+            options.read || options.write || options.mutates(),
+            "an open reads, writes or creates"
+        );
         let on_error = || context(OpKind::Open, path, Some(boundary));
         let file = fs::OpenOptions::new()
             .custom_flags(open_flags())
@@ -262,6 +266,7 @@ impl File for RealFile {
     }
 
     fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
+        assert!(offset.checked_add(data.len() as u64).is_some(), "a write ends inside u64");
         self.file.write_all_at(data, offset).map_err(context(
             OpKind::WriteAt,
             &self.path,

@@ -75,6 +75,11 @@ impl SimFile {
             Verdict::Proceed => {
                 if state.rules.sync_makes_durable {
                     state.sync_file(self.ino, false);
+                    assert!(
+                        !state.pending.iter().any(|pending| matches!(pending,
+                            super::Pending::Data { ino, .. } if *ino == self.ino)),
+                        "a successful sync leaves none of its file's data pending"
+                    );
                 }
                 Ok(())
             }
@@ -100,6 +105,7 @@ impl File for SimFile {
     }
 
     fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
+        assert!(offset.checked_add(data.len() as u64).is_some(), "a write ends inside u64");
         self.write_op(OpKind::WriteAt, Some(offset), data, boundary)
     }
 
@@ -130,10 +136,10 @@ impl File for SimFile {
     fn len(&self) -> Result<u64> {
         let state = self.fs.lock();
         state.check_alive(Boundary::new("len"))?;
-        match &state.inode(self.ino).node {
-            Node::File(file) => Ok(file.volatile.len() as u64),
-            Node::Dir(_) | Node::Symlink(_) | Node::Special => Ok(0),
-        }
+        let Node::File(file) = &state.inode(self.ino).node else {
+            unreachable!("an open file is a regular file (opens refuse anything else)")
+        };
+        Ok(file.volatile.len() as u64)
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
@@ -148,6 +154,10 @@ impl File for SimFile {
             return Err(fault_error(fault, op, &self.path, boundary));
         }
         state.set_len(self.ino, len);
+        assert!(
+            matches!(&state.inode(self.ino).node, Node::File(file) if file.volatile.len() as u64 == len),
+            "reads see the new length at once"
+        );
         Ok(())
     }
 
@@ -192,5 +202,10 @@ impl Drop for SimFile {
         if state.locks.get(&self.ino) == Some(&self.handle) {
             state.locks.remove(&self.ino);
         }
+        debug_assert_ne!(
+            state.locks.get(&self.ino),
+            Some(&self.handle),
+            "a closed file holds no lock"
+        );
     }
 }

@@ -128,6 +128,7 @@ impl Image {
 
     /// The bytes of the file at `path`, if it is a file in this image.
     pub fn file(&self, path: &str) -> Option<&[u8]> {
+        debug_assert!(path.starts_with('/'), "an image's paths are absolute");
         match self.nodes.get(path) {
             Some(ImageNode::File(bytes)) => Some(bytes.as_slice()),
             _ => None,
@@ -136,6 +137,7 @@ impl Image {
 
     /// Whether `path` exists (as a file or directory) in this image.
     pub fn contains(&self, path: &str) -> bool {
+        debug_assert!(path.starts_with('/'), "an image's paths are absolute");
         self.nodes.contains_key(path)
     }
 
@@ -559,6 +561,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);
+            assert!(lo <= hi, "a write covers a range");
             for cut in torn_cuts(lo, hi, mix(seed, op as u64)) {
                 let choices: Vec<Choice> = list
                     .iter()
@@ -624,6 +627,7 @@ impl<'a> Builder<'a> {
             });
             files.insert(ino, outcome.clone());
         }
+        assert!(files.len() <= self.by_file.len(), "only files with pieces change");
         self.assemble(&entries, &files)
     }
 
@@ -696,6 +700,10 @@ impl<'a> Builder<'a> {
         entries: &BTreeMap<Ino, BTreeMap<String, Ino>>,
         files: &BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
     ) -> Image {
+        debug_assert!(
+            files.keys().all(|ino| matches!(self.state.inode(*ino).node, Node::File(_))),
+            "only files' bytes change"
+        );
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
         walk(
@@ -725,6 +733,7 @@ fn walk<'a>(
     let mut stack = vec![(ROOT_INO, String::new())];
     // Depth-first over the entries; the map sorts the paths afterwards.
     while let Some((dir, prefix)) = stack.pop() {
+        assert!(stack.len() < state.inodes.len(), "a walk visits each directory once");
         for (name, &ino) in entries_of(dir) {
             let path = format!("{prefix}/{name}");
             match &state.inode(ino).node {
@@ -862,6 +871,10 @@ impl Changed {
                 apply_data(&piece.kind, *choice, buf, len, covered.entry(ino).or_default());
             }
         }
+        assert!(
+            covered.keys().all(|ino| contents.contains_key(ino)),
+            "a range is covered in a changed file"
+        );
         Changed { entries, contents, covered }
     }
 
@@ -886,17 +899,24 @@ impl Changed {
                 };
             }
         }
+        debug_assert!(
+            entries.keys().all(|dir| matches!(state.inode(*dir).node, Node::Dir(_))),
+            "only directories' entries change"
+        );
         entries
     }
 
     /// [`Changed::files`], each shared and with its SHA-256 (what images are told apart by).
     fn hashed_files(&self, state: &State) -> BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> {
-        self.files(state)
+        let files: BTreeMap<Ino, FileBytes> = self
+            .files(state)
             .map(|(ino, bytes)| {
                 let hash: [u8; 32] = Sha256::digest(&bytes).into();
                 (ino, (Arc::new(bytes), hash))
             })
-            .collect()
+            .collect();
+        assert_eq!(files.len(), self.contents.len(), "one hash per changed file");
+        files
     }
 
     /// The final bytes of every changed file: cut or extended to its length, and (on the

@@ -308,6 +308,13 @@ impl SimFs {
             exposed: false,
             reduce_zero_chunks: true,
         };
+        assert!(
+            state.pending.is_empty() && state.inodes.len() == 1,
+            "a new machine holds `/` only"
+        );
+        assert!(state.processes.contains_key(&PROCESS_ID_DEFAULT), "its one process runs");
+        #[cfg(debug_assertions)]
+        state.check();
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
 
@@ -316,6 +323,7 @@ impl SimFs {
     pub fn with_rules(plan: FaultPlan, rules: Rules) -> Self {
         let fs = SimFs::new(plan);
         fs.lock().rules = rules;
+        assert_eq!(fs.lock().rules, rules, "the machine runs the rules asked for");
         fs
     }
 
@@ -412,7 +420,10 @@ impl SimFs {
 
     /// Advances the logical clock by `ms` milliseconds.
     pub fn advance_clock(&self, ms: u64) {
-        self.lock().clock_ms += ms;
+        let mut state = self.lock();
+        let before = state.clock_ms;
+        state.clock_ms += ms;
+        assert!(state.clock_ms >= before, "the clock never runs backwards");
     }
 
     /// Declares the directories at `paths` ephemeral: no change to them or to a file named in
@@ -450,7 +461,9 @@ impl SimFs {
 
     /// Sets how many seeded samples a power-loss crash adds beyond its structured families.
     pub fn set_sampled_images(&self, count: usize) {
-        self.lock().sampled_images = count;
+        let mut state = self.lock();
+        state.sampled_images = count;
+        assert_eq!(state.sampled_images, count, "the samples a power loss adds");
     }
 
     /// The plan this filesystem runs.
@@ -510,15 +523,13 @@ impl SimFs {
         if state.exposed {
             return Observed::Everything;
         }
-        Observed::Files(
-            state
-                .image_files_read
-                .iter()
-                .map(|ino| {
-                    state.image_files.get(ino).expect("a file read is an image file").clone()
-                })
-                .collect(),
-        )
+        let files: BTreeSet<String> = state
+            .image_files_read
+            .iter()
+            .map(|ino| state.image_files.get(ino).expect("a file read is an image file").clone())
+            .collect();
+        assert_eq!(files.len(), state.image_files_read.len(), "one path per image file");
+        Observed::Files(files)
     }
 
     /// A digest of everything the next op of this process can see or depend on: every path
@@ -583,6 +594,10 @@ impl SimFs {
                 paths.entry(ino).or_insert_with(|| path.to_owned());
             }
         });
+        assert!(
+            paths.values().all(|path: &String| path.starts_with('/')),
+            "a mark names files by absolute paths"
+        );
         ReadMark { paths }
     }
 
@@ -593,6 +608,7 @@ impl SimFs {
     pub fn read_since(&self, mark: &ReadMark) -> BTreeSet<String> {
         let mut state = self.lock();
         let read = state.read_since_mark.take().unwrap_or_default();
+        assert!(state.read_since_mark.is_none(), "a mark is read once");
         read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect()
     }
 
@@ -607,6 +623,10 @@ impl SimFs {
                 state.image_files_read.insert(ino);
             }
         }
+        debug_assert!(
+            state.image_files_read.iter().all(|ino| state.image_files.contains_key(ino)),
+            "only an image's files count as read of it"
+        );
     }
 
     /// How many crashes lie behind this machine (0 for a new one; a restart or a machine
@@ -623,6 +643,10 @@ impl SimFs {
     }
 
     fn open_impl(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<SimFile> {
+        assert!(
+            options.read || options.write || options.mutates(),
+            "an open reads, writes or creates"
+        );
         let mut state = self.lock();
         let components = normalize(path, OpKind::Open)?;
         if options.mutates() {
@@ -682,6 +706,7 @@ impl State {
         match self.halted {
             Some((crashed_at, op_index)) => {
                 let _ = boundary;
+                assert!(op_index < self.op_count, "a crash is at an op issued");
                 Err(Error::Crashed { boundary: crashed_at, op_index })
             }
             None => Ok(()),
@@ -751,6 +776,11 @@ impl State {
             .volatile
             .get(*from_name)
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        assert!(
+            matches!(self.inode(from_dir).node, Node::Dir(_))
+                && matches!(self.inode(to_dir).node, Node::Dir(_)),
+            "both ends of a two-path op lie in directories"
+        );
         Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
     }
 
@@ -1185,6 +1215,11 @@ impl Fs for SimFs {
         let dir = state.lookup_dir(&components, op, path, boundary)?;
         if state.rules.sync_makes_durable {
             state.sync_dir(dir);
+            assert_eq!(
+                state.dir(dir).durable,
+                state.dir(dir).volatile,
+                "a synced directory is durable"
+            );
         }
         Ok(())
     }
@@ -1196,7 +1231,7 @@ impl Fs for SimFs {
         state.check_alive(boundary)?;
         let components = normalize(path, op)?;
         let dir = state.lookup_dir(&components, op, path, boundary)?;
-        Ok(state
+        let entries: Vec<DirEntry> = state
             .dir(dir)
             .volatile
             .iter()
@@ -1209,7 +1244,12 @@ impl Fs for SimFs {
                     Node::Special => FileKind::Other,
                 },
             })
-            .collect())
+            .collect();
+        assert!(
+            entries.is_sorted_by(|a, b| a.name < b.name),
+            "a listing is sorted by name, each once (as RealFs sorts it)"
+        );
+        Ok(entries)
     }
 
     fn metadata(&self, path: &Path) -> Result<Metadata> {
@@ -1229,6 +1269,7 @@ impl Fs for SimFs {
             Node::Symlink(target) => (target.len() as u64, FileKind::Symlink),
             Node::Special => (0, FileKind::Other),
         };
+        assert!(inode.modified_ms <= state.clock_ms, "nothing was modified after now");
         Ok(Metadata {
             len,
             kind,
@@ -1342,6 +1383,7 @@ fn open_detail(options: OpenOptions) -> String {
     if options.truncate {
         flags.push("truncate");
     }
+    assert!(!flags.is_empty() || !options.mutates(), "a mutating open says how");
     flags.join(",")
 }
 
@@ -1363,11 +1405,13 @@ fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Err
 /// The bytes `lo..hi` of `buf`, which its caller made hold them (a buffer grown to a write's
 /// end, a chunk inside its snapshot): a miss is a bug of the simulation.
 pub(crate) fn span(buf: &[u8], lo: usize, hi: usize) -> &[u8] {
+    assert!(lo <= hi, "a span runs forward: {lo}..{hi}");
     buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len()))
 }
 
 /// The bytes `lo..hi` of `buf`, to be written (see [`span`]).
 pub(crate) fn span_mut(buf: &mut [u8], lo: usize, hi: usize) -> &mut [u8] {
+    assert!(lo <= hi, "a span runs forward: {lo}..{hi}");
     let len = buf.len();
     buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"))
 }
