@@ -9,7 +9,7 @@ static NEXT_MACHINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 
 pub(super) fn next_machine() -> u64 {
     let machine = NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    assert!(machine >= 1 && machine < u64::MAX, "machine ids are never reused");
+    assert!((1..u64::MAX).contains(&machine), "machine ids are never reused");
     machine
 }
 
