@@ -415,6 +415,20 @@ impl LockModel {
         let process = *state.processes.get(index)?;
         let next = match process.step {
             Step::Idle => return None,
+            Step::Vouch | Step::Lookup | Step::Sync | Step::Ack | Step::Release => {
+                Self::holding(state, index, process)?
+            }
+            _ => self.acquiring(state, slot, process)?,
+        };
+        state.processes.get_mut(index)?.step = next;
+        Some(())
+    }
+
+    /// The next step of a process taking the lock (creating it, or judging and taking over a
+    /// stale one); `None` when it must wait (another holds the takeover flock).
+    fn acquiring(&self, state: &mut State, slot: u8, process: Process) -> Option<Step> {
+        let index = usize::from(slot);
+        Some(match process.step {
             Step::Create => match state.lock {
                 None => {
                     state.now += 1;
@@ -466,6 +480,16 @@ impl LockModel {
                 state.flock = None;
                 if holding { self.first_step_holding(process.took_over) } else { Step::Create }
             }
+            Step::Idle | Step::Vouch | Step::Lookup | Step::Sync | Step::Ack | Step::Release => {
+                unreachable!("a step of a process holding the lock, or none")
+            }
+        })
+    }
+
+    /// The next step of a process holding the lock: vouch (after a takeover), look the keyed
+    /// send up, write and sync it, acknowledge, release.
+    fn holding(state: &mut State, index: usize, process: Process) -> Option<Step> {
+        Some(match process.step {
             Step::Vouch => {
                 state.durable |= state.visible;
                 Step::Lookup
@@ -494,9 +518,8 @@ impl LockModel {
                 state.lock = None;
                 Step::Idle
             }
-        };
-        state.processes.get_mut(index)?.step = next;
-        Some(())
+            _ => unreachable!("a step of a process taking the lock"),
+        })
     }
 }
 

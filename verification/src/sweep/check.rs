@@ -63,68 +63,26 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
     for id in decode::sessions(fs, root)? {
         let Some(record) = decode::record(fs, root, &id)? else { continue };
         let lines = decode::lines(fs, root, &id)?;
-        let mut raw = BTreeMap::new();
-        let mut events = Vec::new();
-        for line in &lines {
-            match line {
-                decode::Line::Status { status, proposal, note } => {
-                    events.push(model::Event::Status(model::Triple::new(
-                        status,
-                        proposal.as_deref(),
-                        note.as_deref(),
-                    )))
+        let (events, raw) = events_of(&lines);
+        let owed = decode::queue(fs, root, &id)?
+            .into_iter()
+            .map(|entry| {
+                let text = match raw.get(&entry.mid) {
+                    Some(text) if entry.text.starts_with(text.as_str()) => text.clone(),
+                    Some(_) => {
+                        format!("<owed text of {} does not start with its logged text>", entry.mid)
+                    }
+                    None => format!("<owed {} without a sent line>", entry.mid),
+                };
+                model::Owed {
+                    mid: Mid::Known(entry.mid),
+                    text,
+                    from: entry.from,
+                    keyed: entry.keyed,
                 }
-                decode::Line::Sent { mid, text, from, .. } => {
-                    raw.insert(mid.clone(), text.clone());
-                    events.push(model::Event::Sent {
-                        mid: Mid::Known(mid.clone()),
-                        text: text.clone(),
-                        from: from.clone(),
-                    });
-                }
-                decode::Line::Settled { .. } => {}
-            }
-        }
-        let mut owed = Vec::new();
-        for entry in decode::queue(fs, root, &id)? {
-            let text = match raw.get(&entry.mid) {
-                Some(text) if entry.text.starts_with(text.as_str()) => text.clone(),
-                Some(_) => {
-                    format!("<owed text of {} does not start with its logged text>", entry.mid)
-                }
-                None => format!("<owed {} without a sent line>", entry.mid),
-            };
-            owed.push(model::Owed {
-                mid: Mid::Known(entry.mid),
-                text,
-                from: entry.from,
-                keyed: entry.keyed,
-            });
-        }
-        let mut keys = BTreeMap::new();
-        for (session, key) in &run.keys {
-            if *session != id {
-                continue;
-            }
-            let digest = decode::request_digest(OPERATION, key);
-            let found = lines.iter().find_map(|line| match line {
-                decode::Line::Sent { mid, text, from, receipt: Some(receipt) }
-                    if receipt.request_digest == digest =>
-                {
-                    Some((mid.clone(), text.clone(), from.clone()))
-                }
-                _ => None,
-            });
-            if let Some((mid, text, from)) = found {
-                let settled = lines.iter().any(|line| {
-                    matches!(line, decode::Line::Settled { request_digest, mid: m } if *request_digest == digest && *m == mid)
-                });
-                keys.insert(
-                    (OPERATION.to_owned(), key.clone()),
-                    model::KeyState { mid: Mid::Known(mid), text, from, settled },
-                );
-            }
-        }
+            })
+            .collect();
+        let keys = keys_of(run, &id, &lines);
         let retired = match &record.worktree {
             Some(worktree) => {
                 !fs.exists(std::path::Path::new(worktree)).map_err(|e| e.to_string())?
@@ -154,6 +112,63 @@ pub(crate) fn project<F: Fs>(store: &Store<F>, run: &Execution) -> Result<Model,
         );
     }
     Ok(observed)
+}
+
+/// The public events of a session's decoded log, and each message's raw text by mid.
+fn events_of(lines: &[decode::Line]) -> (Vec<model::Event>, BTreeMap<String, String>) {
+    let mut raw = BTreeMap::new();
+    let mut events = Vec::new();
+    for line in lines {
+        match line {
+            decode::Line::Status { status, proposal, note } => events.push(model::Event::Status(
+                model::Triple::new(status, proposal.as_deref(), note.as_deref()),
+            )),
+            decode::Line::Sent { mid, text, from, .. } => {
+                raw.insert(mid.clone(), text.clone());
+                events.push(model::Event::Sent {
+                    mid: Mid::Known(mid.clone()),
+                    text: text.clone(),
+                    from: from.clone(),
+                });
+            }
+            decode::Line::Settled { .. } => {}
+        }
+    }
+    (events, raw)
+}
+
+/// What the decoded log says of each key the run sent to session `id`: the first receipt's
+/// message and whether it was settled.
+fn keys_of(
+    run: &Execution,
+    id: &str,
+    lines: &[decode::Line],
+) -> BTreeMap<(String, String), model::KeyState> {
+    let mut keys = BTreeMap::new();
+    for (session, key) in &run.keys {
+        if session != id {
+            continue;
+        }
+        let digest = decode::request_digest(OPERATION, key);
+        let found = lines.iter().find_map(|line| match line {
+            decode::Line::Sent { mid, text, from, receipt: Some(receipt) }
+                if receipt.request_digest == digest =>
+            {
+                Some((mid.clone(), text.clone(), from.clone()))
+            }
+            _ => None,
+        });
+        if let Some((mid, text, from)) = found {
+            let settled = lines.iter().any(|line| {
+                matches!(line, decode::Line::Settled { request_digest, mid: m } if *request_digest == digest && *m == mid)
+            });
+            keys.insert(
+                (OPERATION.to_owned(), key.clone()),
+                model::KeyState { mid: Mid::Known(mid), text, from, settled },
+            );
+        }
+    }
+    keys
 }
 
 /// Checks a store rebooted from a crash image, opened and recovered.

@@ -34,32 +34,8 @@ pub(crate) fn fault_point(
         Some(index) => format!("{}+{fault}", scenario.steps[index].transition()),
         None => format!("open+{fault}"),
     };
-    // The harness's own ops (worktrees) are fault points too, but the engine's rules about
-    // failed writes do not apply to them.
-    let engine_op = !boundary.starts_with("harness.");
-    let mut common = run.violations.clone();
-    // A refusal (e.g. a key conflict) acknowledges nothing; its lock release may fail quietly.
-    if let Some(index) = faulted_step
-        && engine_op
-        && run.in_flight != Some(index)
-        && !run.refused.contains(&index)
-    {
-        common.push(format!(
-            "an injected {fault} at op {k} ({boundary}) failed step {index} ({}), which was acknowledged anyway",
-            scenario.steps[index].transition()
-        ));
-    }
-    if let (Some(store), Some(index)) = (&store, run.in_flight)
-        && run.failed.is_some()
-        && engine_op
-    {
-        let id = scenario.steps[index].session();
-        match store.recover_session(&run::sid(id)) {
-            Err(spex_engine::Error::Poisoned { .. }) => {}
-            other => common
-                .push(format!("after a failed {fault} the handle was not poisoned: {other:?}")),
-        }
-    }
+    let common =
+        failure_handled(scenario, &run, store.as_ref(), (k, fault), &boundary, faulted_step);
     drop(store);
     let mut run = run;
     run.violations = common;
@@ -99,4 +75,43 @@ pub(crate) fn fault_point(
     let depth2 = Options { depth2: false, ..options.clone() };
     let sequence = Sequence { run: &run, run_digest: &run_digest, deep: true };
     judge_sequence(&depth2, sequence, Source::Restart(&fs), &place, report);
+}
+
+/// The run's violations, and those of how the engine handled the injected `fault` at op `k`
+/// (at `boundary`) that failed step `faulted_step`: a failed step is never acknowledged, and it
+/// leaves its handle poisoned. The harness's own ops (worktrees) are fault points too, but the
+/// engine's rules about failed writes do not apply to them.
+fn failure_handled<F: faultfs::Fs>(
+    scenario: &Scenario,
+    run: &run::Execution,
+    store: Option<&spex_engine::Store<F>>,
+    (k, fault): (u64, faultfs::Fault),
+    boundary: &str,
+    faulted_step: Option<usize>,
+) -> Vec<String> {
+    let engine_op = !boundary.starts_with("harness.");
+    let mut common = run.violations.clone();
+    // A refusal (e.g. a key conflict) acknowledges nothing; its lock release may fail quietly.
+    if let Some(index) = faulted_step
+        && engine_op
+        && run.in_flight != Some(index)
+        && !run.refused.contains(&index)
+    {
+        common.push(format!(
+            "an injected {fault} at op {k} ({boundary}) failed step {index} ({}), which was acknowledged anyway",
+            scenario.steps[index].transition()
+        ));
+    }
+    if let (Some(store), Some(index)) = (store, run.in_flight)
+        && run.failed.is_some()
+        && engine_op
+    {
+        let id = scenario.steps[index].session();
+        match store.recover_session(&run::sid(id)) {
+            Err(spex_engine::Error::Poisoned { .. }) => {}
+            other => common
+                .push(format!("after a failed {fault} the handle was not poisoned: {other:?}")),
+        }
+    }
+    common
 }

@@ -82,29 +82,8 @@ struct Point {
 pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
     let started = Instant::now();
     let mut report = Report::default();
-    let seed = options.seed;
     let (shard, shards) = (options.shard.0, options.shard.1.max(1));
-    let passes: Vec<(Vec<String>, u64)> = options
-        .scenarios
-        .iter()
-        .map(|scenario| {
-            let fs = SimFs::new(FaultPlan::none(seed));
-            let run = execute(&fs, scenario, seed);
-            // Every shard runs the fault-free pass; the first one reports it.
-            if !run.violations.is_empty() && shard == 0 {
-                report.violations.push(Violation {
-                    token: token_base(options, scenario, CrashMode::ProcessKill, fs.op_count(), 0),
-                    transition: "none".to_owned(),
-                    boundary: "no crash".to_owned(),
-                    messages: run.violations.clone(),
-                    cell: None,
-                });
-            }
-            let boundaries =
-                fs.trace().entries().iter().map(|entry| entry.boundary.to_string()).collect();
-            (boundaries, fs.op_count())
-        })
-        .collect();
+    let passes = fault_free_passes(options, &mut report);
     if options.stop_at_first && !report.violations.is_empty() {
         report.truncated = true;
         report.elapsed = started.elapsed();
@@ -155,6 +134,32 @@ pub fn sweep(options: &Options, progress: &mut dyn FnMut(Progress)) -> Report {
     report.elapsed = started.elapsed();
     report.jobs = options.jobs.max(1);
     report
+}
+
+/// Each scenario's fault-free pass: its boundaries (one per op) and its op count. Every shard
+/// runs them; the first one reports a pass that fails.
+fn fault_free_passes(options: &Options, report: &mut Report) -> Vec<(Vec<String>, u64)> {
+    let seed = options.seed;
+    options
+        .scenarios
+        .iter()
+        .map(|scenario| {
+            let fs = SimFs::new(FaultPlan::none(seed));
+            let run = execute(&fs, scenario, seed);
+            if !run.violations.is_empty() && options.shard.0 == 0 {
+                report.violations.push(Violation {
+                    token: token_base(options, scenario, CrashMode::ProcessKill, fs.op_count(), 0),
+                    transition: "none".to_owned(),
+                    boundary: "no crash".to_owned(),
+                    messages: run.violations.clone(),
+                    cell: None,
+                });
+            }
+            let boundaries =
+                fs.trace().entries().iter().map(|entry| entry.boundary.to_string()).collect();
+            (boundaries, fs.op_count())
+        })
+        .collect()
 }
 
 /// The scenario whose crash points show `mutant`'s window soonest (where the catalogue has

@@ -14,8 +14,11 @@
 //!
 //! This module drives; `check` judges.
 
+use std::ops::ControlFlow;
+
 use faultfs::{Fs, SimFs};
 use spex_engine::Store;
+use spex_model::Model;
 
 use super::check::{check_activity_index, check_drained, check_recovered, check_retry, project};
 use super::run::{Answer, Execution, open, perform, sid, snapshot_store};
@@ -275,15 +278,35 @@ fn continue_workload<F: Fs>(
     let Ok(before) = project(store, run) else {
         return violations; // already reported by check_recovered
     };
-    // Another sender writes first: a plain append onto whatever the crashed process left (an
-    // unsynced line, a segment whose name is not yet durable, a segment about to be sealed).
+    // A planned crash stops the phase wherever it falls.
+    if send_after_recovery(store, scenario, &before, next, &mut violations).is_break()
+        || retry_in_flight(store, scenario, run, &before, next, &mut violations).is_break()
+        || drain_after_recovery(store, scenario, &before, next, &mut violations).is_break()
+    {
+        return violations;
+    }
+    check_activity_index(store, run, &mut violations);
+    check_drained(store, next, &mut violations);
+    violations
+}
+
+/// Another sender writes first: a plain append to each session onto whatever the crashed
+/// process left (an unsynced line, a segment whose name is not yet durable, a segment about to
+/// be sealed). Breaks when a planned crash stops the phase.
+fn send_after_recovery<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    before: &Model,
+    next: &mut Execution,
+    violations: &mut Vec<String>,
+) -> ControlFlow<()> {
     for id in before.sessions.keys() {
         let Some(to) = scenario.session_id(id) else { continue };
         let step = Step::Send { to, text: AFTER_RECOVERY, from: None, key: None };
         next.continuing = Some(step.clone());
         let answer = perform(store, &step, &mut Vec::new(), &mut Vec::new(), None);
         match answer {
-            Err(error) if error.is_crash() => return violations,
+            Err(error) if error.is_crash() => return ControlFlow::Break(()),
             Err(error) => violations.push(format!("a send to {id} after recovery failed: {error}")),
             Ok(answer) => {
                 if let Some(violation) = next.advance_continued(&step, &answer) {
@@ -294,14 +317,26 @@ fn continue_workload<F: Fs>(
         next.continuing = None;
         snapshot_store(store, next);
     }
-    // The retry of every keyed send in flight.
+    ControlFlow::Continue(())
+}
+
+/// The retry of every keyed send in flight, each answer checked against `before`. Breaks when
+/// a planned crash stops the phase.
+fn retry_in_flight<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    run: &Execution,
+    before: &Model,
+    next: &mut Execution,
+    violations: &mut Vec<String>,
+) -> ControlFlow<()> {
     for step in retries(scenario, run) {
         next.continuing = Some(step.clone());
         let answer = perform(store, step, &mut Vec::new(), &mut Vec::new(), None);
         if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {
-            return violations;
+            return ControlFlow::Break(());
         }
-        check_retry(store, &before, step, &answer, &mut violations);
+        check_retry(store, before, step, &answer, violations);
         if let Ok(answer) = &answer
             && let Some(violation) = next.advance_continued(step, answer)
         {
@@ -310,6 +345,18 @@ fn continue_workload<F: Fs>(
         next.continuing = None;
         snapshot_store(store, next);
     }
+    ControlFlow::Continue(())
+}
+
+/// A drain of every session, each delivery checked by the adapter. Breaks when a planned crash
+/// stops the phase.
+fn drain_after_recovery<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    before: &Model,
+    next: &mut Execution,
+    violations: &mut Vec<String>,
+) -> ControlFlow<()> {
     for id in before.sessions.keys() {
         let Some(id) = scenario.session_id(id) else { continue };
         let step = Step::Drain { id };
@@ -320,7 +367,7 @@ fn continue_workload<F: Fs>(
         violations.extend(adapter_violations);
         next.delivered.extend(delivered);
         match answer {
-            Err(error) if error.is_crash() => return violations,
+            Err(error) if error.is_crash() => return ControlFlow::Break(()),
             Err(error) => violations.push(format!("drain of {id} after recovery failed: {error}")),
             Ok(Answer::Drained(Some(stop))) => {
                 violations.push(format!("drain of {id} after recovery stopped: {stop}"));
@@ -334,7 +381,5 @@ fn continue_workload<F: Fs>(
         next.continuing = None;
         snapshot_store(store, next);
     }
-    check_activity_index(store, run, &mut violations);
-    check_drained(store, next, &mut violations);
-    violations
+    ControlFlow::Continue(())
 }

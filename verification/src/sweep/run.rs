@@ -426,47 +426,9 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
     violations: &'a mut Vec<String>,
     journal: Option<&'a mut dyn FnMut(&str)>,
 ) -> Result<Answer, Error> {
-    let refused = |error: Error| match error {
-        Error::SessionExists { .. }
-        | Error::KeyConflict { .. }
-        | Error::Revoked { .. }
-        | Error::NoSuchSession { .. }
-        | Error::Retired { .. } => Ok(Answer::Refused(error.to_string())),
-        error => Err(error),
-    };
-    // A launch write that does not apply (one already pending, none to fail) is refused.
-    let launch_refused = |error: Error| match error {
-        Error::Refused { .. } => Ok(Answer::Refused(error.to_string())),
-        error => refused(error),
-    };
     match step {
-        Step::Create { id, adapter } => {
-            let worktree = worktree(store, id);
-            // A second create is refused and must not bring a retired session's worktree back.
-            if !store.fs().exists(&store.layout().record(&sid(id)))? {
-                ensure_dir(store, &worktree)?;
-            }
-            let triple = Triple::new(spex_engine::Status::Queued, None, None);
-            let worktree = worktree.to_string_lossy().into_owned();
-            store
-                .create_session(&sid(id), &triple, *adapter, Some(&worktree))
-                .map(|_| Answer::Done)
-                .or_else(refused)
-        }
-        Step::Retire { id } => {
-            if !store.fs().exists(&store.layout().record(&sid(id)))? {
-                return Ok(Answer::Refused(format!("no such session {id}")));
-            }
-            match store
-                .fs()
-                .remove_dir(&worktree(store, id), faultfs::Boundary::new("harness.worktree.remove"))
-            {
-                Err(error) if error.io_kind() != Some(std::io::ErrorKind::NotFound) => {
-                    Err(error.into())
-                }
-                _ => Ok(Answer::Done),
-            }
-        }
+        Step::Create { id, adapter } => create(store, id, *adapter),
+        Step::Retire { id } => retire(store, id),
         Step::Set { id, status, proposal, note } => {
             let triple = Triple::new(*status, *proposal, note.map(str::to_owned));
             store.append(&sid(id), &Lifecycle::Set(triple)).map(|_| Answer::Done).or_else(refused)
@@ -486,25 +448,7 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
             .send(&sid(to), &request_of(step))
             .map(|accepted| Answer::Accepted { mid: accepted.mid, replayed: accepted.replayed })
             .or_else(refused),
-        Step::SendTogether { to, sends } => {
-            let requests: Vec<SendRequest> = sends.iter().map(request_of).collect();
-            match store.send_together(&sid(to), &requests) {
-                // Refused as a whole (no such session): every send's answer.
-                Err(error) => refused(error),
-                Ok(answers) => answers
-                    .into_iter()
-                    .map(|answer| {
-                        answer
-                            .map(|accepted| Answer::Accepted {
-                                mid: accepted.mid,
-                                replayed: accepted.replayed,
-                            })
-                            .or_else(refused)
-                    })
-                    .collect::<Result<Vec<Answer>, Error>>()
-                    .map(Answer::Together),
-            }
-        }
+        Step::SendTogether { to, sends } => send_together(store, to, sends),
         Step::Drain { id } | Step::DrainRefusing { id } => {
             let refuse = matches!(step, Step::DrainRefusing { .. });
             let mut adapter =
@@ -517,6 +461,83 @@ pub(crate) fn perform<'a, F: faultfs::Fs>(
         }
         Step::Archive { id } => store.archive(&sid(id)).map(|()| Answer::Done).or_else(refused),
         Step::Close { id } => store.close(&sid(id)).map(|()| Answer::Done).or_else(refused),
+    }
+}
+
+/// A refusal the model expects (the step's answer), or a failure of the step.
+fn refused(error: Error) -> Result<Answer, Error> {
+    match error {
+        Error::SessionExists { .. }
+        | Error::KeyConflict { .. }
+        | Error::Revoked { .. }
+        | Error::NoSuchSession { .. }
+        | Error::Retired { .. } => Ok(Answer::Refused(error.to_string())),
+        error => Err(error),
+    }
+}
+
+/// [`refused`], and a launch write that does not apply (one already pending, none to fail).
+fn launch_refused(error: Error) -> Result<Answer, Error> {
+    match error {
+        Error::Refused { .. } => Ok(Answer::Refused(error.to_string())),
+        error => refused(error),
+    }
+}
+
+/// A `Create` step: the session in `queued`, its worktree made first (unless the session
+/// exists: a second create is refused and must not bring a retired session's worktree back).
+fn create<F: faultfs::Fs>(
+    store: &Store<F>,
+    id: &str,
+    adapter: Option<&str>,
+) -> Result<Answer, Error> {
+    let worktree = worktree(store, id);
+    if !store.fs().exists(&store.layout().record(&sid(id)))? {
+        ensure_dir(store, &worktree)?;
+    }
+    let triple = Triple::new(spex_engine::Status::Queued, None, None);
+    let worktree = worktree.to_string_lossy().into_owned();
+    store
+        .create_session(&sid(id), &triple, adapter, Some(&worktree))
+        .map(|_| Answer::Done)
+        .or_else(refused)
+}
+
+/// A `Retire` step: the session's worktree removed (refused without a session).
+fn retire<F: faultfs::Fs>(store: &Store<F>, id: &str) -> Result<Answer, Error> {
+    if !store.fs().exists(&store.layout().record(&sid(id)))? {
+        return Ok(Answer::Refused(format!("no such session {id}")));
+    }
+    match store
+        .fs()
+        .remove_dir(&worktree(store, id), faultfs::Boundary::new("harness.worktree.remove"))
+    {
+        Err(error) if error.io_kind() != Some(std::io::ErrorKind::NotFound) => Err(error.into()),
+        _ => Ok(Answer::Done),
+    }
+}
+
+/// A `SendTogether` step: one answer per send, or a refusal of all of them (no such session).
+fn send_together<F: faultfs::Fs>(
+    store: &Store<F>,
+    to: &str,
+    sends: &[Step],
+) -> Result<Answer, Error> {
+    let requests: Vec<SendRequest> = sends.iter().map(request_of).collect();
+    match store.send_together(&sid(to), &requests) {
+        Err(error) => refused(error),
+        Ok(answers) => answers
+            .into_iter()
+            .map(|answer| {
+                answer
+                    .map(|accepted| Answer::Accepted {
+                        mid: accepted.mid,
+                        replayed: accepted.replayed,
+                    })
+                    .or_else(refused)
+            })
+            .collect::<Result<Vec<Answer>, Error>>()
+            .map(Answer::Together),
     }
 }
 
@@ -572,26 +593,7 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             }
         }
         (Step::DrainRefusing { id }, Answer::Drained(stopped), Expect::Ok) => {
-            // Nothing is delivered: the drain drops heads from closed senders, then stops at the
-            // first message the adapter refuses; everything else stays owed.
-            let session = run.model.sessions.get(*id);
-            let owed = session.map_or(0, |session| session.owed.len());
-            let revoked_heads = session.map_or(0, |session| {
-                session
-                    .owed
-                    .iter()
-                    .take_while(|owed| {
-                        owed.from.as_ref().is_some_and(|from| run.model.closed.contains(from))
-                    })
-                    .count()
-            });
-            for _ in 0..revoked_heads {
-                run.model = run.model.apply(&model_op(step, Mid::Any));
-            }
-            if stopped.is_some() != (owed > revoked_heads) {
-                run.violations
-                    .push(format!("refused drain of {id}: stopped {stopped:?} with {owed} owed"));
-            }
+            advance_refused_drain(run, step, id, stopped.as_deref());
         }
         (
             Step::Create { .. }
@@ -620,6 +622,29 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             "{} answered {answer:?} where the model expected {expect:?}",
             step.transition()
         )),
+    }
+}
+
+/// Advances the model by a drain of `id` whose adapter refused everything: nothing is
+/// delivered, the drain drops heads from closed senders, then stops at the first message the
+/// adapter refuses; everything else stays owed.
+fn advance_refused_drain(run: &mut Execution, step: &Step, id: &str, stopped: Option<&str>) {
+    let session = run.model.sessions.get(id);
+    let owed = session.map_or(0, |session| session.owed.len());
+    let revoked_heads = session.map_or(0, |session| {
+        session
+            .owed
+            .iter()
+            .take_while(|owed| {
+                owed.from.as_ref().is_some_and(|from| run.model.closed.contains(from))
+            })
+            .count()
+    });
+    for _ in 0..revoked_heads {
+        run.model = run.model.apply(&model_op(step, Mid::Any));
+    }
+    if stopped.is_some() != (owed > revoked_heads) {
+        run.violations.push(format!("refused drain of {id}: stopped {stopped:?} with {owed} owed"));
     }
 }
 
