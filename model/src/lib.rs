@@ -139,6 +139,66 @@ pub struct Session {
     pub retired: bool,
 }
 
+impl Session {
+    /// A new message `mid` accepted: its event, its debt, and its receipt when keyed.
+    fn accept(
+        &mut self,
+        mid: &Mid,
+        text: &str,
+        from: Option<&String>,
+        key: Option<&(String, String)>,
+    ) {
+        self.events.push(Event::Sent {
+            mid: mid.clone(),
+            text: text.to_owned(),
+            from: from.cloned(),
+        });
+        self.owed.push(Owed {
+            mid: mid.clone(),
+            text: text.to_owned(),
+            from: from.cloned(),
+            keyed: key.is_some(),
+        });
+        if let Some(key) = key {
+            self.keys.insert(
+                key.clone(),
+                KeyState {
+                    mid: mid.clone(),
+                    text: text.to_owned(),
+                    from: from.cloned(),
+                    settled: false,
+                },
+            );
+        }
+    }
+
+    /// A replay of the keyed message `original`: its debt restored if neither owed nor settled.
+    fn replay(&mut self, key: &(String, String), original: Mid) {
+        let state = self.keys[key].clone();
+        let owed = self.owed.iter().any(|owed| owed.mid == original);
+        if !owed && !state.settled {
+            self.owed.push(Owed { mid: original, text: state.text, from: state.from, keyed: true });
+        }
+    }
+
+    /// The head of the debt handed over: delivered (settling its key) or, from a sender in
+    /// `closed`, dropped (nothing settled).
+    fn drain_head(&mut self, closed: &BTreeSet<String>) {
+        if self.owed.is_empty() {
+            return;
+        }
+        let head = self.owed.remove(0);
+        let revoked = head.from.as_ref().is_some_and(|from| closed.contains(from));
+        if head.keyed && !revoked {
+            for state in self.keys.values_mut() {
+                if state.mid == head.mid {
+                    state.settled = true;
+                }
+            }
+        }
+    }
+}
+
 /// The whole public state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Model {
@@ -315,58 +375,14 @@ impl Model {
                 }
             }
             (Op::Send { to, text, from, key, mid }, Expect::Ok) => {
-                let session = next.session_mut(to);
-                session.events.push(Event::Sent {
-                    mid: mid.clone(),
-                    text: text.clone(),
-                    from: from.clone(),
-                });
-                session.owed.push(Owed {
-                    mid: mid.clone(),
-                    text: text.clone(),
-                    from: from.clone(),
-                    keyed: key.is_some(),
-                });
-                if let Some(key) = key {
-                    session.keys.insert(
-                        key.clone(),
-                        KeyState {
-                            mid: mid.clone(),
-                            text: text.clone(),
-                            from: from.clone(),
-                            settled: false,
-                        },
-                    );
-                }
+                next.session_mut(to).accept(mid, text, from.as_ref(), key.as_ref());
             }
             (Op::Send { to, key: Some(key), .. }, Expect::Replay(original)) => {
-                // A replay restores the debt if it is neither owed nor settled.
-                let session = next.session_mut(to);
-                let state = session.keys[key].clone();
-                let owed = session.owed.iter().any(|owed| owed.mid == original);
-                if !owed && !state.settled {
-                    session.owed.push(Owed {
-                        mid: original,
-                        text: state.text,
-                        from: state.from,
-                        keyed: true,
-                    });
-                }
+                next.session_mut(to).replay(key, original);
             }
             (Op::DrainHead { id }, Expect::Ok) => {
-                let session = next.session_mut(id);
-                if !session.owed.is_empty() {
-                    let head = session.owed.remove(0);
-                    // A closed sender's message is dropped, not delivered: nothing is settled.
-                    let revoked = head.from.as_ref().is_some_and(|from| self.closed.contains(from));
-                    if head.keyed && !revoked {
-                        for state in session.keys.values_mut() {
-                            if state.mid == head.mid {
-                                state.settled = true;
-                            }
-                        }
-                    }
-                }
+                let closed = &self.closed;
+                next.session_mut(id).drain_head(closed);
             }
             (Op::BeginLaunch { id, triple }, Expect::Ok) => {
                 let session = next.session_mut(id);
