@@ -1,7 +1,7 @@
 //! Refresh: bring every row up to date with the store (see the crate header for the freshness
 //! rule and the crash story).
 
-use crate::{CONTENT_VERSION, Error, Index, Result, Watermark, fold};
+use crate::{CONTENT_VERSION, Error, Folded, Index, Result, Watermark, fold};
 use faultfs::Fs;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use spex_engine::{Cursor, Event, SessionId, Signature, Store};
@@ -71,7 +71,34 @@ struct RowMark {
     content_version: i64,
 }
 
+/// What a session's files look like now: the record's and the queue's size and mtime (the
+/// queue's `(-1, -1)` without one) and the log's stamp.
+struct Current {
+    record: (i64, i64),
+    stamp: spex_engine::Stamp,
+    queue: (i64, i64),
+}
+
+/// Session `id`'s files now, or `None` while it has no record (being created, or closed).
+fn current<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<Current>> {
+    let Some(record) = store.record_signature(id)? else { return Ok(None) };
+    let Some(stamp) = present(store.stamp(id))? else { return Ok(None) };
+    // Taken before the queue is read: a change after it is seen by the next refresh.
+    let queue = signature_columns(store.queue_signature(id)?);
+    Ok(Some(Current { record: signature_columns(Some(record)), stamp, queue }))
+}
+
 impl RowMark {
+    /// Whether the row was folded from exactly these files, by this content version.
+    fn fresh(&self, record: (i64, i64), stamp: &spex_engine::Stamp, queue: (i64, i64)) -> bool {
+        self.content_version == CONTENT_VERSION
+            && self.record == record
+            && self.queue == queue
+            && self.cursor.segment == stamp.newest
+            && self.cursor.offset == stamp.newest_len
+            && self.log_mtime_ns == stamp.newest_modified_ns as i64
+    }
+
     fn signature(&self) -> Signature {
         Signature {
             record: Some((self.record.0 as u64, self.record.1 as u64)),
@@ -371,30 +398,10 @@ impl Index {
         id: &SessionId,
         seen: Option<&RowMark>,
     ) -> Result<Option<u64>> {
-        let Some(record) = store.record_signature(id)? else {
-            // Being created (no record yet) or closed: nothing to list.
+        let Some(Current { record, stamp, queue }) = current(store, id)? else {
             return Ok(None);
         };
-        let record = (
-            i64::try_from(record.0).unwrap_or(i64::MAX),
-            i64::try_from(record.1).unwrap_or(i64::MAX),
-        );
-        let stamp = match store.stamp(id) {
-            Ok(stamp) => stamp,
-            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
-        // Taken before the queue is read: a change after it is seen by the next refresh.
-        let queue = signature_columns(store.queue_signature(id)?);
-        let fresh = |seen: &RowMark| {
-            seen.content_version == CONTENT_VERSION
-                && seen.record == record
-                && seen.queue == queue
-                && seen.cursor.segment == stamp.newest
-                && seen.cursor.offset == stamp.newest_len
-                && seen.log_mtime_ns == stamp.newest_modified_ns as i64
-        };
-        if seen.is_some_and(fresh) {
+        if seen.is_some_and(|seen| seen.fresh(record, &stamp, queue)) {
             return Ok(None);
         }
         let path = self.path.clone();
@@ -404,97 +411,24 @@ impl Index {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite)?;
         // Inside the write lock: another refresher may have folded this session meanwhile.
-        let seen = transaction
-            .query_row(
-                "SELECT cursor_segment, cursor_offset, cursor_index, cursor_pin, last_activity,
-                        content_version, preview, first_said
-                 FROM sessions WHERE id = ?1 AND removed = 0",
-                params![id.as_str()],
-                |row| {
-                    Ok((
-                        Watermark {
-                            cursor: Cursor {
-                                segment: row.get::<_, i64>(0)? as u64,
-                                offset: row.get::<_, i64>(1)? as u64,
-                                index: row.get::<_, i64>(2)? as u64,
-                            },
-                            pin: row.get(3)?,
-                            last_activity: row.get(4)?,
-                        },
-                        row.get::<_, i64>(5)?,
-                        row.get::<_, Option<String>>(6)?,
-                        row.get::<_, Option<String>>(7)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(sqlite)?;
-        let from = seen.as_ref().filter(|(_, version, _, _)| *version == CONTENT_VERSION);
-        let folded = match fold(store, id, from.map(|(mark, _, _, _)| mark)) {
-            Ok(folded) => folded,
-            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
-            Err(error) => return Err(error.into()),
+        let seen = seen_row(&transaction, id).map_err(sqlite)?;
+        let from = seen.as_ref().filter(|seen| seen.content_version == CONTENT_VERSION);
+        let Some(folded) = present(fold(store, id, from.map(|seen| &seen.watermark)))? else {
+            return Ok(None);
         };
         // A session with no row has no content to drop (this keeps a rebuild linear: the
         // session column is not indexed, so each delete scans the content table).
         if folded.reset && seen.is_some() {
             delete_content(&transaction, "spex", id.as_str()).map_err(sqlite)?;
         }
-        let events = &folded.events;
-        // The preview: the last text among the events folded (a message, or a declared note),
-        // else the one the row had when the fold continued from it.
-        let preview = events
-            .iter()
-            .rev()
-            .find_map(|event| match event {
-                Event::Sent(sent) => Some(sent.text.as_str()),
-                Event::Status(status) => status.triple.note.as_deref(),
-            })
-            .map(preview_of)
-            .or_else(|| {
-                if folded.reset { None } else { seen.as_ref().and_then(|(_, _, p, _)| p.clone()) }
-            });
-        // The first message said: kept from the row when the fold continued from it.
-        let kept =
-            if folded.reset { None } else { seen.as_ref().and_then(|(.., first)| first.clone()) };
-        let first_said = kept.or_else(|| {
-            events.iter().find_map(|event| match event {
-                Event::Sent(sent) => Some(preview_of(&sent.text)),
-                Event::Status(_) => None,
-            })
-        });
+        let (preview, first_said) = texts_of(&folded, seen.as_ref());
         let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
-        for event in events {
-            let (column, text, kind, ts, mid) = match event {
-                Event::Sent(sent) => ("said", &sent.text, "said", &sent.ts, sent.mid.as_deref()),
-                Event::Status(status) => match &status.triple.note {
-                    Some(note) => ("notes", note, "note", &status.ts, None),
-                    None => continue,
-                },
-            };
-            let text = Text {
-                column,
-                text,
-                session: id.as_str(),
-                kind,
-                ts: Some(ts),
-                mid,
-                source: "spex",
-                line: None,
-            };
-            insert_content(&transaction, &text).map_err(sqlite)?;
-        }
-        let record_now = match store.record(id) {
-            Ok(record) => record,
-            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
+        insert_events(&transaction, id, &folded.events).map_err(sqlite)?;
+        let Some(record_now) = present(store.record(id))? else { return Ok(None) };
+        // A damaged queue does not hide the session: its count is unknown (readers see only its
+        // valid entries; `session repair` rebuilds it).
         let owed = match store.queue_file(id) {
-            // A damaged queue's count is unknown: readers see only its valid entries.
-            Ok(file) if file.damage.is_some() => None,
-            Ok(file) => Some(file.entries.len() as i64),
-            // A damaged queue does not hide the session: its count is unknown (`session repair`
-            // rebuilds it).
+            Ok(file) => Some(file.entries.len() as i64).filter(|_| file.damage.is_none()),
             Err(spex_engine::Error::Corrupt { .. }) => None,
             Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
             Err(error) => return Err(error.into()),
@@ -633,4 +567,108 @@ impl Index {
             .map_err(|e| self.sqlite(e))?;
         self.refresh_with(store, progress)
     }
+}
+
+/// `result`, or `None` when the session is gone (closed meanwhile): nothing to list.
+fn present<T>(result: spex_engine::Result<T>) -> Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(spex_engine::Error::NoSuchSession { .. }) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A session's row as the index holds it: where its fold stopped, the content version it was
+/// folded with, and its preview and first message.
+struct SeenRow {
+    watermark: Watermark,
+    content_version: i64,
+    preview: Option<String>,
+    first_said: Option<String>,
+}
+
+/// Session `id`'s row, if it is listed.
+fn seen_row(
+    transaction: &rusqlite::Transaction<'_>,
+    id: &SessionId,
+) -> rusqlite::Result<Option<SeenRow>> {
+    transaction
+        .query_row(
+            "SELECT cursor_segment, cursor_offset, cursor_index, cursor_pin, last_activity,
+                    content_version, preview, first_said
+             FROM sessions WHERE id = ?1 AND removed = 0",
+            params![id.as_str()],
+            |row| {
+                Ok(SeenRow {
+                    watermark: Watermark {
+                        cursor: Cursor {
+                            segment: row.get::<_, i64>(0)? as u64,
+                            offset: row.get::<_, i64>(1)? as u64,
+                            index: row.get::<_, i64>(2)? as u64,
+                        },
+                        pin: row.get(3)?,
+                        last_activity: row.get(4)?,
+                    },
+                    content_version: row.get(5)?,
+                    preview: row.get(6)?,
+                    first_said: row.get(7)?,
+                })
+            },
+        )
+        .optional()
+}
+
+/// The preview (the last text among the events folded: a message, or a declared note, else the
+/// one the row had when the fold continued from it) and the first message said (kept from the
+/// row when the fold continued from it).
+fn texts_of(folded: &Folded, seen: Option<&SeenRow>) -> (Option<String>, Option<String>) {
+    let kept = |text: fn(&SeenRow) -> &Option<String>| {
+        if folded.reset { None } else { seen.and_then(|seen| text(seen).clone()) }
+    };
+    let preview = folded
+        .events
+        .iter()
+        .rev()
+        .find_map(|event| match event {
+            Event::Sent(sent) => Some(sent.text.as_str()),
+            Event::Status(status) => status.triple.note.as_deref(),
+        })
+        .map(preview_of)
+        .or_else(|| kept(|seen| &seen.preview));
+    let first_said = kept(|seen| &seen.first_said).or_else(|| {
+        folded.events.iter().find_map(|event| match event {
+            Event::Sent(sent) => Some(preview_of(&sent.text)),
+            Event::Status(_) => None,
+        })
+    });
+    (preview, first_said)
+}
+
+/// The searchable texts of session `id`'s events: what was said, and declared notes.
+fn insert_events(
+    transaction: &rusqlite::Transaction<'_>,
+    id: &SessionId,
+    events: &[Event],
+) -> rusqlite::Result<()> {
+    for event in events {
+        let (column, text, kind, ts, mid) = match event {
+            Event::Sent(sent) => ("said", &sent.text, "said", &sent.ts, sent.mid.as_deref()),
+            Event::Status(status) => match &status.triple.note {
+                Some(note) => ("notes", note, "note", &status.ts, None),
+                None => continue,
+            },
+        };
+        let text = Text {
+            column,
+            text,
+            session: id.as_str(),
+            kind,
+            ts: Some(ts),
+            mid,
+            source: "spex",
+            line: None,
+        };
+        insert_content(transaction, &text)?;
+    }
+    Ok(())
 }
