@@ -474,6 +474,37 @@ fn fold(
     read: &spex_history::Reading,
 ) -> rusqlite::Result<Option<FoldedTranscript>> {
     let path_text = found.path.to_string_lossy().into_owned();
+    let source = found.harness.name();
+    let reset = from == 0;
+    let Some((mut transcript, existed)) =
+        starting_row(transaction, found, &path_text, from, lines_before)?
+    else {
+        return Ok(None);
+    };
+    if reset && existed {
+        // A full scan of the texts (their session is not indexed): only for a row that had some.
+        delete_content(transaction, source, &found.id)?;
+    }
+    if reset {
+        crate::usage::forget(transaction, &path_text)?;
+    }
+    let model_before = enrich(&mut transcript, read);
+    insert_texts(transaction, found, &read.events)?;
+    crate::usage::record(transaction, &path_text, &read.events, model_before)?;
+    write_row(transaction, found, read, &transcript)?;
+    Ok(Some(FoldedTranscript { reset, lines: read.lines - lines_before }))
+}
+
+/// The row a fold from byte `from` (after `lines_before` lines) continues, and whether the
+/// transcript had a row: a new one when the fold starts over, `None` when the row moved on
+/// (another scan folded it meanwhile) or was folded by another content version.
+fn starting_row(
+    transaction: &rusqlite::Transaction<'_>,
+    found: &Found,
+    path_text: &str,
+    from: u64,
+    lines_before: u64,
+) -> rusqlite::Result<Option<(Transcript, bool)>> {
     let row = transaction
         .query_row(
             &format!(
@@ -484,11 +515,9 @@ fn fold(
             |row| Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)?, transcript_at(row, 2)?)),
         )
         .optional()?;
-    let source = found.harness.name();
-    let size = i64::try_from(found.size).unwrap_or(i64::MAX);
     let reset = from == 0;
     let existed = row.is_some();
-    let mut transcript = match row {
+    let transcript = match row {
         Some((offset, version, transcript))
             if offset == from
                 && transcript.lines as u64 == lines_before
@@ -496,13 +525,12 @@ fn fold(
         {
             transcript
         }
-        Some(_) if !reset => return Ok(None),
-        None if !reset => return Ok(None),
+        Some(_) | None if !reset => return Ok(None),
         _ => Transcript {
-            path: path_text.clone(),
-            harness: source.to_owned(),
+            path: path_text.to_owned(),
+            harness: found.harness.name().to_owned(),
             id: found.id.clone(),
-            size,
+            size: i64::try_from(found.size).unwrap_or(i64::MAX),
             cwd: None,
             version: None,
             branch: None,
@@ -518,14 +546,12 @@ fn fold(
             signals: Signals::default(),
         },
     };
-    if reset && existed {
-        // A full scan of the texts (their session is not indexed): only for a row that had some.
-        delete_content(transaction, source, &found.id)?;
-    }
-    if reset {
-        crate::usage::forget(transaction, &path_text)?;
-    }
-    // Enrichment never erases what is known.
+    Ok(Some((transcript, existed)))
+}
+
+/// Folds what `read` brought into `transcript` (enrichment never erases what is known: a
+/// field once set stays, the model is the newest one named); returns the model before.
+fn enrich(transcript: &mut Transcript, read: &spex_history::Reading) -> Option<String> {
     let meta = &read.meta;
     for (slot, value) in [
         (&mut transcript.cwd, &meta.cwd),
@@ -557,7 +583,16 @@ fn fold(
     transcript.counts = digest.counts;
     transcript.unknown = digest.unknown;
     transcript.signals = digest.signals;
-    for event in &read.events {
+    model_before
+}
+
+/// The searchable texts of a transcript's events: prompts, answers and tool calls.
+fn insert_texts(
+    transaction: &rusqlite::Transaction<'_>,
+    found: &Found,
+    events: &[spex_history::Event],
+) -> rusqlite::Result<()> {
+    for event in events {
         let (column, kind, text) = match &event.kind {
             Kind::User { text } => ("said", "prompt", text.as_str()),
             Kind::Assistant { text } => ("answers", "answer", text.as_str()),
@@ -571,14 +606,24 @@ fn fold(
             kind,
             ts: event.ts.as_deref(),
             mid: None,
-            source,
+            source: found.harness.name(),
             line: Some(event.line),
         };
         insert_content(transaction, &text)?;
     }
-    crate::usage::record(transaction, &path_text, &read.events, model_before)?;
-    // The size and modification time are the transcript's only once it is read to its end: a
-    // row folded part way is not "unchanged" to the next scan.
+    Ok(())
+}
+
+/// Writes a transcript's row as folded to `read`'s end. Its size and modification time are the
+/// transcript's only once it is read to its end: a row folded part way is not "unchanged" to
+/// the next scan.
+fn write_row(
+    transaction: &rusqlite::Transaction<'_>,
+    found: &Found,
+    read: &spex_history::Reading,
+    transcript: &Transcript,
+) -> rusqlite::Result<()> {
+    let size = i64::try_from(found.size).unwrap_or(i64::MAX);
     let (size, modified_ns) = if read.more { (-1, -1) } else { (size, found.modified_ns) };
     let pinned = pin(&found.path, read.offset).unwrap_or_default();
     let version = crate::refresh::next_version(transaction)?;
@@ -598,8 +643,8 @@ fn fold(
              counts = excluded.counts, unknown = excluded.unknown, signals = excluded.signals,
              change_version = excluded.change_version, removed = 0",
         params![
-            path_text,
-            source,
+            transcript.path,
+            found.harness.name(),
             found.id,
             read.offset as i64,
             read.lines as i64,
@@ -621,7 +666,7 @@ fn fold(
             version,
         ],
     )?;
-    Ok(Some(FoldedTranscript { reset, lines: read.lines - lines_before }))
+    Ok(())
 }
 
 /// The pin of a watermark: a SHA-256 of the (up to) [`PIN_BYTES`] bytes at the start of the
