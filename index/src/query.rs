@@ -441,73 +441,24 @@ impl Index {
             .filter(|word| !word.is_empty())
             .map(str::to_owned)
             .collect();
-        let mut candidates: Vec<(HitSource, String, Option<String>, String)> = Vec::new();
+        let mut candidates: Vec<Candidate> = Vec::new();
         let spex_wanted = filter.source.as_deref().is_none_or(|source| source == "spex")
             && filter.project.is_none();
         if spex_wanted {
-            // Narrowed in SQL (ids hold ASCII only, so `lower` folds them whole): a search does
-            // not build a row for every session.
-            let mut sql = String::from(
-                "SELECT id, COALESCE(last_activity, created_at) FROM sessions WHERE removed = 0",
-            );
-            let lowered: Vec<String> = words.iter().map(|word| word.to_lowercase()).collect();
-            for n in 0..lowered.len() {
-                sql.push_str(&format!(" AND instr(lower(id), ?{}) > 0", n + 1));
-            }
-            if filter.status.is_some() {
-                sql.push_str(&format!(" AND (status = ?{0} OR display = ?{0})", lowered.len() + 1));
-            }
-            let mut bound: Vec<&dyn rusqlite::ToSql> =
-                lowered.iter().map(|word| word as &dyn rusqlite::ToSql).collect();
-            if let Some(status) = &filter.status {
-                bound.push(status);
-            }
-            let mut statement = self.connection.prepare(&sql).map_err(|e| self.sqlite(e))?;
-            let rows = statement
-                .query_map(bound.as_slice(), |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-                .map_err(|e| self.sqlite(e))?;
-            for row in rows {
-                let (id, when) = row.map_err(|e| self.sqlite(e))?;
-                candidates.push((HitSource::Spex, id.clone(), when, id));
-            }
+            candidates.extend(self.session_candidates(&words, filter)?);
         }
         if filter.status.is_none() {
-            for t in self.transcripts()? {
-                if filter.source.as_deref().is_some_and(|source| source != t.harness) {
-                    continue;
-                }
-                if let Some(project) = &filter.project {
-                    let under = t.cwd.as_deref().is_some_and(|cwd| {
-                        cwd == project
-                            || cwd
-                                .strip_prefix(project.as_str())
-                                .is_some_and(|rest| rest.starts_with('/'))
-                    });
-                    if !under {
-                        continue;
-                    }
-                }
-                let text = [Some(t.id.as_str()), t.title.as_deref(), t.cwd.as_deref()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(" · ");
-                let when = t.last_activity.clone().or(t.last_ts.clone());
-                // The index records only the harnesses it reads.
-                let Some(source) = HitSource::parse(&t.harness) else { continue };
-                candidates.push((source, t.id, when, text));
-            }
+            candidates.extend(self.transcript_candidates(filter)?);
         }
         let mut hits: Vec<Hit> = candidates
             .into_iter()
-            .filter(|(_, id, when, _)| {
-                filter.session.as_deref().is_none_or(|session| session == id)
-                    && filter
-                        .since
-                        .as_deref()
-                        .is_none_or(|since| when.as_deref().is_some_and(|when| when >= since))
+            .filter(|candidate| {
+                filter.session.as_deref().is_none_or(|session| session == candidate.session)
+                    && filter.since.as_deref().is_none_or(|since| {
+                        candidate.when.as_deref().is_some_and(|when| when >= since)
+                    })
             })
-            .filter_map(|(source, session, ts, text)| {
+            .filter_map(|Candidate { source, session, when: ts, text }| {
                 let snippet = substring_snippet(&text, &words)?;
                 Some(
                     Hit {
@@ -530,6 +481,78 @@ impl Index {
         Ok(hits)
     }
 
+    /// The sessions whose ids hold every word (and have the status asked for), as listing
+    /// candidates. Narrowed in SQL (ids hold ASCII only, so `lower` folds them whole): a search
+    /// does not build a row for every session.
+    fn session_candidates(
+        &self,
+        words: &[String],
+        filter: &SearchFilter,
+    ) -> Result<Vec<Candidate>> {
+        let mut sql = String::from(
+            "SELECT id, COALESCE(last_activity, created_at) FROM sessions WHERE removed = 0",
+        );
+        let lowered: Vec<String> = words.iter().map(|word| word.to_lowercase()).collect();
+        for n in 0..lowered.len() {
+            sql.push_str(&format!(" AND instr(lower(id), ?{}) > 0", n + 1));
+        }
+        if filter.status.is_some() {
+            sql.push_str(&format!(" AND (status = ?{0} OR display = ?{0})", lowered.len() + 1));
+        }
+        let mut bound: Vec<&dyn rusqlite::ToSql> =
+            lowered.iter().map(|word| word as &dyn rusqlite::ToSql).collect();
+        if let Some(status) = &filter.status {
+            bound.push(status);
+        }
+        let mut statement = self.connection.prepare(&sql).map_err(|e| self.sqlite(e))?;
+        let rows = statement
+            .query_map(bound.as_slice(), |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+            .map_err(|e| self.sqlite(e))?;
+        let mut candidates = Vec::new();
+        for row in rows {
+            let (id, when) = row.map_err(|e| self.sqlite(e))?;
+            candidates.push(Candidate {
+                source: HitSource::Spex,
+                session: id.clone(),
+                when,
+                text: id,
+            });
+        }
+        Ok(candidates)
+    }
+
+    /// Every transcript of the harness and project asked for, as a listing candidate whose text
+    /// is its id, title and directory.
+    fn transcript_candidates(&self, filter: &SearchFilter) -> Result<Vec<Candidate>> {
+        let mut candidates = Vec::new();
+        for t in self.transcripts()? {
+            if filter.source.as_deref().is_some_and(|source| source != t.harness) {
+                continue;
+            }
+            if let Some(project) = &filter.project {
+                let under = t.cwd.as_deref().is_some_and(|cwd| {
+                    cwd == project
+                        || cwd
+                            .strip_prefix(project.as_str())
+                            .is_some_and(|rest| rest.starts_with('/'))
+                });
+                if !under {
+                    continue;
+                }
+            }
+            let text = [Some(t.id.as_str()), t.title.as_deref(), t.cwd.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" · ");
+            let when = t.last_activity.clone().or(t.last_ts.clone());
+            // The index records only the harnesses it reads.
+            let Some(source) = HitSource::parse(&t.harness) else { continue };
+            candidates.push(Candidate { source, session: t.id, when, text });
+        }
+        Ok(candidates)
+    }
+
     /// One search phase, as content rowids and hits.
     fn search_in(
         &self,
@@ -537,65 +560,8 @@ impl Index {
         filter: &SearchFilter,
         limit: usize,
     ) -> Result<Vec<(i64, Hit)>> {
-        // Only the filters that are set are in the statement: a per-row `?n IS NULL OR ...` or
-        // a join with `sessions` for every match costs more than the ranking itself. No join
-        // is needed for removed sessions: their content is deleted with them (`remove`).
-        let (query, mut sql) = match phase {
-            Phase::Words(query) => (
-                query,
-                "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
-                        snippet(content, -1, char(57344), char(57345), '…', 16),
-                        bm25(content, 2.0, 1.0, 0.5) AS rank, c.source, c.line
-                 FROM content c"
-                    .to_owned(),
-            ),
-            // The trigram table keeps no text (and no positions): the text comes from the word
-            // table, where the substrings are checked and the snippet cut.
-            Phase::Substrings { query, .. } => (
-                query,
-                "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
-                        COALESCE(c.said, c.notes, c.answers, ''), 0.0, c.source, c.line
-                 FROM grams m JOIN content c ON c.rowid = m.rowid"
-                    .to_owned(),
-            ),
-        };
-        let (table, matched) = match phase {
-            Phase::Words(_) => ("content", Matched::Word),
-            Phase::Substrings { .. } => ("grams", Matched::Substring),
-        };
-        if filter.status.is_some() {
-            sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
-        }
-        if filter.project.is_some() {
-            sql.push_str(" JOIN transcripts t ON t.id = c.session AND t.harness = c.source");
-        }
-        sql.push_str(&format!(" WHERE {table} MATCH :query"));
-        if filter.project.is_some() {
-            // The directory itself, or one under it (compared as text: no LIKE wildcards).
-            sql.push_str(
-                " AND (t.cwd = :project OR (substr(t.cwd, 1, length(:project)) = :project
-                       AND substr(t.cwd, length(:project) + 1, 1) = '/'))",
-            );
-        }
-        if filter.session.is_some() {
-            sql.push_str(" AND c.session = :session");
-        }
-        if filter.status.is_some() {
-            sql.push_str(" AND (s.status = :status OR s.display = :status)");
-        }
-        if filter.since.is_some() {
-            sql.push_str(" AND c.ts >= :since");
-        }
-        if filter.source.is_some() {
-            sql.push_str(" AND c.source = :source");
-        }
+        let (query, sql, matched) = search_statement(phase, filter);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        match phase {
-            Phase::Words(_) => sql.push_str(" ORDER BY rank LIMIT :limit"),
-            // Candidates (every trigram present) newest first, read only until enough of them
-            // hold every word.
-            Phase::Substrings { .. } => sql.push_str(" ORDER BY m.rowid DESC"),
-        }
         let mut statement = self.connection.prepare_cached(&sql).map_err(|e| self.sqlite(e))?;
         let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":query", query)];
         if let Phase::Words(_) = phase {
@@ -877,6 +843,78 @@ enum Phase {
     /// Substrings, through the trigram table: the trigram query, and the words each text must
     /// hold.
     Substrings { query: String, words: Vec<String> },
+}
+
+/// A listing candidate: where it comes from, its session, when it was last active, and the
+/// text its words are looked for in.
+struct Candidate {
+    source: HitSource,
+    session: String,
+    when: Option<String>,
+    text: String,
+}
+
+/// The statement of one search phase under `filter`, the query it matches and how its hits
+/// matched. Only the filters that are set are in the statement: a per-row `?n IS NULL OR ...`
+/// or a join with `sessions` for every match costs more than the ranking itself. No join is
+/// needed for removed sessions: their content is deleted with them (`remove`).
+fn search_statement<'a>(phase: &'a Phase, filter: &SearchFilter) -> (&'a String, String, Matched) {
+    let (query, mut sql) = match phase {
+        Phase::Words(query) => (
+            query,
+            "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
+                    snippet(content, -1, char(57344), char(57345), '…', 16),
+                    bm25(content, 2.0, 1.0, 0.5) AS rank, c.source, c.line
+             FROM content c"
+                .to_owned(),
+        ),
+        // The trigram table keeps no text (and no positions): the text comes from the word
+        // table, where the substrings are checked and the snippet cut.
+        Phase::Substrings { query, .. } => (
+            query,
+            "SELECT c.rowid, c.session, c.kind, c.ts, c.mid,
+                    COALESCE(c.said, c.notes, c.answers, ''), 0.0, c.source, c.line
+             FROM grams m JOIN content c ON c.rowid = m.rowid"
+                .to_owned(),
+        ),
+    };
+    let (table, matched) = match phase {
+        Phase::Words(_) => ("content", Matched::Word),
+        Phase::Substrings { .. } => ("grams", Matched::Substring),
+    };
+    if filter.status.is_some() {
+        sql.push_str(" JOIN sessions s ON s.id = c.session AND s.removed = 0");
+    }
+    if filter.project.is_some() {
+        sql.push_str(" JOIN transcripts t ON t.id = c.session AND t.harness = c.source");
+    }
+    sql.push_str(&format!(" WHERE {table} MATCH :query"));
+    if filter.project.is_some() {
+        // The directory itself, or one under it (compared as text: no LIKE wildcards).
+        sql.push_str(
+            " AND (t.cwd = :project OR (substr(t.cwd, 1, length(:project)) = :project
+                   AND substr(t.cwd, length(:project) + 1, 1) = '/'))",
+        );
+    }
+    if filter.session.is_some() {
+        sql.push_str(" AND c.session = :session");
+    }
+    if filter.status.is_some() {
+        sql.push_str(" AND (s.status = :status OR s.display = :status)");
+    }
+    if filter.since.is_some() {
+        sql.push_str(" AND c.ts >= :since");
+    }
+    if filter.source.is_some() {
+        sql.push_str(" AND c.source = :source");
+    }
+    match phase {
+        Phase::Words(_) => sql.push_str(" ORDER BY rank LIMIT :limit"),
+        // Candidates (every trigram present) newest first, read only until enough of them
+        // hold every word.
+        Phase::Substrings { .. } => sql.push_str(" ORDER BY m.rowid DESC"),
+    }
+    (query, sql, matched)
 }
 
 #[cfg(test)]
