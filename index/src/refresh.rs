@@ -425,14 +425,7 @@ impl Index {
         let Watermark { cursor, pin, last_activity } = folded.watermark.clone();
         insert_events(&transaction, id, &folded.events).map_err(sqlite)?;
         let Some(record_now) = present(store.record(id))? else { return Ok(None) };
-        // A damaged queue does not hide the session: its count is unknown (readers see only its
-        // valid entries; `session repair` rebuilds it).
-        let owed = match store.queue_file(id) {
-            Ok(file) => Some(file.entries.len() as i64).filter(|_| file.damage.is_none()),
-            Err(spex_engine::Error::Corrupt { .. }) => None,
-            Err(spex_engine::Error::NoSuchSession { .. }) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(owed) = owed_of(store, id)? else { return Ok(None) };
         let triple = record_now.public_triple();
         upsert(
             &transaction,
@@ -566,6 +559,18 @@ impl Index {
             )
             .map_err(|e| self.sqlite(e))?;
         self.refresh_with(store, progress)
+    }
+}
+
+/// How many messages session `id` owes: `Some(None)` when unknown (a damaged queue does not
+/// hide the session: readers see only its valid entries, and `session repair` rebuilds it),
+/// `None` when the session is gone.
+fn owed_of<F: Fs>(store: &Store<F>, id: &SessionId) -> Result<Option<Option<i64>>> {
+    match store.queue_file(id) {
+        Ok(file) => Ok(Some(Some(file.entries.len() as i64).filter(|_| file.damage.is_none()))),
+        Err(spex_engine::Error::Corrupt { .. }) => Ok(Some(None)),
+        Err(spex_engine::Error::NoSuchSession { .. }) => Ok(None),
+        Err(error) => Err(error.into()),
     }
 }
 

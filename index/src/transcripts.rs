@@ -220,30 +220,7 @@ impl Index {
         let batch_bytes = chunk_bytes.saturating_mul(CHUNKS_PER_BATCH);
         std::thread::scope(|scope| {
             let (send, receive) = std::sync::mpsc::sync_channel::<Chunk<'a>>(2);
-            scope.spawn(move || {
-                for (found, seen) in work {
-                    let (mut from, mut lines_before) = plan(found, seen.as_ref());
-                    let mut parser = spex_history::Parser::new(found.harness);
-                    loop {
-                        let read = spex_history::read_chunk(
-                            &found.path,
-                            &mut parser,
-                            from,
-                            lines_before,
-                            chunk_bytes,
-                        );
-                        let next = read.as_ref().ok().filter(|read| read.more);
-                        let next = next.map(|read| (read.offset, read.lines));
-                        if send.send(Chunk { found, from, lines_before, read }).is_err() {
-                            return;
-                        }
-                        match next {
-                            Some(at) => (from, lines_before) = at,
-                            None => break,
-                        }
-                    }
-                }
-            });
+            scope.spawn(move || read_ahead(work, chunk_bytes, &send));
             let mut raced: Vec<&'a Found> = Vec::new();
             let mut previous: Option<&std::path::Path> = None;
             let mut chunks = receive.into_iter().peekable();
@@ -667,6 +644,32 @@ fn write_row(
         ],
     )?;
     Ok(())
+}
+
+/// Reads the transcripts of `work` in chunks of `chunk_bytes`, each from where its row left
+/// off, and hands every chunk to `send` in order, until the folding side hangs up.
+fn read_ahead<'a>(
+    work: Vec<(&'a Found, Option<ScanMark>)>,
+    chunk_bytes: u64,
+    send: &std::sync::mpsc::SyncSender<Chunk<'a>>,
+) {
+    for (found, seen) in work {
+        let (mut from, mut lines_before) = plan(found, seen.as_ref());
+        let mut parser = spex_history::Parser::new(found.harness);
+        loop {
+            let read =
+                spex_history::read_chunk(&found.path, &mut parser, from, lines_before, chunk_bytes);
+            let next = read.as_ref().ok().filter(|read| read.more);
+            let next = next.map(|read| (read.offset, read.lines));
+            if send.send(Chunk { found, from, lines_before, read }).is_err() {
+                return;
+            }
+            match next {
+                Some(at) => (from, lines_before) = at,
+                None => break,
+            }
+        }
+    }
 }
 
 /// The pin of a watermark: a SHA-256 of the (up to) [`PIN_BYTES`] bytes at the start of the
