@@ -30,7 +30,46 @@ pub fn codex_transcript(data: &[u8]) {
 pub fn opencode_session(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let db = dir.path().join(crate::opencode::DB_FILE);
+    let (messages, rows) = plant_opencode_session(dir.path(), &text);
+    let found = crate::discover::discover(&[crate::discover::Root {
+        harness: Harness::OpenCode,
+        dir: dir.path().to_path_buf(),
+    }])
+    .expect("the database is listed");
+    assert_eq!(found.len(), 1, "one session");
+    let path = &found[0].path;
+    let lines = crate::opencode::render(path).expect("the session renders");
+    assert_eq!(lines.len() as u64, 1 + messages, "a line per message after the session's");
+    // Each row's data as stored: a JSON object back as that object.
+    for line in &lines {
+        let value: serde_json::Value = serde_json::from_str(line).expect("a rendered line is JSON");
+        for data in std::iter::once(&value["data"])
+            .chain(value["parts"].as_array().into_iter().flatten().map(|part| &part["data"]))
+        {
+            if let serde_json::Value::String(text) = data {
+                assert!(rows.contains(&text.as_str()), "a row's text is kept as it was");
+            }
+        }
+    }
+    let mut parser = Parser::new(Harness::OpenCode);
+    let mut events = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        parser.line(index as u64 + 1, line, &mut events);
+    }
+    for event in &events {
+        assert!(event.line >= 1 && event.line <= lines.len() as u64, "line {}", event.line);
+    }
+    let read = crate::read::read_from(path, Harness::OpenCode, 0, 0).expect("the session reads");
+    assert_eq!(read.events, events, "the reader and the parser disagree");
+    assert_eq!(read.lines, lines.len() as u64);
+    agree_in_chunks(path, Harness::OpenCode, data.len(), &read);
+    redaction_holds(&events);
+}
+
+/// Writes `text` into an OpenCode database in `dir` as one session (see [`opencode_session`]);
+/// returns how many messages it holds and each row's data.
+fn plant_opencode_session<'a>(dir: &std::path::Path, text: &'a str) -> (u64, Vec<&'a str>) {
+    let db = dir.join(crate::opencode::DB_FILE);
     let connection = rusqlite::Connection::open(&db).expect("a database");
     connection
         .execute_batch(
@@ -70,40 +109,7 @@ pub fn opencode_session(data: &[u8]) {
         }
         rows.push(line);
     }
-    drop(connection);
-    let found = crate::discover::discover(&[crate::discover::Root {
-        harness: Harness::OpenCode,
-        dir: dir.path().to_path_buf(),
-    }])
-    .expect("the database is listed");
-    assert_eq!(found.len(), 1, "one session");
-    let path = &found[0].path;
-    let lines = crate::opencode::render(path).expect("the session renders");
-    assert_eq!(lines.len() as u64, 1 + messages, "a line per message after the session's");
-    // Each row's data as stored: a JSON object back as that object.
-    for line in &lines {
-        let value: serde_json::Value = serde_json::from_str(line).expect("a rendered line is JSON");
-        for data in std::iter::once(&value["data"])
-            .chain(value["parts"].as_array().into_iter().flatten().map(|part| &part["data"]))
-        {
-            if let serde_json::Value::String(text) = data {
-                assert!(rows.contains(&text.as_str()), "a row's text is kept as it was");
-            }
-        }
-    }
-    let mut parser = Parser::new(Harness::OpenCode);
-    let mut events = Vec::new();
-    for (index, line) in lines.iter().enumerate() {
-        parser.line(index as u64 + 1, line, &mut events);
-    }
-    for event in &events {
-        assert!(event.line >= 1 && event.line <= lines.len() as u64, "line {}", event.line);
-    }
-    let read = crate::read::read_from(path, Harness::OpenCode, 0, 0).expect("the session reads");
-    assert_eq!(read.events, events, "the reader and the parser disagree");
-    assert_eq!(read.lines, lines.len() as u64);
-    agree_in_chunks(path, Harness::OpenCode, data.len(), &read);
-    redaction_holds(&events);
+    (messages, rows)
 }
 
 fn transcript(harness: Harness, data: &[u8]) {

@@ -163,26 +163,7 @@ pub fn render(path: &Path) -> Result<Vec<String>, Error> {
     let database = |source| Error::Database { path: db.clone(), source };
     // One snapshot: a session read while OpenCode writes is the session at one moment.
     let snapshot = connection.transaction().map_err(database)?;
-    let session = snapshot
-        .query_row(
-            "SELECT directory, title, version, parent_id, time_created, time_updated
-             FROM session WHERE id = ?1",
-            params![id],
-            |row| {
-                Ok(json!({
-                    "type": "session",
-                    "id": id,
-                    "directory": row.get::<_, Option<String>>(0)?,
-                    "title": row.get::<_, Option<String>>(1)?,
-                    "version": row.get::<_, Option<String>>(2)?,
-                    "parent_id": row.get::<_, Option<String>>(3)?,
-                    "time_created": row.get::<_, Option<i64>>(4)?,
-                    "time_updated": row.get::<_, Option<i64>>(5)?,
-                }))
-            },
-        )
-        .optional()
-        .map_err(database)?;
+    let session = session_of(&snapshot, &id).map_err(database)?;
     let Some(session) = session else {
         return Err(Error::Io {
             path: path.to_path_buf(),
@@ -193,32 +174,7 @@ pub fn render(path: &Path) -> Result<Vec<String>, Error> {
         });
     };
     let mut lines = vec![session.to_string()];
-    let mut parts = snapshot
-        .prepare(
-            "SELECT message_id, id, time_created, data FROM part WHERE session_id = ?1
-             ORDER BY message_id, id",
-        )
-        .map_err(database)?;
-    let mut by_message: std::collections::HashMap<String, Vec<Value>> =
-        std::collections::HashMap::new();
-    let rows = parts
-        .query_map(params![id], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Option<i64>>(2)?,
-                row.get::<_, Option<String>>(3)?,
-            ))
-        })
-        .map_err(database)?;
-    for row in rows {
-        let (message, part, created, data) = row.map_err(database)?;
-        by_message.entry(message).or_default().push(json!({
-            "id": part,
-            "time_created": created,
-            "data": data_of(data.as_deref()),
-        }));
-    }
+    let mut by_message = parts_by_message(&snapshot, &id).map_err(database)?;
     let mut messages = snapshot
         .prepare(
             "SELECT id, time_created, data FROM message WHERE session_id = ?1
@@ -249,6 +205,60 @@ pub fn render(path: &Path) -> Result<Vec<String>, Error> {
         );
     }
     Ok(lines)
+}
+
+/// Session `id`'s row as the rendition's first line, if the database holds it.
+fn session_of(snapshot: &rusqlite::Transaction<'_>, id: &str) -> rusqlite::Result<Option<Value>> {
+    snapshot
+        .query_row(
+            "SELECT directory, title, version, parent_id, time_created, time_updated
+             FROM session WHERE id = ?1",
+            params![id],
+            |row| {
+                Ok(json!({
+                    "type": "session",
+                    "id": id,
+                    "directory": row.get::<_, Option<String>>(0)?,
+                    "title": row.get::<_, Option<String>>(1)?,
+                    "version": row.get::<_, Option<String>>(2)?,
+                    "parent_id": row.get::<_, Option<String>>(3)?,
+                    "time_created": row.get::<_, Option<i64>>(4)?,
+                    "time_updated": row.get::<_, Option<i64>>(5)?,
+                }))
+            },
+        )
+        .optional()
+}
+
+/// Session `id`'s parts, each as the rendition shows it, by the message they belong to (in
+/// order within each message).
+fn parts_by_message(
+    snapshot: &rusqlite::Transaction<'_>,
+    id: &str,
+) -> rusqlite::Result<std::collections::HashMap<String, Vec<Value>>> {
+    let mut parts = snapshot.prepare(
+        "SELECT message_id, id, time_created, data FROM part WHERE session_id = ?1
+         ORDER BY message_id, id",
+    )?;
+    let rows = parts.query_map(params![id], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, Option<i64>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    let mut by_message: std::collections::HashMap<String, Vec<Value>> =
+        std::collections::HashMap::new();
+    for row in rows {
+        let (message, part, created, data) = row?;
+        by_message.entry(message).or_default().push(json!({
+            "id": part,
+            "time_created": created,
+            "data": data_of(data.as_deref()),
+        }));
+    }
+    Ok(by_message)
 }
 
 /// A row's `data` as JSON: the object it holds, or the text itself when it holds no object

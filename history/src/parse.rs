@@ -103,74 +103,8 @@ impl Parser {
         let event = |kind| Event { ts: ts.clone(), line, kind };
         let kind = value["type"].as_str().unwrap_or("");
         match kind {
-            "user" => {
-                // Lines the harness injects (command wrappers, caveats) are not a person typing.
-                if value["isMeta"].as_bool() == Some(true) {
-                    return;
-                }
-                match &value["message"]["content"] {
-                    Value::String(text) => out.push(event(claude_user_text(text))),
-                    Value::Array(blocks) => {
-                        let mut texts = Vec::new();
-                        for block in blocks {
-                            match block["type"].as_str() {
-                                Some("text") => {
-                                    if let Some(text) = block["text"].as_str() {
-                                        texts.push(text);
-                                    }
-                                }
-                                Some("tool_result") => out.push(event(Kind::ToolResult {
-                                    ok: block["is_error"].as_bool() != Some(true),
-                                    bytes: content_bytes(&block["content"]),
-                                })),
-                                _ => {}
-                            }
-                        }
-                        if !texts.is_empty() {
-                            out.push(event(claude_user_text(&texts.join("\n"))));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            "assistant" => {
-                let message = &value["message"];
-                if let Some(model) = message["model"].as_str().filter(|m| !m.starts_with('<')) {
-                    self.meta.model = Some(model.to_owned());
-                }
-                for block in message["content"].as_array().into_iter().flatten() {
-                    match block["type"].as_str() {
-                        Some("text") => {
-                            if let Some(text) =
-                                block["text"].as_str().filter(|t| !t.trim().is_empty())
-                            {
-                                out.push(event(Kind::Assistant { text: text.to_owned() }));
-                            }
-                        }
-                        Some("tool_use") => out.push(event(Kind::ToolCall {
-                            name: block["name"].as_str().unwrap_or("?").to_owned(),
-                            summary: summarize_input(&block["input"]),
-                        })),
-                        // Hidden reasoning is not the agent's answer.
-                        _ => {}
-                    }
-                }
-                let usage = &message["usage"];
-                let id = message["id"].as_str().unwrap_or("").to_owned();
-                if usage.is_object() && (id.is_empty() || self.usage_seen.insert(id.clone())) {
-                    out.push(event(Kind::Usage {
-                        model: self.meta.model.clone(),
-                        input: usage["input_tokens"].as_u64().unwrap_or(0),
-                        output: usage["output_tokens"].as_u64().unwrap_or(0),
-                        cache_read: usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
-                        cache_write: usage["cache_creation_input_tokens"].as_u64().unwrap_or(0),
-                        reply: (!id.is_empty()).then_some(id),
-                    }));
-                }
-                if message["stop_reason"].as_str() == Some("end_turn") {
-                    out.push(event(Kind::Lifecycle(Lifecycle::TurnEnd)));
-                }
-            }
+            "user" => claude_user(value, &event, out),
+            "assistant" => self.claude_assistant(value, &event, out),
             "summary" => out.push(event(Kind::Lifecycle(Lifecycle::Summary {
                 text: value["summary"].as_str().unwrap_or("").to_owned(),
             }))),
@@ -185,6 +119,50 @@ impl Parser {
             other => out.push(event(Kind::Unknown {
                 kind: if other.is_empty() { "untyped".to_owned() } else { other.to_owned() },
             })),
+        }
+    }
+
+    /// An assistant line of a Claude Code transcript: its model, its texts and tool calls (not
+    /// its hidden reasoning), its usage (once per reply) and the end of its turn.
+    fn claude_assistant(
+        &mut self,
+        value: &Value,
+        event: &impl Fn(Kind) -> Event,
+        out: &mut Vec<Event>,
+    ) {
+        let message = &value["message"];
+        if let Some(model) = message["model"].as_str().filter(|m| !m.starts_with('<')) {
+            self.meta.model = Some(model.to_owned());
+        }
+        for block in message["content"].as_array().into_iter().flatten() {
+            match block["type"].as_str() {
+                Some("text") => {
+                    if let Some(text) = block["text"].as_str().filter(|t| !t.trim().is_empty()) {
+                        out.push(event(Kind::Assistant { text: text.to_owned() }));
+                    }
+                }
+                Some("tool_use") => out.push(event(Kind::ToolCall {
+                    name: block["name"].as_str().unwrap_or("?").to_owned(),
+                    summary: summarize_input(&block["input"]),
+                })),
+                // Hidden reasoning is not the agent's answer.
+                _ => {}
+            }
+        }
+        let usage = &message["usage"];
+        let id = message["id"].as_str().unwrap_or("").to_owned();
+        if usage.is_object() && (id.is_empty() || self.usage_seen.insert(id.clone())) {
+            out.push(event(Kind::Usage {
+                model: self.meta.model.clone(),
+                input: usage["input_tokens"].as_u64().unwrap_or(0),
+                output: usage["output_tokens"].as_u64().unwrap_or(0),
+                cache_read: usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
+                cache_write: usage["cache_creation_input_tokens"].as_u64().unwrap_or(0),
+                reply: (!id.is_empty()).then_some(id),
+            }));
+        }
+        if message["stop_reason"].as_str() == Some("end_turn") {
+            out.push(event(Kind::Lifecycle(Lifecycle::TurnEnd)));
         }
     }
 
@@ -410,25 +388,7 @@ impl Parser {
                     }));
                 }
             }
-            "tool" => {
-                let state = &data["state"];
-                out.push(event(Kind::ToolCall {
-                    name: data["tool"].as_str().unwrap_or("?").to_owned(),
-                    summary: summarize_input(&state["input"]),
-                }));
-                match state["status"].as_str() {
-                    Some("completed") => out.push(event(Kind::ToolResult {
-                        ok: true,
-                        bytes: state["output"].as_str().map_or(0, str::len) as u64,
-                    })),
-                    Some("error") => out.push(event(Kind::ToolResult {
-                        ok: false,
-                        bytes: state["error"].as_str().map_or(0, str::len) as u64,
-                    })),
-                    // Pending or running: its result is not in yet.
-                    _ => {}
-                }
-            }
+            "tool" => opencode_tool(data, &event, out),
             "step-finish" => {
                 let tokens = &data["tokens"];
                 let count = |value: &Value| value.as_u64().unwrap_or(0);
@@ -462,10 +422,59 @@ impl Parser {
     }
 }
 
+/// An OpenCode tool part: the call, and its result once it is in (not while pending or
+/// running).
+fn opencode_tool(data: &Value, event: &impl Fn(Kind) -> Event, out: &mut Vec<Event>) {
+    let state = &data["state"];
+    out.push(event(Kind::ToolCall {
+        name: data["tool"].as_str().unwrap_or("?").to_owned(),
+        summary: summarize_input(&state["input"]),
+    }));
+    let (ok, bytes) = match state["status"].as_str() {
+        Some("completed") => (true, &state["output"]),
+        Some("error") => (false, &state["error"]),
+        _ => return,
+    };
+    out.push(event(Kind::ToolResult { ok, bytes: bytes.as_str().map_or(0, str::len) as u64 }));
+}
+
 /// An OpenCode time (milliseconds since the epoch) as ISO 8601.
 fn opencode_time(value: &Value) -> Option<String> {
     let millis = value.as_i64()?;
     jiff::Timestamp::from_millisecond(millis).ok().map(|time| time.to_string())
+}
+
+/// A user line of a Claude Code transcript: what the person typed (its text blocks joined) and
+/// the tool results it carries. Lines the harness injects (command wrappers, caveats) are not a
+/// person typing.
+fn claude_user(value: &Value, event: &impl Fn(Kind) -> Event, out: &mut Vec<Event>) {
+    if value["isMeta"].as_bool() == Some(true) {
+        return;
+    }
+    match &value["message"]["content"] {
+        Value::String(text) => out.push(event(claude_user_text(text))),
+        Value::Array(blocks) => {
+            let mut texts = Vec::new();
+            for block in blocks {
+                match block["type"].as_str() {
+                    Some("text") => {
+                        if let Some(text) = block["text"].as_str() {
+                            texts.push(text);
+                        }
+                    }
+                    Some("tool_result") => out.push(event(Kind::ToolResult {
+                        ok: block["is_error"].as_bool() != Some(true),
+                        bytes: content_bytes(&block["content"]),
+                    })),
+                    _ => {}
+                }
+            }
+            if !texts.is_empty() {
+                out.push(event(claude_user_text(&texts.join("\n"))));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A Claude Code user text: a person's message, or the summary that opens a compacted session.
