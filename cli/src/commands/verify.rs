@@ -266,47 +266,7 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         "spex verify sweep: seed {seed} (replay with --seed {seed} or {}={seed})",
         seed::SEED_ENV
     );
-    let mut scenarios = Vec::new();
-    for name in &args.scenarios {
-        scenarios.push(sweep::scenario::named(name).with_context(|| {
-            let names: Vec<String> =
-                sweep::scenario::all().iter().map(|s| s.name.to_string()).collect();
-            format!("unknown scenario {name:?} (expected one of: {})", names.join(", "))
-        })?);
-    }
-    if let Some(count) = args.random {
-        scenarios = (0..count).map(|index| sweep::generate::nth(seed, index)).collect();
-        eprintln!(
-            "generated workloads: {}",
-            scenarios.iter().map(|s| s.name.to_string()).collect::<Vec<_>>().join(", ")
-        );
-    }
-    if scenarios.is_empty() {
-        scenarios = sweep::scenario::all();
-    }
-    let modes = args.mode.modes().to_vec();
-    let options = Options {
-        seed,
-        scenarios,
-        modes,
-        depth2: args.depth == 2,
-        shard: args.shard.unwrap_or((0, 1)),
-        stop_at_first: false,
-        budget: args.budget,
-        faults: if args.no_faults {
-            Vec::new()
-        } else {
-            args.faults.iter().copied().filter(|f| *f != faultfs::Fault::Crash).collect()
-        },
-        deep_power_images: args.deep_power_images,
-        media: match args.media {
-            MediaArg::ZeroTails => faultfs::Media::ZeroTails,
-            MediaArg::StaleTails => faultfs::Media::StaleTails,
-        },
-        jobs: args.jobs.map_or_else(sweep::cores, |jobs| jobs as usize),
-        reduce_equivalent: !args.every_image,
-        verify_equivalent: args.check_stand_ins,
-    };
+    let options = sweep_options(args, seed)?;
     select_mutant(args.mutant)?;
     let bar = crate::render::progress_bar("crash points");
     let report = sweep::sweep(&options, &mut |progress| {
@@ -358,6 +318,52 @@ fn run_sweep(args: &SweepArgs, json: bool) -> anyhow::Result<Code> {
         return Ok(Code::Failed);
     }
     Ok(Code::Ok)
+}
+
+/// The options of a sweep as its arguments ask: the scenarios named, generated or all.
+fn sweep_options(args: &SweepArgs, seed: u64) -> anyhow::Result<Options> {
+    let mut scenarios = Vec::new();
+    for name in &args.scenarios {
+        scenarios.push(sweep::scenario::named(name).with_context(|| {
+            let names: Vec<String> =
+                sweep::scenario::all().iter().map(|s| s.name.to_string()).collect();
+            format!("unknown scenario {name:?} (expected one of: {})", names.join(", "))
+        })?);
+    }
+    if let Some(count) = args.random {
+        scenarios = (0..count).map(|index| sweep::generate::nth(seed, index)).collect();
+        eprintln!(
+            "generated workloads: {}",
+            scenarios.iter().map(|s| s.name.to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    if scenarios.is_empty() {
+        scenarios = sweep::scenario::all();
+    }
+    let modes = args.mode.modes().to_vec();
+    let options = Options {
+        seed,
+        scenarios,
+        modes,
+        depth2: args.depth == 2,
+        shard: args.shard.unwrap_or((0, 1)),
+        stop_at_first: false,
+        budget: args.budget,
+        faults: if args.no_faults {
+            Vec::new()
+        } else {
+            args.faults.iter().copied().filter(|f| *f != faultfs::Fault::Crash).collect()
+        },
+        deep_power_images: args.deep_power_images,
+        media: match args.media {
+            MediaArg::ZeroTails => faultfs::Media::ZeroTails,
+            MediaArg::StaleTails => faultfs::Media::StaleTails,
+        },
+        jobs: args.jobs.map_or_else(sweep::cores, |jobs| jobs as usize),
+        reduce_equivalent: !args.every_image,
+        verify_equivalent: args.check_stand_ins,
+    };
+    Ok(options)
 }
 
 /// Boundaries never crashed at that the summary names (`--json` has every one).
@@ -422,45 +428,13 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         (_, 1) => String::new(),
         (index, count) => format!(" (shard {index}/{count})"),
     };
-    let stopped = if report.truncated {
-        match args.budget {
-            Some(budget) => {
-                let missing = unreached(report);
-                format!(
-                    "CUT SHORT: the budget of {} ran out{}",
-                    crate::when::format_duration(budget),
-                    if missing.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; not finished: {}", missing.join(", "))
-                    }
-                )
-            }
-            None => "stopped early".to_owned(),
-        }
-    } else {
-        "every point visited".to_owned()
-    };
+    let stopped = how_far(args, report);
     let _ = writeln!(
         out,
         "crash points: {} of {}{shard}, {stopped}",
         report.crash_points, report.planned_points
     );
-    let (exhaustive, reduced, sampled) =
-        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
-            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
-        });
-    let sampled_in: Vec<String> = report
-        .enumeration
-        .iter()
-        .filter(|(_, counts)| counts.sampled > 0)
-        .map(|(scenario, counts)| format!("{scenario} {}", counts.sampled))
-        .collect();
-    let _ = writeln!(
-        out,
-        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive; {reduced} of them after leaving out pieces no image tells apart), {sampled} sampled{}",
-        if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
-    );
+    let _ = writeln!(out, "{}", enumeration_line(report));
     let never = report.never_crashed();
     let _ = writeln!(
         out,
@@ -499,6 +473,53 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
             report.unequal_stand_ins.len()
         );
     }
+    write_violations(&mut out, report);
+    if !args.matrix {
+        let _ = writeln!(out, "(--matrix prints every scenario x transition x mode row)");
+    }
+    out
+}
+
+/// How far a sweep got: every point, or cut short (by the budget: which scenarios were not
+/// finished).
+fn how_far(args: &SweepArgs, report: &Report) -> String {
+    if !report.truncated {
+        return "every point visited".to_owned();
+    }
+    let Some(budget) = args.budget else { return "stopped early".to_owned() };
+    let missing = unreached(report);
+    format!(
+        "CUT SHORT: the budget of {} ran out{}",
+        crate::when::format_duration(budget),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!("; not finished: {}", missing.join(", "))
+        }
+    )
+}
+
+/// How the power-loss images were chosen: exhaustive (reduced or not) or sampled, and where.
+fn enumeration_line(report: &Report) -> String {
+    let (exhaustive, reduced, sampled) =
+        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
+            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
+        });
+    let sampled_in: Vec<String> = report
+        .enumeration
+        .iter()
+        .filter(|(_, counts)| counts.sampled > 0)
+        .map(|(scenario, counts)| format!("{scenario} {}", counts.sampled))
+        .collect();
+    format!(
+        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive; {reduced} of them after leaving out pieces no image tells apart), {sampled} sampled{}",
+        if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
+    )
+}
+
+/// The violations, each with its messages and the command that replays it.
+fn write_violations(out: &mut String, report: &Report) {
+    use std::fmt::Write as _;
     if report.violations.is_empty() {
         let _ = writeln!(out, "violations: none");
     } else {
@@ -515,10 +536,6 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
         }
         let _ = writeln!(out, "  replay: {}", violation.replay_command());
     }
-    if !args.matrix {
-        let _ = writeln!(out, "(--matrix prints every scenario x transition x mode row)");
-    }
-    out
 }
 
 fn run_merge(args: &MergeArgs, json: bool) -> anyhow::Result<Code> {
@@ -633,6 +650,36 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
         .filter(|(index, _)| *index as u64 % shards == shard)
         .map(|(_, mutant)| *mutant)
         .collect();
+    let results = sweep_catalogue(&catalogue, &options, json);
+    if !json {
+        print_caught(&results)?;
+        print_rules(&results)?;
+    } else {
+        let names: Vec<String> = listed.iter().map(|mutant| mutant.name()).collect();
+        let document = super::verify_report::mutants_json(
+            seed,
+            (shard, shards),
+            &names,
+            caught_json(&results),
+        );
+        outln!("{}", serde_json::to_string_pretty(&document)?)?;
+    }
+    let missed: Vec<String> = results
+        .iter()
+        .filter(|caught| caught.first.is_none())
+        .map(|caught| caught.mutant.name())
+        .collect();
+    if !missed.is_empty() {
+        anyhow::bail!("mutants not caught by the sweep: {}", missed.join(", "));
+    }
+    Ok(Code::Ok)
+}
+
+/// Sweeps each mutant of `catalogue` on its own, shared out over the cores (mutants are
+/// selected per thread and each sweep runs on machines of its own), with a progress line per
+/// mutant; the results in catalogue order.
+#[cfg(feature = "mutants")]
+fn sweep_catalogue(catalogue: &[Mutant], options: &Options, json: bool) -> Vec<sweep::Caught> {
     let workers = std::thread::available_parallelism().map_or(1, usize::from).min(catalogue.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
@@ -647,7 +694,7 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
                     if let Some(bar) = &bar {
                         bar.set_message(format!("sweeping {}", mutant.name()));
                     }
-                    let caught = sweep::catch(mutant, &options);
+                    let caught = sweep::catch(mutant, options);
                     let line = format!(
                         "{} {} in {}",
                         mutant.name(),
@@ -672,90 +719,86 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
     }
     let mut found = found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     found.sort_by_key(|caught| Mutant::ALL.iter().position(|m| *m == caught.mutant));
-    let mut results = Vec::new();
-    for caught in found {
+    found
+}
+
+/// Each mutant's verdict: where it was caught, the first message and the replay command.
+#[cfg(feature = "mutants")]
+fn print_caught(results: &[sweep::Caught]) -> anyhow::Result<()> {
+    for caught in results {
         let mutant = caught.mutant;
-        if !json {
-            match &caught.first {
-                Some(violation) => {
-                    let message = violation.messages.first().map_or("", String::as_str);
-                    outln!(
-                        "{:<30} caught in {:>8.1?} after {:>6} images at {}",
-                        mutant.name(),
-                        caught.elapsed,
-                        caught.images,
-                        violation.boundary
-                    )?;
-                    outln!("{:<30} {message}", "")?;
-                    outln!(
-                        "{:<30} replay: {} --mutant {}",
-                        "",
-                        violation.replay_command(),
-                        mutant.name()
-                    )?;
-                }
-                None => outln!("{:<30} NOT CAUGHT after {} images", mutant.name(), caught.images)?,
+        match &caught.first {
+            Some(violation) => {
+                let message = violation.messages.first().map_or("", String::as_str);
+                outln!(
+                    "{:<30} caught in {:>8.1?} after {:>6} images at {}",
+                    mutant.name(),
+                    caught.elapsed,
+                    caught.images,
+                    violation.boundary
+                )?;
+                outln!("{:<30} {message}", "")?;
+                outln!(
+                    "{:<30} replay: {} --mutant {}",
+                    "",
+                    violation.replay_command(),
+                    mutant.name()
+                )?;
             }
+            None => outln!("{:<30} NOT CAUGHT after {} images", mutant.name(), caught.images)?,
         }
-        results.push(caught);
     }
-    let missed: Vec<String> = results
-        .iter()
-        .filter(|caught| caught.first.is_none())
-        .map(|caught| caught.mutant.name())
-        .collect();
-    let rules_of = |caught: &sweep::Caught| {
-        caught.first.as_ref().map(|v| sweep::rules_named(&v.messages)).unwrap_or_default()
-    };
-    if !json {
-        // Which rule caught which mutant (the first violation's rules): a rule no mutant of
-        // this run trips is named too.
-        outln!("\noracle rules, by the mutants whose first violation names them:")?;
-        for rule in sweep::RULES {
-            let by: Vec<String> = results
-                .iter()
-                .filter(|caught| rules_of(caught).contains(&rule))
-                .map(|caught| caught.mutant.name())
-                .collect();
-            let by = if by.is_empty() { "no mutant of this run".to_owned() } else { by.join(", ") };
-            outln!("  {rule:<32} {by}")?;
-        }
-        let other: Vec<String> = results
+    Ok(())
+}
+
+/// The oracle rules a mutant's first violation names.
+#[cfg(feature = "mutants")]
+fn rules_of(caught: &sweep::Caught) -> Vec<&'static str> {
+    caught.first.as_ref().map(|v| sweep::rules_named(&v.messages)).unwrap_or_default()
+}
+
+/// Which rule caught which mutant (the first violation's rules): a rule no mutant of this run
+/// trips is named too.
+#[cfg(feature = "mutants")]
+fn print_rules(results: &[sweep::Caught]) -> anyhow::Result<()> {
+    outln!("\noracle rules, by the mutants whose first violation names them:")?;
+    for rule in sweep::RULES {
+        let by: Vec<String> = results
             .iter()
-            .filter(|caught| caught.first.is_some() && rules_of(caught).is_empty())
+            .filter(|caught| rules_of(caught).contains(&rule))
             .map(|caught| caught.mutant.name())
             .collect();
-        if !other.is_empty() {
-            outln!("  {:<32} {}", "the harness's other checks", other.join(", "))?;
-        }
+        let by = if by.is_empty() { "no mutant of this run".to_owned() } else { by.join(", ") };
+        outln!("  {rule:<32} {by}")?;
     }
-    if json {
-        let names: Vec<String> = listed.iter().map(|mutant| mutant.name()).collect();
-        let document = super::verify_report::mutants_json(
-            seed,
-            (shard, shards),
-            &names,
-            results
-                .iter()
-                .map(|caught| {
-                    json!({
-                        "name": caught.mutant.name(),
-                        "caught": caught.first.is_some(),
-                        "elapsedMs": caught.elapsed.as_millis() as u64,
-                        "images": caught.images,
-                        "token": caught.first.as_ref().map(|v| v.token.to_string()),
-                        "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
-                        "rules": rules_of(caught),
-                    })
-                })
-                .collect::<Vec<_>>(),
-        );
-        outln!("{}", serde_json::to_string_pretty(&document)?)?;
+    let other: Vec<String> = results
+        .iter()
+        .filter(|caught| caught.first.is_some() && rules_of(caught).is_empty())
+        .map(|caught| caught.mutant.name())
+        .collect();
+    if !other.is_empty() {
+        outln!("  {:<32} {}", "the harness's other checks", other.join(", "))?;
     }
-    if !missed.is_empty() {
-        anyhow::bail!("mutants not caught by the sweep: {}", missed.join(", "));
-    }
-    Ok(Code::Ok)
+    Ok(())
+}
+
+/// Each mutant's verdict as JSON.
+#[cfg(feature = "mutants")]
+fn caught_json(results: &[sweep::Caught]) -> Vec<serde_json::Value> {
+    results
+        .iter()
+        .map(|caught| {
+            json!({
+                "name": caught.mutant.name(),
+                "caught": caught.first.is_some(),
+                "elapsedMs": caught.elapsed.as_millis() as u64,
+                "images": caught.images,
+                "token": caught.first.as_ref().map(|v| v.token.to_string()),
+                "message": caught.first.as_ref().and_then(|v| v.messages.first().cloned()),
+                "rules": rules_of(caught),
+            })
+        })
+        .collect()
 }
 
 fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
@@ -786,25 +829,7 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
         _ => None,
     };
     if let Some(kill) = single {
-        let mut code = Code::Ok;
-        for scenario in &scenarios {
-            let work = scratch.join(scenario.name.as_ref());
-            std::fs::create_dir_all(&work)
-                .with_context(|| format!("creating {}", work.display()))?;
-            let outcome = realproc::run_once(&binary, scenario, seed, kill, &work)
-                .map_err(anyhow::Error::msg)?;
-            outln!(
-                "{} {kill:?}: died {}, {} violation(s)",
-                scenario.name,
-                outcome.died,
-                outcome.violations.len()
-            )?;
-            for message in &outcome.violations {
-                outln!("  {message}")?;
-                code = Code::Violation;
-            }
-        }
-        return Ok(code);
+        return run_real_once(&binary, &scenarios, seed, kill, &scratch);
     }
     let bar = crate::render::progress_bar("runs of the real binary");
     let report = realproc::sweep(&binary, &scenarios, seed, args.soak, &scratch, &mut |progress| {
@@ -834,6 +859,34 @@ fn run_real_sweep(args: &RealSweepArgs) -> anyhow::Result<Code> {
         outln!("  replay: {}", violation.replay)?;
     }
     Ok(if report.violations.is_empty() { Code::Ok } else { Code::Violation })
+}
+
+/// One run of the real binary per scenario, killed at `kill`, each judged on its own.
+fn run_real_once(
+    binary: &std::path::Path,
+    scenarios: &[sweep::scenario::Scenario],
+    seed: u64,
+    kill: Kill,
+    scratch: &std::path::Path,
+) -> anyhow::Result<Code> {
+    let mut code = Code::Ok;
+    for scenario in scenarios {
+        let work = scratch.join(scenario.name.as_ref());
+        std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+        let outcome =
+            realproc::run_once(binary, scenario, seed, kill, &work).map_err(anyhow::Error::msg)?;
+        outln!(
+            "{} {kill:?}: died {}, {} violation(s)",
+            scenario.name,
+            outcome.died,
+            outcome.violations.len()
+        )?;
+        for message in &outcome.violations {
+            outln!("  {message}")?;
+            code = Code::Violation;
+        }
+    }
+    Ok(code)
 }
 
 fn run_shrink(args: &ShrinkArgs) -> anyhow::Result<Code> {

@@ -54,60 +54,9 @@ pub(crate) fn run(args: &LocksArgs, json: bool) -> anyhow::Result<Code> {
     let broken = verdict.safety.iter().any(|(_, broken)| broken.is_some());
     let unreached = verdict.examples.iter().any(|(_, reached)| !reached);
     if json {
-        let safety: Vec<_> = verdict
-            .safety
-            .iter()
-            .map(|(property, broken)| {
-                json!({
-                    "property": property,
-                    "holds": broken.is_none(),
-                    "counterexample": broken.as_ref().map(|broken| lock_protocol::narrate(&model, broken)),
-                })
-            })
-            .collect();
-        let examples: Vec<_> = verdict
-            .examples
-            .iter()
-            .map(|(example, reached)| json!({ "example": example, "reached": reached }))
-            .collect();
-        let document = json!({
-            "schema": SCHEMA_VERSION,
-            "kind": "locks",
-            "variant": model.variant.name(),
-            "processes": model.slots,
-            "starts": model.starts,
-            "states": verdict.unique_states,
-            "visited": verdict.states,
-            "depth": verdict.max_depth,
-            "seconds": seconds,
-            "safety": safety,
-            "examples": examples,
-        });
-        outln!("{}", serde_json::to_string_pretty(&document)?)?;
+        outln!("{}", serde_json::to_string_pretty(&verdict_json(&model, &verdict, seconds))?)?;
     } else {
-        out!(
-            "lock protocol ({}): {} states ({} visited), runs up to {} steps, {seconds:.1} s\n",
-            model.variant.name(),
-            verdict.unique_states,
-            verdict.states,
-            verdict.max_depth
-        )?;
-        for (property, broken) in &verdict.safety {
-            match broken {
-                None => out!("  holds     {property}\n")?,
-                Some(broken) => {
-                    let steps = lock_protocol::narrate(&model, broken);
-                    out!("  FAILS     {property}: a run that breaks it ({} steps)\n", steps.len())?;
-                    for (number, step) in (1..).zip(&steps) {
-                        out!("              {number:>2}. {step}\n")?;
-                    }
-                }
-            }
-        }
-        for (example, reached) in &verdict.examples {
-            let word = if *reached { "reached" } else { "NOT REACHED" };
-            out!("  {word:<9} {example}\n")?;
-        }
+        print_verdict(&model, &verdict, seconds)?;
     }
     Ok(if broken {
         Code::Violation
@@ -116,4 +65,74 @@ pub(crate) fn run(args: &LocksArgs, json: bool) -> anyhow::Result<Code> {
     } else {
         Code::Ok
     })
+}
+
+/// The verdict as JSON: each property with its counterexample, each example reached or not.
+fn verdict_json(
+    model: &LockModel,
+    verdict: &lock_protocol::Verdict,
+    seconds: f64,
+) -> serde_json::Value {
+    let safety: Vec<_> = verdict
+        .safety
+        .iter()
+        .map(|(property, broken)| {
+            json!({
+                "property": property,
+                "holds": broken.is_none(),
+                "counterexample": broken.as_ref().map(|broken| lock_protocol::narrate(model, broken)),
+            })
+        })
+        .collect();
+    let examples: Vec<_> = verdict
+        .examples
+        .iter()
+        .map(|(example, reached)| json!({ "example": example, "reached": reached }))
+        .collect();
+    json!({
+        "schema": SCHEMA_VERSION,
+        "kind": "locks",
+        "variant": model.variant.name(),
+        "processes": model.slots,
+        "starts": model.starts,
+        "states": verdict.unique_states,
+        "visited": verdict.states,
+        "depth": verdict.max_depth,
+        "seconds": seconds,
+        "safety": safety,
+        "examples": examples,
+    })
+}
+
+/// The verdict for people: each property holding or failing (with the run that breaks it),
+/// each example reached or not.
+fn print_verdict(
+    model: &LockModel,
+    verdict: &lock_protocol::Verdict,
+    seconds: f64,
+) -> anyhow::Result<()> {
+    out!(
+        "lock protocol ({}): {} states ({} visited), runs up to {} steps, {seconds:.1} s\n",
+        model.variant.name(),
+        verdict.unique_states,
+        verdict.states,
+        verdict.max_depth
+    )?;
+    for (property, broken) in &verdict.safety {
+        match broken {
+            None => out!("  holds     {property}\n")?,
+            Some(broken) => {
+                let steps = lock_protocol::narrate(model, broken);
+                out!("  FAILS     {property}: a run that breaks it ({} steps)\n", steps.len())?;
+                for (number, step) in (1..).zip(&steps) {
+                    out!("              {number:>2}. {step}\n")?;
+                }
+            }
+        }
+    }
+    for (example, reached) in &verdict.examples {
+        let word = if *reached { "reached" } else { "NOT REACHED" };
+        out!("  {word:<9} {example}\n")?;
+    }
+    Ok(())
 }
