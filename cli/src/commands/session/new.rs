@@ -66,35 +66,12 @@ pub(super) fn worktree_text(path: &std::path::Path) -> anyhow::Result<String> {
 }
 
 pub(super) fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> anyhow::Result<Code> {
-    if let Some(spec) = &args.adapter
-        && let Spec::Tmux(pane) = Spec::parse(spec)?
-    {
-        // A pane that is not there would take every message and fail each delivery.
-        pane.check().map_err(|error| {
-            BadInput(format!("adapter {spec}: tmux cannot find pane {pane}: {error}"))
-        })?;
-    }
-    if let Some(prompt) = &args.prompt
-        && prompt.is_empty()
-    {
-        return Err(BadInput("the first message is empty; nothing was created".to_owned()).into());
-    }
+    check_args(args)?;
     let id = match &args.id {
         Some(id) => id.clone(),
         None => SessionId::new(&spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds))?,
     };
-    // A harness session runs somewhere: the worktree given, else here.
-    let worktree = match (&args.worktree, args.harness) {
-        (Some(path), _) => Some(path.clone()),
-        (None, Some(_)) => {
-            Some(std::env::current_dir().context("cannot read the current directory")?)
-        }
-        (None, None) => None,
-    };
-    let worktree = match worktree {
-        Some(path) => Some(worktree_text(&path)?),
-        None => None,
-    };
+    let worktree = worktree_of(args)?;
     let triple = Triple::new(Status::Active, None, None);
     let Some(harness) = args.harness else {
         store.create_session(&id, &triple, args.adapter.as_deref(), worktree.as_deref())?;
@@ -107,40 +84,10 @@ pub(super) fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> any
         }
         return Ok(Code::Ok);
     };
-    let mut command = harness.default_command();
-    if let Some(model) = &args.model {
-        command.push_str(" --model ");
-        command.push_str(&crate::commands::harness::sh_quote(model));
-    }
-    let mut binding = vec![("harness", harness.name().to_owned()), ("launch_cmd", command.clone())];
-    let (adapter, pane) = match &args.pane {
-        None => {
-            binding.push(("launcher", "headless".to_owned()));
-            (harness.name().to_owned(), None)
-        }
-        Some(target) => {
-            let target =
-                target.strip_prefix("tmux:").filter(|t| !t.is_empty()).ok_or_else(|| {
-                    BadInput(format!(
-                        "--pane {target:?}: expected tmux:TARGET (a tmux session or window)"
-                    ))
-                })?;
-            // Refused before anything is launched: the id is taken.
-            if store.record(&id).is_ok() {
-                return Err(Error::SessionExists { id: id.clone() }.into());
-            }
-            let dir = worktree.as_deref().unwrap_or(".");
-            let (pane, native) =
-                crate::commands::harness::launch_pane(store, &id, harness, &command, dir, target)?;
-            binding.push(("launcher", "pane".to_owned()));
-            if let Some(native) = native {
-                binding.push(("harness_session_id", native));
-            }
-            (format!("{}:tmux:{pane}", harness.name()), Some(pane))
-        }
-    };
-    if let Err(error) = store.create_session(&id, &triple, Some(&adapter), worktree.as_deref()) {
-        if let Some(pane) = &pane {
+    let launched = launch(store, &id, harness, args, worktree.as_deref())?;
+    let Launched { adapter, pane, binding } = &launched;
+    if let Err(error) = store.create_session(&id, &triple, Some(adapter), worktree.as_deref()) {
+        if let Some(pane) = pane {
             crate::commands::harness::close_pane(pane);
         }
         return Err(error.into());
@@ -148,7 +95,6 @@ pub(super) fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> any
     let binding: Vec<(&str, &str)> =
         binding.iter().map(|(key, value)| (*key, value.as_str())).collect();
     store.bind_harness(&id, &binding)?;
-    let spec = Spec::parse(&adapter)?;
     let Some(prompt) = &args.prompt else {
         if global.json {
             print_json(json!({
@@ -160,20 +106,106 @@ pub(super) fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> any
         }
         return Ok(Code::Ok);
     };
+    send_first(store, &id, harness, &launched, prompt, global)
+}
+
+/// Refuses what would create a session that cannot work: a tmux adapter whose pane is not
+/// there (it would take every message and fail each delivery), an empty first message.
+fn check_args(args: &NewArgs) -> anyhow::Result<()> {
+    if let Some(spec) = &args.adapter
+        && let Spec::Tmux(pane) = Spec::parse(spec)?
+    {
+        pane.check().map_err(|error| {
+            BadInput(format!("adapter {spec}: tmux cannot find pane {pane}: {error}"))
+        })?;
+    }
+    if args.prompt.as_ref().is_some_and(String::is_empty) {
+        return Err(BadInput("the first message is empty; nothing was created".to_owned()).into());
+    }
+    Ok(())
+}
+
+/// The session's worktree as its record holds it: the one given, else (for a harness session,
+/// which runs somewhere) the current directory.
+fn worktree_of(args: &NewArgs) -> anyhow::Result<Option<String>> {
+    let worktree = match (&args.worktree, args.harness) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => {
+            Some(std::env::current_dir().context("cannot read the current directory")?)
+        }
+        (None, None) => None,
+    };
+    worktree.map(|path| worktree_text(&path)).transpose()
+}
+
+/// How a harness session was launched: its adapter spec, its pane (when it runs in one) and
+/// the harness binding its record takes.
+struct Launched {
+    adapter: String,
+    pane: Option<String>,
+    binding: Vec<(&'static str, String)>,
+}
+
+/// Launches `harness` for session `id`: headless (one process per turn, nothing to start now)
+/// or in a tmux pane (refused before anything is launched when the id is taken).
+fn launch(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    harness: Harness,
+    args: &NewArgs,
+    worktree: Option<&str>,
+) -> anyhow::Result<Launched> {
+    let mut command = harness.default_command();
+    if let Some(model) = &args.model {
+        command.push_str(" --model ");
+        command.push_str(&crate::commands::harness::sh_quote(model));
+    }
+    let mut binding = vec![("harness", harness.name().to_owned()), ("launch_cmd", command.clone())];
+    let Some(target) = &args.pane else {
+        binding.push(("launcher", "headless".to_owned()));
+        return Ok(Launched { adapter: harness.name().to_owned(), pane: None, binding });
+    };
+    let target = target.strip_prefix("tmux:").filter(|t| !t.is_empty()).ok_or_else(|| {
+        BadInput(format!("--pane {target:?}: expected tmux:TARGET (a tmux session or window)"))
+    })?;
+    if store.record(id).is_ok() {
+        return Err(Error::SessionExists { id: id.clone() }.into());
+    }
+    let dir = worktree.unwrap_or(".");
+    let (pane, native) =
+        crate::commands::harness::launch_pane(store, id, harness, &command, dir, target)?;
+    binding.push(("launcher", "pane".to_owned()));
+    if let Some(native) = native {
+        binding.push(("harness_session_id", native));
+    }
+    Ok(Launched { adapter: format!("{}:tmux:{pane}", harness.name()), pane: Some(pane), binding })
+}
+
+/// Sends the first message to the new harness session `id` and drains it to the harness.
+fn send_first(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    harness: Harness,
+    launched: &Launched,
+    prompt: &str,
+    global: &Global,
+) -> anyhow::Result<Code> {
+    let Launched { adapter, pane, .. } = launched;
+    let spec = Spec::parse(adapter)?;
     let request = SendRequest {
-        text: prompt.clone(),
+        text: prompt.to_owned(),
         from: None,
         reply_via: None,
         key: None,
         attributes: None,
     };
-    let accepted = store.send(&id, &request)?;
+    let accepted = store.send(id, &request)?;
     if !global.json {
         outln!("{id}")?;
         outln!("{} sent", accepted.mid)?;
     }
-    let mut delivery = spec.adapter(store, &id)?;
-    let report = store.drain(&id, delivery.as_mut())?;
+    let mut delivery = spec.adapter(store, id)?;
+    let report = store.drain(id, delivery.as_mut())?;
     if global.json {
         print_json(json!({
             "session": id.as_str(), "status": "active", "adapter": adapter, "pane": pane,
@@ -182,7 +214,7 @@ pub(super) fn new(store: &Store<RealFs>, args: &NewArgs, global: &Global) -> any
             "remaining": report.remaining,
         }))?;
     } else {
-        print_drain(&id, &report, global, false)?;
+        print_drain(id, &report, global, false)?;
     }
     if let Some(stop) = &report.stopped
         && global.json
