@@ -90,33 +90,7 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
             manifest["kind"], manifest["schema"]
         )));
     }
-    // Every listed file there, whole; nothing unlisted.
-    let listed = manifest["files"].as_array().ok_or_else(|| refuse("no file list".to_owned()))?;
-    let mut expected: Vec<&str> = vec!["manifest.json"];
-    for entry in listed {
-        let path =
-            entry["path"].as_str().ok_or_else(|| refuse("a file without a path".to_owned()))?;
-        let bytes =
-            files.get(path).ok_or_else(|| refuse(format!("{path} is listed but missing")))?;
-        if entry["bytes"].as_u64() != Some(bytes.len() as u64) {
-            return Err(refuse(format!(
-                "{path}: {} bytes, the manifest says {}",
-                bytes.len(),
-                entry["bytes"]
-            )));
-        }
-        let digest = hex::encode(sha2::Sha256::digest(bytes));
-        if entry["sha256"].as_str() != Some(digest.as_str()) {
-            return Err(refuse(format!(
-                "{path}: its SHA-256 is {digest}, the manifest says {}",
-                entry["sha256"]
-            )));
-        }
-        expected.push(path);
-    }
-    if let Some(extra) = files.keys().find(|path| !expected.contains(&path.as_str())) {
-        return Err(refuse(format!("{extra} is not in the manifest")));
-    }
+    let expected = checked_files(&manifest, &files).map_err(refuse)?;
     let harness = manifest["harness"]
         .as_str()
         .and_then(Harness::parse)
@@ -162,23 +136,68 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
     // two (or a transcript that was here already) gets its provenance from the next one.
     let recorded = std::fs::symlink_metadata(&provenance).is_ok();
     if !recorded {
-        let device = spex_history::Device::this_machine();
-        let record = json!({
-            "schema": crate::ops::export::EXPORT_SCHEMA,
-            "harness": harness.name(),
-            "sessionId": id,
-            "placedAt": target,
-            "importedAt": crate::when::stored_ts(jiff::Timestamp::now()),
-            "from": manifest["origin"],
-            "onto": { "device": device.id, "host": device.host },
-            "redacted": manifest["redacted"],
-            "manifest": manifest,
-        });
-        crate::files::place(&provenance, &serde_json::to_vec_pretty(&record)?)?;
+        record_provenance(&provenance, &manifest, harness, id, &target)?;
     }
     let kept = expected.iter().filter(|path| path.starts_with("spex/")).count();
     let changed = !unchanged || !recorded;
     Ok(Imported { harness, id: id.to_owned(), target, provenance, changed, kept })
+}
+
+/// The archive's files against its manifest: every listed file there, whole (its size and
+/// SHA-256), and nothing unlisted; the paths listed, the manifest's own first.
+fn checked_files<'a>(
+    manifest: &'a Value,
+    files: &BTreeMap<String, Vec<u8>>,
+) -> Result<Vec<&'a str>, String> {
+    let listed = manifest["files"].as_array().ok_or_else(|| "no file list".to_owned())?;
+    let mut expected: Vec<&str> = vec!["manifest.json"];
+    for entry in listed {
+        let path = entry["path"].as_str().ok_or_else(|| "a file without a path".to_owned())?;
+        let bytes = files.get(path).ok_or_else(|| format!("{path} is listed but missing"))?;
+        if entry["bytes"].as_u64() != Some(bytes.len() as u64) {
+            return Err(format!(
+                "{path}: {} bytes, the manifest says {}",
+                bytes.len(),
+                entry["bytes"]
+            ));
+        }
+        let digest = hex::encode(sha2::Sha256::digest(bytes));
+        if entry["sha256"].as_str() != Some(digest.as_str()) {
+            return Err(format!(
+                "{path}: its SHA-256 is {digest}, the manifest says {}",
+                entry["sha256"]
+            ));
+        }
+        expected.push(path);
+    }
+    if let Some(extra) = files.keys().find(|path| !expected.contains(&path.as_str())) {
+        return Err(format!("{extra} is not in the manifest"));
+    }
+    Ok(expected)
+}
+
+/// Writes where an imported transcript came from (the archive's origin and manifest) and where
+/// it was placed, on this device.
+fn record_provenance(
+    provenance: &Path,
+    manifest: &Value,
+    harness: Harness,
+    id: &str,
+    target: &Path,
+) -> anyhow::Result<()> {
+    let device = spex_history::Device::this_machine();
+    let record = json!({
+        "schema": crate::ops::export::EXPORT_SCHEMA,
+        "harness": harness.name(),
+        "sessionId": id,
+        "placedAt": target,
+        "importedAt": crate::when::stored_ts(jiff::Timestamp::now()),
+        "from": manifest["origin"],
+        "onto": { "device": device.id, "host": device.host },
+        "redacted": manifest["redacted"],
+        "manifest": manifest,
+    });
+    crate::files::place(provenance, &serde_json::to_vec_pretty(&record)?)
 }
 
 /// The archive's files by path, read whole (a damaged or truncated archive fails here).
