@@ -329,30 +329,7 @@ impl<'s> HarnessAdapter<'s> {
                 return outcome;
             }
         };
-        let mut command = Command::new("sh");
-        command
-            .arg("-c")
-            .arg(format!("exec {} \"$@\"", self.command))
-            .arg(self.harness.name())
-            .args(args)
-            .envs(agent_env(self.store, &self.session, run))
-            .stdin(Stdio::from(input))
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            // A group of its own: an interrupt or a timeout reaches the harness and what it
-            // started, and a signal to spex's own group (Ctrl-C on a drain) does not.
-            .process_group(0);
-        if let Some(dir) = &self.worktree {
-            command.current_dir(dir);
-        }
-        tracing::debug!(
-            command = %self.command,
-            args = ?args,
-            dir = ?self.worktree,
-            session = %self.session,
-            run = %run,
-            "starting the harness"
-        );
+        let mut command = self.command_for(run, args, (input, out, err));
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
@@ -363,17 +340,7 @@ impl<'s> HarnessAdapter<'s> {
         };
         outcome.started = true;
         let pid = child.id();
-        let (ts, at_ms) = self.store.run_time();
-        let process = RunLine::Process {
-            ts,
-            at_ms,
-            run: run.to_owned(),
-            pid,
-            pid_start_ms: RealFs::new().process_start_ms(pid).ok().flatten(),
-        };
-        if let Err(error) = self.store.append_run(&self.session, &process) {
-            eprintln!("spex: cannot record the process of run {run}: {error}");
-        }
+        self.record_process(run, pid);
         let mut stream = Lines::new(stream);
         let started = Instant::now();
         let mut bound = false;
@@ -406,6 +373,57 @@ impl<'s> HarnessAdapter<'s> {
             outcome.signal = status.signal();
         }
         outcome
+    }
+
+    /// The harness's command for run `run`: its arguments, the agent environment, the run's
+    /// files as its standard streams, in a process group of its own (an interrupt or a
+    /// timeout reaches the harness and what it started, and a signal to spex's own group,
+    /// Ctrl-C on a drain, does not), in the worktree.
+    fn command_for(
+        &self,
+        run: &str,
+        args: &[String],
+        (input, out, err): (std::fs::File, std::fs::File, std::fs::File),
+    ) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("exec {} \"$@\"", self.command))
+            .arg(self.harness.name())
+            .args(args)
+            .envs(agent_env(self.store, &self.session, run))
+            .stdin(Stdio::from(input))
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .process_group(0);
+        if let Some(dir) = &self.worktree {
+            command.current_dir(dir);
+        }
+        tracing::debug!(
+            command = %self.command,
+            args = ?args,
+            dir = ?self.worktree,
+            session = %self.session,
+            run = %run,
+            "starting the harness"
+        );
+        command
+    }
+
+    /// Records the process of run `run` (its pid and start time, so a reused pid is never taken
+    /// for it); a failure to record it is said, not fatal.
+    fn record_process(&self, run: &str, pid: u32) {
+        let (ts, at_ms) = self.store.run_time();
+        let process = RunLine::Process {
+            ts,
+            at_ms,
+            run: run.to_owned(),
+            pid,
+            pid_start_ms: RealFs::new().process_start_ms(pid).ok().flatten(),
+        };
+        if let Err(error) = self.store.append_run(&self.session, &process) {
+            eprintln!("spex: cannot record the process of run {run}: {error}");
+        }
     }
 
     /// Folds one event of the harness's stream into the outcome; binds the native id to the
@@ -710,25 +728,7 @@ pub(crate) fn launch_pane(
     // A tmux server has the environment it was started with: the harness gets this one. It
     // goes through a file only the user can read, which the pane's shell reads and removes, never
     // through tmux's command line (where every local user could read an API key in it).
-    let env_file = spex_engine::runs::runs_dir(store.layout()).join(format!("{id}.{run}.env"));
-    let mut exports = String::new();
-    for (name, value) in std::env::vars() {
-        let plain = name
-            .chars()
-            .enumerate()
-            .all(|(at, c)| c == '_' || c.is_ascii_alphabetic() || (at > 0 && c.is_ascii_digit()));
-        if plain
-            && !matches!(name.as_str(), "TMUX" | "TMUX_PANE" | "PATH")
-            && !name.starts_with("SPEX_")
-        {
-            exports.push_str(&format!("export {name}={}\n", sh_quote(&value)));
-        }
-    }
-    for (name, value) in agent_env(store, id, &run) {
-        exports.push_str(&format!("export {name}={}\n", sh_quote(&value.to_string_lossy())));
-    }
-    write_private(&env_file, exports.as_bytes())
-        .with_context(|| format!("cannot write {}", env_file.display()))?;
+    let env_file = write_env_file(store, id, &run)?;
     tmux_args.extend(["sh".into(), "-c".into()]);
     tmux_args.push(format!(". \"$0\"; rm -f \"$0\"; exec {command} \"$@\""));
     tmux_args.push(env_file.to_string_lossy().into_owned());
@@ -740,19 +740,7 @@ pub(crate) fn launch_pane(
         Ok(printed) => printed,
         Err(error) => {
             let _removed = std::fs::remove_file(&env_file);
-            let end = RunLine::End {
-                ts,
-                at_ms,
-                run,
-                outcome: Outcome::Failed,
-                exit_code: None,
-                signal: None,
-                native_id: None,
-                usage: None,
-                error: Some(error.clone()),
-                stderr_tail: Vec::new(),
-            };
-            store.append_run(id, &end)?;
+            end_failed_run(store, id, run, &error)?;
             return Err(anyhow::anyhow!("cannot open a tmux window in {target:?}: {error}"));
         }
     };
@@ -771,6 +759,60 @@ pub(crate) fn launch_pane(
         )?;
     }
     Ok((pane, native))
+}
+
+/// Writes the environment the harness gets in its pane to a file only the user can read, which
+/// the pane's shell reads and removes: a tmux server has the environment it was started with,
+/// and tmux's command line is readable by every local user (an API key must not go there).
+fn write_env_file(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    run: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let env_file = spex_engine::runs::runs_dir(store.layout()).join(format!("{id}.{run}.env"));
+    let mut exports = String::new();
+    for (name, value) in std::env::vars() {
+        let plain = name
+            .chars()
+            .enumerate()
+            .all(|(at, c)| c == '_' || c.is_ascii_alphabetic() || (at > 0 && c.is_ascii_digit()));
+        if plain
+            && !matches!(name.as_str(), "TMUX" | "TMUX_PANE" | "PATH")
+            && !name.starts_with("SPEX_")
+        {
+            exports.push_str(&format!("export {name}={}\n", sh_quote(&value)));
+        }
+    }
+    for (name, value) in agent_env(store, id, run) {
+        exports.push_str(&format!("export {name}={}\n", sh_quote(&value.to_string_lossy())));
+    }
+    write_private(&env_file, exports.as_bytes())
+        .with_context(|| format!("cannot write {}", env_file.display()))?;
+    Ok(env_file)
+}
+
+/// Ends run `run` of session `id` as failed with `error` (its harness never started).
+fn end_failed_run(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    run: String,
+    error: &str,
+) -> anyhow::Result<()> {
+    let (ts, at_ms) = store.run_time();
+    let end = RunLine::End {
+        ts,
+        at_ms,
+        run,
+        outcome: Outcome::Failed,
+        exit_code: None,
+        signal: None,
+        native_id: None,
+        usage: None,
+        error: Some(error.to_owned()),
+        stderr_tail: Vec::new(),
+    };
+    store.append_run(id, &end)?;
+    Ok(())
 }
 
 /// The adapter of a session whose harness runs its terminal UI in a tmux pane: each message is
