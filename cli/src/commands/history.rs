@@ -442,25 +442,7 @@ fn list(
         })
         .collect();
     if global.json {
-        let device = spex_history::Device::this_machine();
-        let sessions: Vec<_> = listed
-            .iter()
-            .zip(&agents)
-            .map(|(entry, agent)| {
-                let mut value = entry.to_json(shown);
-                if let Some(map) = value.as_object_mut() {
-                    map.insert("state".to_owned(), entry.state.name().into());
-                    map.insert("spexSession".to_owned(), entry.spex.clone().into());
-                    map.insert("agent".to_owned(), agent.clone().into());
-                    map.insert(
-                        "device".to_owned(),
-                        json!({ "id": device.id, "host": device.host.as_deref().map(shown) }),
-                    );
-                }
-                value
-            })
-            .collect();
-        print_json(json!({ "sessions": sessions }))?;
+        print_json(json!({ "sessions": listed_json(listed, &agents, shown) }))?;
         return Ok(Code::Ok);
     }
     if listed.is_empty() {
@@ -491,31 +473,7 @@ fn list(
                 .activity()
                 .and_then(crate::when::parse_ts)
                 .map_or_else(|| "-".to_owned(), |then| crate::when::relative(now, then, &zone));
-            let state = match &entry.state {
-                State::Running => paint.color("running", anstyle::AnsiColor::Green),
-                State::WaitingForInput => {
-                    paint.color("waiting for input", anstyle::AnsiColor::Yellow)
-                }
-                State::Crashed { .. } | State::Degraded { .. } => {
-                    paint.color(&entry.state.name(), anstyle::AnsiColor::Red)
-                }
-                State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
-                other => paint.dim(&other.name()),
-            };
-            let state = match &entry.moved_to {
-                Some(to) => paint.dim(&format!(
-                    "moved to {}",
-                    to["host"].as_str().or(to["device"].as_str()).unwrap_or("another device")
-                )),
-                None => state,
-            };
-            // What spex's own runs say, when a spex session drives it and they say more.
-            let state = match agent {
-                Some(agent) if *agent != entry.state.name() => {
-                    format!("{state}{}", paint.dim(&format!(" · spex: {agent}")))
-                }
-                _ => state,
-            };
+            let state = state_cell(&paint, entry, agent.as_deref());
             vec![
                 paint.bold(render::prefix(&entry.id, length)),
                 entry.harness.to_owned(),
@@ -529,6 +487,60 @@ fn list(
         .collect();
     render::out!("{}", render::table(&header, &rows, render::terminal_columns()))?;
     Ok(Code::Ok)
+}
+
+/// The listing as JSON: each session with its state, its spex session, what spex's runs say
+/// and this device.
+fn listed_json(
+    listed: &[Listed],
+    agents: &[Option<String>],
+    shown: &dyn Fn(&str) -> String,
+) -> Vec<serde_json::Value> {
+    let device = spex_history::Device::this_machine();
+    listed
+        .iter()
+        .zip(agents)
+        .map(|(entry, agent)| {
+            let mut value = entry.to_json(shown);
+            if let Some(map) = value.as_object_mut() {
+                map.insert("state".to_owned(), entry.state.name().into());
+                map.insert("spexSession".to_owned(), entry.spex.clone().into());
+                map.insert("agent".to_owned(), agent.clone().into());
+                map.insert(
+                    "device".to_owned(),
+                    json!({ "id": device.id, "host": device.host.as_deref().map(shown) }),
+                );
+            }
+            value
+        })
+        .collect()
+}
+
+/// A session's state as the table shows it: colored by what it means, where it moved to, and
+/// what spex's own runs say when a spex session drives it and they say more.
+fn state_cell(paint: &Paint, entry: &Listed, agent: Option<&str>) -> String {
+    let state = match &entry.state {
+        State::Running => paint.color("running", anstyle::AnsiColor::Green),
+        State::WaitingForInput => paint.color("waiting for input", anstyle::AnsiColor::Yellow),
+        State::Crashed { .. } | State::Degraded { .. } => {
+            paint.color(&entry.state.name(), anstyle::AnsiColor::Red)
+        }
+        State::Finished => paint.color("finished", anstyle::AnsiColor::Cyan),
+        other => paint.dim(&other.name()),
+    };
+    let state = match &entry.moved_to {
+        Some(to) => paint.dim(&format!(
+            "moved to {}",
+            to["host"].as_str().or(to["device"].as_str()).unwrap_or("another device")
+        )),
+        None => state,
+    };
+    match agent {
+        Some(agent) if agent != entry.state.name() => {
+            format!("{state}{}", paint.dim(&format!(" · spex: {agent}")))
+        }
+        _ => state,
+    }
 }
 
 /// The head of a conversation: its title, then harness, model, project, message counts and
