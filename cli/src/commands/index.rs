@@ -45,44 +45,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     };
     let (mut index, refreshed) = match args.command {
         Command::Refresh | Command::Rebuild => {
-            let bar = crate::render::progress_bar("sessions folded");
-            let mut progress = |done: u64, total: u64| {
-                if let Some(bar) = &bar {
-                    bar.set_length(total);
-                    bar.set_position(done);
-                }
-            };
-            let rebuild = matches!(args.command, Command::Rebuild);
-            let mut fold = |index: &mut spex_index::Index| {
-                if rebuild {
-                    index.rebuild_with(&store, &mut progress)
-                } else {
-                    index.refresh_with(&store, &mut progress)
-                }
-            };
-            // A damaged index is moved aside and built again: a rebuild always works.
-            let root = store.layout().root();
-            let mut attempt = || -> Result<_, spex_index::Error> {
-                let mut index = spex_index::Index::open(root)?;
-                let refreshed = fold(&mut index)?;
-                Ok((index, refreshed))
-            };
-            let done = match attempt() {
-                Err(error) if error.is_damage() => {
-                    let aside = spex_index::Index::set_aside(root)?;
-                    eprintln!(
-                        "spex: warning: the session index was damaged ({}); moved aside to {} and rebuilt from the logs",
-                        error.reason(),
-                        aside.display()
-                    );
-                    attempt()
-                }
-                other => other,
-            };
-            if let Some(bar) = &bar {
-                bar.finish_and_clear();
-            }
-            done?
+            fold_sessions(&store, matches!(args.command, Command::Rebuild))?
         }
         Command::Dump => {
             let mut index = crate::args::open_index(&store)?;
@@ -130,4 +93,45 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         )?;
     }
     Ok(Code::Ok)
+}
+
+/// Refreshes (or, with `rebuild`, rebuilds) the index of `store`'s sessions, with a progress
+/// bar. A damaged index is moved aside and built again: a rebuild always works.
+fn fold_sessions(
+    store: &spex_engine::Store<faultfs::RealFs>,
+    rebuild: bool,
+) -> anyhow::Result<(spex_index::Index, spex_index::Refreshed)> {
+    let bar = crate::render::progress_bar("sessions folded");
+    let mut progress = |done: u64, total: u64| {
+        if let Some(bar) = &bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    };
+    let root = store.layout().root();
+    let mut attempt = || -> Result<_, spex_index::Error> {
+        let mut index = spex_index::Index::open(root)?;
+        let refreshed = if rebuild {
+            index.rebuild_with(store, &mut progress)?
+        } else {
+            index.refresh_with(store, &mut progress)?
+        };
+        Ok((index, refreshed))
+    };
+    let done = match attempt() {
+        Err(error) if error.is_damage() => {
+            let aside = spex_index::Index::set_aside(root)?;
+            eprintln!(
+                "spex: warning: the session index was damaged ({}); moved aside to {} and rebuilt from the logs",
+                error.reason(),
+                aside.display()
+            );
+            attempt()
+        }
+        other => other,
+    };
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    Ok(done?)
 }
