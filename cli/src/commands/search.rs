@@ -49,7 +49,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     }
     let zone = crate::when::zone(false);
     let since = crate::when::since_now(args.since.as_deref(), &zone).map_err(BadInput::from)?;
-    let mut query = Query {
+    let query = Query {
         text: args.query.clone(),
         filter: spex_index::SearchFilter {
             session: None,
@@ -65,39 +65,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
         },
     };
     let fleet_since = query.filter.since.clone();
-    // Without a store, a search of the harness transcripts builds the index they are searched
-    // in (in a new store, as `spex index refresh` does); with no transcripts either, there is
-    // nothing to search.
-    let mut store = global.existing_store()?;
-    if store.is_none() && args.harness.as_deref() != Some("spex") {
-        let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
-        if !found.is_empty() {
-            store = Some(global.open_store()?);
-        }
-    }
-    let found = match store {
-        None => {
-            if !global.quiet {
-                eprintln!(
-                    "spex: there is no store at {} yet and no Claude Code or Codex transcripts were found: nothing to search",
-                    global.root()?.path.display()
-                );
-            }
-            ops::search::nothing(query)
-        }
-        Some(store) => {
-            let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
-            query.filter.session = session.as_ref().map(ToString::to_string);
-            let mut index = crate::args::open_index(&store)?;
-            // The harness transcripts too, so an agent's answers are found (not for a search of
-            // spex's own timelines only).
-            if args.harness.as_deref() != Some("spex") {
-                let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
-                index.scan_history(&found)?;
-            }
-            ops::search::search(&index, query, &spex_history::Identity::of_this_machine())?
-        }
-    };
+    let found = search_here(args, global, query)?;
     let fleet = if args.fleet {
         crate::ops::fleet::Fleet::read(&global.root()?.path)?
     } else {
@@ -115,7 +83,58 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
     let hits = found.hits;
     global.page();
     let paint = Paint::for_stdout(global.color);
-    for hit in &hits {
+    print_hits(&hits, paint, &zone)?;
+    let remote_hits = render_remote(&remote, paint, &zone)?;
+    if hits.is_empty() && remote_hits == 0 && !global.quiet {
+        eprintln!("spex: no matches for {:?}", args.query);
+    }
+    Ok(Code::Ok)
+}
+
+/// The search on this machine. Without a store, a search of the harness transcripts builds
+/// the index they are searched in (in a new store, as `spex index refresh` does); with no
+/// transcripts either, there is nothing to search.
+fn search_here(
+    args: &Args,
+    global: &Global,
+    mut query: Query,
+) -> anyhow::Result<ops::search::Found> {
+    let mut store = global.existing_store()?;
+    if store.is_none() && args.harness.as_deref() != Some("spex") {
+        let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
+        if !found.is_empty() {
+            store = Some(global.open_store()?);
+        }
+    }
+    let Some(store) = store else {
+        if !global.quiet {
+            eprintln!(
+                "spex: there is no store at {} yet and no Claude Code or Codex transcripts were found: nothing to search",
+                global.root()?.path.display()
+            );
+        }
+        return Ok(ops::search::nothing(query));
+    };
+    let session = args.session.as_deref().map(|text| resolve(&store, text)).transpose()?;
+    query.filter.session = session.as_ref().map(ToString::to_string);
+    let mut index = crate::args::open_index(&store)?;
+    // The harness transcripts too, so an agent's answers are found (not for a search of spex's
+    // own timelines only).
+    if args.harness.as_deref() != Some("spex") {
+        let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
+        index.scan_history(&found)?;
+    }
+    Ok(ops::search::search(&index, query, &spex_history::Identity::of_this_machine())?)
+}
+
+/// Each hit on a line (when, where, what kind, the snippet), with carets under what matched
+/// when the terminal shows no color.
+fn print_hits(
+    hits: &[spex_index::Hit],
+    paint: Paint,
+    zone: &jiff::tz::TimeZone,
+) -> anyhow::Result<()> {
+    for hit in hits {
         let ts = hit.ts.as_deref().unwrap_or("-");
         let when = crate::when::parse_ts(ts).map_or_else(
             || render::literal(ts),
@@ -134,11 +153,7 @@ pub(crate) fn run(args: &Args, global: &Global) -> anyhow::Result<Code> {
             outln!("{}{carets}", " ".repeat(render::width(&lead)))?;
         }
     }
-    let remote_hits = render_remote(&remote, paint, &zone)?;
-    if hits.is_empty() && remote_hits == 0 && !global.quiet {
-        eprintln!("spex: no matches for {:?}", args.query);
-    }
-    Ok(Code::Ok)
+    Ok(())
 }
 
 /// Adds the fleet's hits (each naming its device) and which devices answered to `document`.
