@@ -45,24 +45,7 @@ pub(super) fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         return Ok(Code::Ok);
     };
     let index = crate::args::open_index(&store)?;
-    let narrowing = crate::ops::list::Narrowing {
-        filter: spex_index::Filter {
-            sort: match args.sort {
-                SortArg::Activity => spex_index::Sort::Activity,
-                SortArg::Created => spex_index::Sort::Created,
-            },
-            status: args.status.clone(),
-            all: args.all,
-        },
-        since: crate::when::since_now(args.since.as_deref(), &crate::when::zone(false))
-            .map_err(BadInput::from)?,
-        project: args
-            .project
-            .as_ref()
-            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
-        harness: args.harness,
-        limit: args.limit,
-    };
+    let narrowing = narrowing_of(args)?;
     let rows = crate::ops::list::sessions(&store, &index, &narrowing)?;
     if global.json {
         print_json(crate::ops::list::to_json(&rows))?;
@@ -84,24 +67,7 @@ pub(super) fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         return Ok(Code::Ok);
     }
     global.page();
-    let table: Vec<render::SessionRow> = rows
-        .into_iter()
-        .map(|crate::ops::list::Listed { row, agent }| render::SessionRow {
-            agent,
-            id: row.id.clone(),
-            display: row.display.clone(),
-            when: row.last_activity.clone().or_else(|| row.created_at.clone()),
-            owed: row.owed.map(|owed| owed as usize),
-            preview: if row.status == spex_index::RowStatus::Corrupt {
-                // The reason names the damaged file (`spex doctor` says what a repair does).
-                render::first_line(row.note.as_deref().unwrap_or("damaged"))
-            } else {
-                render::first_line(row.preview.as_deref().or(row.note.as_deref()).unwrap_or(""))
-            },
-            archived: row.archived,
-            title: row.title.clone(),
-        })
-        .collect();
+    let table: Vec<render::SessionRow> = rows.into_iter().map(table_row).collect();
     // Prefixes are told apart from every session of the store, not only the rows shown.
     let every = store.session_ids()?;
     let every: Vec<&str> = every.iter().map(|id| id.as_str()).collect();
@@ -117,4 +83,47 @@ pub(super) fn ls(args: &LsArgs, global: &Global) -> anyhow::Result<Code> {
         )
     )?;
     Ok(Code::Ok)
+}
+
+/// What a listing is narrowed to, as its arguments ask.
+fn narrowing_of(args: &LsArgs) -> anyhow::Result<crate::ops::list::Narrowing> {
+    Ok(crate::ops::list::Narrowing {
+        filter: spex_index::Filter {
+            sort: match args.sort {
+                SortArg::Activity => spex_index::Sort::Activity,
+                SortArg::Created => spex_index::Sort::Created,
+            },
+            status: args.status.clone(),
+            all: args.all,
+        },
+        since: crate::when::since_now(args.since.as_deref(), &crate::when::zone(false))
+            .map_err(BadInput::from)?,
+        project: args
+            .project
+            .as_ref()
+            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
+        harness: args.harness,
+        limit: args.limit,
+    })
+}
+
+/// A listed session as the table shows it; a damaged one shows the reason, which names the
+/// damaged file (`spex doctor` says what a repair does).
+fn table_row(
+    crate::ops::list::Listed { row, agent }: crate::ops::list::Listed,
+) -> render::SessionRow {
+    render::SessionRow {
+        agent,
+        id: row.id.clone(),
+        display: row.display.clone(),
+        when: row.last_activity.clone().or_else(|| row.created_at.clone()),
+        owed: row.owed.map(|owed| owed as usize),
+        preview: if row.status == spex_index::RowStatus::Corrupt {
+            render::first_line(row.note.as_deref().unwrap_or("damaged"))
+        } else {
+            render::first_line(row.preview.as_deref().or(row.note.as_deref()).unwrap_or(""))
+        },
+        archived: row.archived,
+        title: row.title.clone(),
+    }
 }
