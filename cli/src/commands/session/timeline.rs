@@ -105,21 +105,7 @@ pub(super) fn with_transcript(
     let record = store.record(id)?;
     let link = Link::of(&record, global)?;
     let events = store.tail(id, args.limit)?;
-    let transcript = match link.as_ref().and_then(|link| link.found.as_ref()) {
-        Some(found) => spex_history::summarize(found)?.1,
-        None => {
-            let why = match &link {
-                Some(link) => {
-                    format!("its {} transcript {} is not on this machine", link.harness, link.id)
-                }
-                None => "its record names no harness session (harness_session_id)".to_owned(),
-            };
-            if !global.quiet {
-                eprintln!("spex: {id} has no transcript to interleave: {why}");
-            }
-            Vec::new()
-        }
-    };
+    let transcript = transcript_of(id, link.as_ref(), global)?;
     let transcript: Vec<&spex_history::Event> = transcript
         .iter()
         .filter(|event| {
@@ -140,30 +126,9 @@ pub(super) fn with_transcript(
         .collect();
     merged.sort_by_key(|(at, _)| *at);
     if global.json {
-        let events: Vec<serde_json::Value> = merged
-            .iter()
-            .map(|(_, event)| match event {
-                Ok(event) => {
-                    let mut value = event.to_public_json();
-                    if let Some(map) = value.as_object_mut() {
-                        map.insert("side".to_owned(), "spex".into());
-                    }
-                    value
-                }
-                Err(event) => {
-                    let (kind, text) = match &event.kind {
-                        spex_history::Kind::User { text } => ("prompt", text),
-                        spex_history::Kind::Assistant { text } => ("answer", text),
-                        _ => ("other", &String::new()),
-                    };
-                    json!({
-                        "ts": event.ts, "kind": kind, "text": shown(text),
-                        "side": link.as_ref().map(|link| link.harness.clone()),
-                        "line": event.line,
-                    })
-                }
-            })
-            .collect();
+        let side = link.as_ref().map(|link| link.harness.as_str());
+        let events: Vec<serde_json::Value> =
+            merged.iter().map(|(_, event)| merged_json(event, side, &shown)).collect();
         print_json(json!({ "session": id.as_str(), "events": events }))?;
         return Ok(Code::Ok);
     }
@@ -177,6 +142,56 @@ pub(super) fn with_transcript(
         }
     }
     Ok(Code::Ok)
+}
+
+/// The events of session `id`'s harness transcript, when its link finds one on this machine;
+/// none otherwise (and why, unless quiet).
+fn transcript_of(
+    id: &SessionId,
+    link: Option<&Link>,
+    global: &Global,
+) -> anyhow::Result<Vec<spex_history::Event>> {
+    if let Some(found) = link.and_then(|link| link.found.as_ref()) {
+        return Ok(spex_history::summarize(found)?.1);
+    }
+    let why = match link {
+        Some(link) => format!("its {} transcript {} is not on this machine", link.harness, link.id),
+        None => "its record names no harness session (harness_session_id)".to_owned(),
+    };
+    if !global.quiet {
+        eprintln!("spex: {id} has no transcript to interleave: {why}");
+    }
+    Ok(Vec::new())
+}
+
+/// One event of the merged conversation as JSON: spex's own, or the transcript's (redacted by
+/// `shown`, its `side` the harness).
+fn merged_json(
+    event: &Result<&Event, &spex_history::Event>,
+    side: Option<&str>,
+    shown: &dyn Fn(&str) -> String,
+) -> serde_json::Value {
+    match event {
+        Ok(event) => {
+            let mut value = event.to_public_json();
+            if let Some(map) = value.as_object_mut() {
+                map.insert("side".to_owned(), "spex".into());
+            }
+            value
+        }
+        Err(event) => {
+            let (kind, text) = match &event.kind {
+                spex_history::Kind::User { text } => ("prompt", text.as_str()),
+                spex_history::Kind::Assistant { text } => ("answer", text.as_str()),
+                _ => ("other", ""),
+            };
+            json!({
+                "ts": event.ts, "kind": kind, "text": shown(text),
+                "side": side,
+                "line": event.line,
+            })
+        }
+    }
 }
 
 /// Prints `events`: as JSON lines (with `json`, the owed mids), else as the conversation.
