@@ -298,6 +298,48 @@ impl Picker {
         let text = text.unwrap_or_else(|error| format!("(cannot read it: {error:#})"));
         self.previews.insert(at, text);
     }
+    /// The table's rows: each shown entry's kind, id (a UUID by its prefix), state, when it
+    /// was last active and its title.
+    fn rows(&self) -> Vec<Row<'static>> {
+        let now = jiff::Timestamp::now();
+        let zone = crate::when::zone(false);
+        self.shown
+            .iter()
+            .map(|&at| {
+                let entry = &self.entries[at];
+                let when = entry
+                    .when
+                    .as_deref()
+                    .and_then(crate::when::parse_ts)
+                    .map_or_else(|| "-".to_owned(), |then| crate::when::relative(now, then, &zone));
+                let id = if uuid::Uuid::try_parse(&entry.id).is_ok() {
+                    render::prefix(&entry.id, 8).to_owned()
+                } else {
+                    render::literal(&entry.id)
+                };
+                Row::new(vec![
+                    entry.kind.to_owned(),
+                    id,
+                    render::literal(&entry.state),
+                    when,
+                    entry.title.clone(),
+                ])
+            })
+            .collect()
+    }
+
+    /// The preview's title (the selected entry's kind, id and project) and text.
+    fn preview(&self) -> (String, String) {
+        let Some(at) = self.selected() else { return (" no match ".to_owned(), String::new()) };
+        let entry = &self.entries[at];
+        let place = if entry.project.is_empty() {
+            String::new()
+        } else {
+            format!(" · {}", render::literal(&entry.project))
+        };
+        let text = self.previews.get(&at).cloned().unwrap_or_default();
+        (format!(" {} {}{place} ", entry.kind, render::literal(&entry.id)), text)
+    }
 
     fn draw(&mut self, frame: &mut ratatui::Frame<'_>) {
         let [input, list, preview, help] = Layout::vertical([
@@ -312,31 +354,7 @@ impl Picker {
             Paragraph::new(Line::from(format!("pick> {}{counts}", self.query))),
             input,
         );
-        let now = jiff::Timestamp::now();
-        let zone = crate::when::zone(false);
-        let rows: Vec<Row<'_>> =
-            self.shown
-                .iter()
-                .map(|&at| {
-                    let entry = &self.entries[at];
-                    let when = entry.when.as_deref().and_then(crate::when::parse_ts).map_or_else(
-                        || "-".to_owned(),
-                        |then| crate::when::relative(now, then, &zone),
-                    );
-                    let id = if uuid::Uuid::try_parse(&entry.id).is_ok() {
-                        render::prefix(&entry.id, 8).to_owned()
-                    } else {
-                        render::literal(&entry.id)
-                    };
-                    Row::new(vec![
-                        entry.kind.to_owned(),
-                        id,
-                        render::literal(&entry.state),
-                        when,
-                        entry.title.clone(),
-                    ])
-                })
-                .collect();
+        let rows = self.rows();
         let table = Table::new(
             rows,
             [
@@ -350,19 +368,7 @@ impl Picker {
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
         .highlight_symbol("> ");
         frame.render_stateful_widget(table, list, &mut self.table);
-        let (title, text) = match self.selected() {
-            Some(at) => {
-                let entry = &self.entries[at];
-                let place = if entry.project.is_empty() {
-                    String::new()
-                } else {
-                    format!(" · {}", render::literal(&entry.project))
-                };
-                let text = self.previews.get(&at).cloned().unwrap_or_default();
-                (format!(" {} {}{place} ", entry.kind, render::literal(&entry.id)), text)
-            }
-            None => (" no match ".to_owned(), String::new()),
-        };
+        let (title, text) = self.preview();
         // The end of the conversation: the last lines that fit under the title.
         let room = usize::from(preview.height.saturating_sub(1));
         let lines: Vec<&str> = text.lines().collect();
