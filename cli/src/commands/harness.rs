@@ -696,18 +696,7 @@ pub(crate) fn launch_pane(
     let run = spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds);
     let native = (harness == Harness::Claude)
         .then(|| spex_engine::env::IdSource::mid(&spex_engine::env::RandomIds));
-    let mut args: Vec<String> = Vec::new();
-    match harness {
-        Harness::Claude => {
-            args.extend(["--session-id".into(), native.clone().unwrap_or_default()]);
-            args.extend(claude_hooks(&spex));
-        }
-        Harness::Codex => {
-            args.extend(codex_notify(&spex));
-            args.extend(["-s".into(), "workspace-write".into(), "--add-dir".into()]);
-            args.push(store.layout().root().to_string_lossy().into_owned());
-        }
-    }
+    let args = pane_args(store, harness, &spex, native.as_deref());
     let (ts, at_ms) = store.run_time();
     store.append_run(
         id,
@@ -759,6 +748,29 @@ pub(crate) fn launch_pane(
         )?;
     }
     Ok((pane, native))
+}
+
+/// The harness's own arguments in a pane: Claude Code with the session id chosen for it and
+/// spex's hooks; Codex with spex's notify hook, writing its workspace and the store.
+fn pane_args(
+    store: &Store<RealFs>,
+    harness: Harness,
+    spex: &str,
+    native: Option<&str>,
+) -> Vec<String> {
+    let mut args: Vec<String> = Vec::new();
+    match harness {
+        Harness::Claude => {
+            args.extend(["--session-id".into(), native.unwrap_or_default().to_owned()]);
+            args.extend(claude_hooks(spex));
+        }
+        Harness::Codex => {
+            args.extend(codex_notify(spex));
+            args.extend(["-s".into(), "workspace-write".into(), "--add-dir".into()]);
+            args.push(store.layout().root().to_string_lossy().into_owned());
+        }
+    }
+    args
 }
 
 /// Writes the environment the harness gets in its pane to a file only the user can read, which
