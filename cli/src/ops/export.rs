@@ -69,16 +69,7 @@ pub(crate) fn archive(
     if let Some(spex) = spex
         && let Some(store) = store
     {
-        let dir = store.layout().session_dir(&spex_engine::SessionId::new(spex)?);
-        for path in session_files(&dir)? {
-            let bytes =
-                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let relative = path.strip_prefix(&dir).unwrap_or(&path).to_string_lossy().into_owned();
-            entries.push(Entry {
-                path: format!("spex/{spex}/{relative}"),
-                bytes: text_bytes(&bytes, &path, raw, &shown)?,
-            });
-        }
+        entries.extend(spex_entries(store, spex, raw, &shown)?);
     }
     let device = spex_history::Device::this_machine();
     let meta = &summary.meta;
@@ -113,6 +104,27 @@ pub(crate) fn archive(
     });
     let bytes = archive_bytes(&manifest, &entries).context("cannot build the archive")?;
     Ok((manifest, bytes))
+}
+
+/// The files of spex session `spex` as archive entries (`spex/<id>/...`), redacted by `shown`
+/// unless `raw`.
+fn spex_entries(
+    store: &spex_engine::Store<faultfs::RealFs>,
+    spex: &str,
+    raw: bool,
+    shown: &dyn Fn(&str) -> String,
+) -> anyhow::Result<Vec<Entry>> {
+    let dir = store.layout().session_dir(&spex_engine::SessionId::new(spex)?);
+    let mut entries = Vec::new();
+    for path in session_files(&dir)? {
+        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let relative = path.strip_prefix(&dir).unwrap_or(&path).to_string_lossy().into_owned();
+        entries.push(Entry {
+            path: format!("spex/{spex}/{relative}"),
+            bytes: text_bytes(&bytes, &path, raw, shown)?,
+        });
+    }
+    Ok(entries)
 }
 
 /// The transcript's path under its harness's home: from the last `projects` (Claude Code) or
