@@ -107,13 +107,7 @@ pub(crate) fn import_archive(global: &Global, file: &Path) -> anyhow::Result<Imp
         return Err(refuse(format!("the transcript {name} does not carry the session id {id:?}")));
     }
     // Where its harness finds it on this machine.
-    let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-    let home = spex_history::Root::defaults(&env)
-        .into_iter()
-        .find(|root| root.harness == harness)
-        .ok_or_else(|| refuse("no home for the harness (set HOME)".to_owned()))?
-        .dir;
-    let target = home.join(&place);
+    let target = harness_home(harness).map_err(refuse)?.join(&place);
     let unchanged = match std::fs::read(&target) {
         Ok(existing) if existing == *transcript => true,
         Ok(_) => {
@@ -174,6 +168,16 @@ fn checked_files<'a>(
         return Err(format!("{extra} is not in the manifest"));
     }
     Ok(expected)
+}
+
+/// Where `harness` keeps its transcripts on this machine (its home, as the environment says).
+fn harness_home(harness: Harness) -> Result<std::path::PathBuf, String> {
+    let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    spex_history::Root::defaults(&env)
+        .into_iter()
+        .find(|root| root.harness == harness)
+        .map(|root| root.dir)
+        .ok_or_else(|| "no home for the harness (set HOME)".to_owned())
 }
 
 /// Writes where an imported transcript came from (the archive's origin and manifest) and where

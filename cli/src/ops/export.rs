@@ -117,7 +117,8 @@ fn spex_entries(
     let dir = store.layout().session_dir(&spex_engine::SessionId::new(spex)?);
     let mut entries = Vec::new();
     for path in session_files(&dir)? {
-        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let relative = path.strip_prefix(&dir).unwrap_or(&path).to_string_lossy().into_owned();
         entries.push(Entry {
             path: format!("spex/{spex}/{relative}"),

@@ -65,19 +65,30 @@ pub(super) fn drain(
         print_drain(id, &report, global, report_to_stderr)?;
         return Ok(if report.stopped.is_some() { Code::Failed } else { Code::Ok });
     }
+    watch(store, id, adapter.as_mut(), global, report_to_stderr)
+}
+
+/// Drains session `id` as messages arrive, until it is closed (or Ctrl-C). After a drain that
+/// stopped, the next try waits longer each time (a refusing adapter, a harness whose model
+/// keeps failing: every try of a harness is a whole agent run).
+fn watch(
+    store: &Store<RealFs>,
+    id: &SessionId,
+    adapter: &mut dyn spex_engine::Adapter,
+    global: &Global,
+    report_to_stderr: bool,
+) -> anyhow::Result<Code> {
     if std::io::stderr().is_terminal() && !global.quiet {
         eprintln!("spex: draining {id} as messages arrive (Ctrl-C stops)");
     }
     let mut last_stop = None;
-    // After a drain that stopped, the next try waits longer each time (a refusing adapter, a
-    // harness whose model keeps failing: every try of a harness is a whole agent run).
     let mut backoff = Duration::ZERO;
     loop {
         match store.queue(id) {
             Ok(queue) if queue.is_empty() => backoff = Duration::ZERO,
             Ok(_) => {
                 std::thread::sleep(backoff);
-                let report = store.drain(id, adapter.as_mut())?;
+                let report = store.drain(id, adapter)?;
                 backoff = match (&report.stopped, report.delivered.is_empty()) {
                     (Some(_), true) => (backoff * 2).clamp(RETRY_BACKOFF_MIN, RETRY_BACKOFF_MAX),
                     _ => Duration::ZERO,
