@@ -124,7 +124,7 @@ fn search_here(
         let found = spex_history::discover(&crate::args::history_roots(global, &[])?)?;
         index.scan_history(&found)?;
     }
-    Ok(ops::search::search(&index, query, &spex_history::Identity::of_this_machine())?)
+    ops::search::search(&index, query, &spex_history::Identity::of_this_machine())
 }
 
 /// Each hit on a line (when, where, what kind, the snippet), with carets under what matched
