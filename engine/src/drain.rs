@@ -288,10 +288,9 @@ impl<F: Fs> Store<F> {
             queue::write(self.files(id), &entries, &DRAIN)?;
         }
         self.fence_unkeyed(id, &mut batch)?;
-        debug_assert!(
-            batch.deliver.iter().enumerate().all(|(at, entry)| {
-                batch.deliver.iter().skip(at + 1).all(|later| later.mid != entry.mid)
-            }),
+        debug_assert_eq!(
+            batch.deliver.iter().map(|entry| &entry.mid).collect::<HashSet<_>>().len(),
+            batch.deliver.len(),
             "a mid queued twice is delivered once"
         );
         Ok(batch)

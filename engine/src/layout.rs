@@ -161,9 +161,7 @@ impl SegmentNo {
     /// The numbered segment a cursor's or position's segment key names: `None` for the legacy
     /// key (0) and for a number no segment's name can hold (a forged or damaged cursor).
     pub fn from_key(key: u64) -> Option<SegmentNo> {
-        let no = (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key));
-        debug_assert!(no.is_none_or(|no| no.0 == key && no <= SegmentNo::MAX));
-        no
+        (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key))
     }
 
     /// The segment's file name.
@@ -246,9 +244,7 @@ impl Layout {
 
     /// `<root>/sessions`.
     pub fn sessions_dir(&self) -> PathBuf {
-        let dir = self.root.join("sessions");
-        debug_assert!(dir.starts_with(&self.root), "everything lives under the root");
-        dir
+        self.root.join("sessions")
     }
 
     /// `<root>/sessions/<id>`.
@@ -264,70 +260,37 @@ impl Layout {
 
     /// The record.
     pub fn record(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("session.json");
-        debug_assert!(
-            SegmentNo::parse("session.json").is_none() && path.starts_with(&self.root),
-            "a session's state file is inside the store and never read as a segment"
-        );
-        path
+        self.session_dir(id).join("session.json")
     }
 
     /// The record's staging file.
     pub fn record_tmp(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("session.json.tmp");
-        debug_assert!(
-            path.parent() == self.record(id).parent() && path != self.record(id),
-            "a staging file lies beside its target, never in its place"
-        );
-        path
+        self.session_dir(id).join("session.json.tmp")
     }
 
     /// The persisted receipt index (derived; see `receipts`).
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("receipts.index");
-        debug_assert!(
-            SegmentNo::parse("receipts.index").is_none() && path.starts_with(&self.root),
-            "a session's state file is inside the store and never read as a segment"
-        );
-        path
+        self.session_dir(id).join("receipts.index")
     }
 
     /// The receipt index's staging file.
     pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("receipts.index.tmp");
-        debug_assert!(
-            path.parent() == self.receipt_index(id).parent() && path != self.receipt_index(id),
-            "a staging file lies beside its target, never in its place"
-        );
-        path
+        self.session_dir(id).join("receipts.index.tmp")
     }
 
     /// The legacy first segment.
     pub fn legacy_segment(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("timeline.ndjson");
-        debug_assert!(
-            SegmentNo::parse("timeline.ndjson").is_none(),
-            "the legacy segment has no number"
-        );
-        path
+        self.session_dir(id).join("timeline.ndjson")
     }
 
     /// The directory of numbered segments.
     pub fn timeline_dir(&self, id: &SessionId) -> PathBuf {
-        let dir = self.session_dir(id).join("timeline");
-        debug_assert!(dir.parent() == Some(self.session_dir(id).as_path()));
-        dir
+        self.session_dir(id).join("timeline")
     }
 
     /// A numbered segment.
     pub fn segment(&self, id: &SessionId, no: SegmentNo) -> PathBuf {
-        let name = no.file_name();
-        debug_assert_eq!(
-            SegmentNo::parse(&name),
-            Some(no),
-            "a segment's name reads back its number"
-        );
-        self.timeline_dir(id).join(name)
+        self.timeline_dir(id).join(no.file_name())
     }
 
     /// The segment a cursor's or position's key names: the legacy segment for 0, else the
@@ -342,42 +305,22 @@ impl Layout {
 
     /// The drain adapter spec of a session created by this engine (one line).
     pub fn adapter(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("adapter");
-        debug_assert!(
-            SegmentNo::parse("adapter").is_none() && path.starts_with(&self.root),
-            "a session's state file is inside the store and never read as a segment"
-        );
-        path
+        self.session_dir(id).join("adapter")
     }
 
     /// The adapter spec's staging file.
     pub fn adapter_tmp(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("adapter.tmp");
-        debug_assert!(
-            path.parent() == self.adapter(id).parent() && path != self.adapter(id),
-            "a staging file lies beside its target, never in its place"
-        );
-        path
+        self.session_dir(id).join("adapter.tmp")
     }
 
     /// The delivery queue.
     pub fn queue(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("pending.json");
-        debug_assert!(
-            SegmentNo::parse("pending.json").is_none() && path.starts_with(&self.root),
-            "a session's state file is inside the store and never read as a segment"
-        );
-        path
+        self.session_dir(id).join("pending.json")
     }
 
     /// The delivery queue's staging file.
     pub fn queue_tmp(&self, id: &SessionId) -> PathBuf {
-        let path = self.session_dir(id).join("pending.json.tmp");
-        debug_assert!(
-            path.parent() == self.queue(id).parent() && path != self.queue(id),
-            "a staging file lies beside its target, never in its place"
-        );
-        path
+        self.session_dir(id).join("pending.json.tmp")
     }
 
     /// Directory of record locks.
@@ -387,9 +330,7 @@ impl Layout {
 
     /// The record lock.
     pub fn session_lock(&self, id: &SessionId) -> PathBuf {
-        let lock = self.session_locks_dir().join(format!("{id}.lock"));
-        debug_assert_ne!(lock, self.close_ledger_lock(), "no session's lock is the ledger's");
-        lock
+        self.session_locks_dir().join(format!("{id}.lock"))
     }
 
     /// Directory of delivery locks.
@@ -399,9 +340,7 @@ impl Layout {
 
     /// The delivery lock.
     pub fn delivery_lock(&self, id: &SessionId) -> PathBuf {
-        let lock = self.delivery_locks_dir().join(format!("{id}.lock"));
-        debug_assert_ne!(lock.parent(), self.session_lock(id).parent(), "two locks, two places");
-        lock
+        self.delivery_locks_dir().join(format!("{id}.lock"))
     }
 
     /// Directory of revoked-sender markers.
@@ -411,9 +350,7 @@ impl Layout {
 
     /// A revoked sender's marker.
     pub fn revoked(&self, id: &SessionId) -> PathBuf {
-        let marker = self.revoked_dir().join(id.as_str());
-        debug_assert_eq!(marker.parent(), Some(self.revoked_dir().as_path()));
-        marker
+        self.revoked_dir().join(id.as_str())
     }
 
     /// The close ledger.
@@ -423,7 +360,6 @@ impl Layout {
 
     /// The close ledger's lock (in the record-lock directory; no session id starts with `.`).
     pub fn close_ledger_lock(&self) -> PathBuf {
-        debug_assert!(SessionId::new(".close-ledger").is_err(), "no session id starts with '.'");
         self.session_locks_dir().join(".close-ledger.lock")
     }
 
