@@ -1417,3 +1417,31 @@ pub(crate) fn apply_change(buf: &mut Vec<u8>, change: &DataChange) {
 pub(crate) fn to_usize(value: u64) -> usize {
     usize::try_from(value).expect("simulated files fit in memory")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A machine whose directory names an inode that does not exist (a bug of the simulation)
+    /// is refused the moment a crash would hand it out.
+    #[test]
+    #[should_panic(expected = "every entry, visible or durable, names an inode")]
+    fn a_name_bound_to_a_missing_inode_trips_the_state_check() {
+        let fs = SimFs::new(FaultPlan::none(1));
+        fs.create_dir(Path::new("/d"), Boundary::new("test.mkdir")).expect("a directory");
+        fs.lock().dir_mut(ROOT_INO).volatile.insert("ghost".to_owned(), 999);
+        let _images = fs.crash(CrashMode::PowerLoss);
+    }
+
+    /// A pending change of data recorded against a directory is refused alike.
+    #[test]
+    #[should_panic(expected = "pending data is a file's")]
+    fn data_pending_on_a_directory_trips_the_state_check() {
+        let fs = SimFs::new(FaultPlan::none(1));
+        fs.create_dir(Path::new("/d"), Boundary::new("test.mkdir")).expect("a directory");
+        fs.lock()
+            .pending
+            .push(Pending::Data { ino: ROOT_INO, change: DataChange::SetLen { len: 1 } });
+        let _restarted = fs.restart(FaultPlan::none(1));
+    }
+}
