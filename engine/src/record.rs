@@ -580,7 +580,9 @@ impl Record {
             fields.insert("launch_readiness_pending".to_owned(), empty());
         }
         debug_assert!(
-            fields.get("launch_readiness_pending").is_none_or(|fence| *fence == empty()),
+            fields
+                .get("launch_readiness_pending")
+                .is_none_or(|fence| *fence == empty() || fence.is_null()),
             "no public reader sees a fence"
         );
         fields

@@ -163,6 +163,16 @@ impl<F: Fs> Store<F> {
         {
             return Err(Error::Revoked { sender: sender.to_string() });
         }
+        // A queue entry's attributes are texts (what every reader keeps): anything else would
+        // be written into a queue its readers take for damaged.
+        if let Some(attributes) = &request.attributes
+            && let Some((name, _)) = attributes.iter().find(|(_, value)| !value.is_string())
+        {
+            return Err(Error::InvalidInput {
+                what: "delivery attributes",
+                reason: format!("{name:?} is not a text (attributes are texts)"),
+            });
+        }
         if let Some(key) = &request.key
             && (key.operation.is_empty() || key.key.is_empty())
         {

@@ -53,6 +53,26 @@ fn create_rejects_duplicates_and_bad_ids() {
 }
 
 #[test]
+fn attributes_that_are_not_texts_are_refused_before_anything_is_written() {
+    let (_dir, store) = real_store(config());
+    let s = id("s1");
+    store.create_session(&s, &queued(), None, None).unwrap();
+    let mut attributes = serde_json::Map::new();
+    attributes.insert("priority".to_owned(), serde_json::json!(1));
+    let request = SendRequest { attributes: Some(attributes), ..text("hello") };
+    assert!(matches!(
+        store.send(&s, &request),
+        Err(Error::InvalidInput { what: "delivery attributes", .. })
+    ));
+    assert!(store.events(&s).unwrap().is_empty(), "nothing was logged");
+    assert!(store.queue_file(&s).unwrap().entries.is_empty(), "nothing is owed");
+    let mut texts = serde_json::Map::new();
+    texts.insert("priority".to_owned(), serde_json::json!("high"));
+    store.send(&s, &SendRequest { attributes: Some(texts), ..text("hello") }).unwrap();
+    assert_eq!(store.queue_file(&s).unwrap().damage, None, "a queue of texts reads whole");
+}
+
+#[test]
 fn an_adapter_spec_that_is_not_one_line_is_refused_before_anything_is_created() {
     let (_dir, store) = real_store(config());
     for spec in ["", "exec:cat\nstdout", "exec:cat\r", "exec:c\0at"] {
