@@ -158,19 +158,12 @@ impl Mutant {
             }
             name.push(c.to_ascii_lowercase());
         }
-        assert!(
-            name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') && !name.starts_with('-'),
-            "a mutant's name is kebab-case"
-        );
         name
     }
 
     /// Parses a kebab-case name.
     pub fn parse(name: &str) -> Option<Mutant> {
-        let mutant =
-            Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name);
-        debug_assert!(mutant.is_none_or(|mutant| mutant.name() == name), "a name reads back");
-        mutant
+        Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name)
     }
 }
 
@@ -183,7 +176,6 @@ thread_local! {
 #[cfg(feature = "mutants")]
 pub fn select(mutant: Option<Mutant>) {
     SELECTED.with(|selected| selected.set(mutant));
-    assert_eq!(selected(), mutant, "a selection holds on its thread");
 }
 
 /// The mutant selected on the calling thread (so a sweep can select it on its workers too).

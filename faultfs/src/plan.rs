@@ -47,12 +47,10 @@ impl FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let fault = Fault::ALL
+        Fault::ALL
             .into_iter()
             .find(|fault| fault.name() == s)
-            .ok_or_else(|| format!("unknown fault {s:?} (expected crash, eio, enospc or short)"))?;
-        assert_eq!(fault.name(), s, "a fault's name reads back as that fault");
-        Ok(fault)
+            .ok_or_else(|| format!("unknown fault {s:?} (expected crash, eio, enospc or short)"))
     }
 }
 
@@ -92,7 +90,6 @@ impl FaultPlan {
         let fault = *Fault::ALL
             .get(((mixed >> 32) % Fault::ALL.len() as u64) as usize)
             .expect("an index modulo the length");
-        assert!(op_index < op_count, "a random fault hits an op the run issues");
         FaultPlan::fault_at(seed, op_index, fault)
     }
 }
@@ -133,20 +130,8 @@ impl FromStr for FaultPlan {
                 Some((fault.parse::<Fault>()?, op))
             }
         };
-        let plan = FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) };
-        debug_assert_eq!(plan.to_string(), render(&plan), "a plan prints as it is written");
-        Ok(plan)
+        Ok(FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) })
     }
-}
-
-/// A plan's text (what [`fmt::Display`] writes), for checking that a parsed plan prints back.
-fn render(plan: &FaultPlan) -> String {
-    let text = match plan.trigger {
-        None => format!("seed={}", plan.seed),
-        Some((op_index, fault)) => format!("seed={},{}@{op_index}", plan.seed, fault.name()),
-    };
-    assert!(text.starts_with("seed="), "a plan starts with its seed");
-    text
 }
 
 /// SplitMix64 finalizer over `seed` and a stream id: cheap, stateless derivation of the

@@ -146,7 +146,6 @@ impl Trace {
             self.entries.last().is_none_or(|last| last.index < entry.index),
             "trace entries are in op order"
         );
-        assert!(!entry.outcome.is_empty(), "every op has an outcome");
         self.entries.push(entry);
     }
 
@@ -157,9 +156,7 @@ impl Trace {
             hasher.update(entry.to_string().as_bytes());
             hasher.update(b"\n");
         }
-        let hash = hex::encode(hasher.finalize());
-        debug_assert_eq!(hash.len(), 64, "a trace's hash is a SHA-256 in hex");
-        hash
+        hex::encode(hasher.finalize())
     }
 }
 

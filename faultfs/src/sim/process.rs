@@ -8,9 +8,7 @@ use super::{SimFs, SyncArc};
 static NEXT_MACHINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 pub(super) fn next_machine() -> u64 {
-    let machine = NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    assert!((1..u64::MAX).contains(&machine), "machine ids are never reused");
-    machine
+    NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl SimFs {
@@ -21,7 +19,6 @@ impl SimFs {
             let mut state = self.lock();
             let now = state.clock_ms;
             state.processes.entry(pid).or_insert(now);
-            assert!(state.processes.contains_key(&pid), "a process acted as runs");
         }
         SimFs { state: SyncArc::clone(&self.state), process_id: pid }
     }
@@ -29,15 +26,11 @@ impl SimFs {
     /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
     /// open in the caller's hands, as a SIGKILLed process's lock *files* stay on disk.
     pub fn kill_process(&self, pid: u32) {
-        let mut state = self.lock();
-        state.processes.remove(&pid);
-        assert!(!state.processes.contains_key(&pid), "a killed process runs no more");
+        self.lock().processes.remove(&pid);
     }
 
     /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
     pub fn spawn_process(&self, pid: u32, start_ms: u64) {
-        let mut state = self.lock();
-        state.processes.insert(pid, start_ms);
-        assert_eq!(state.processes.get(&pid), Some(&start_ms), "a spawned process runs since then");
+        self.lock().processes.insert(pid, start_ms);
     }
 }

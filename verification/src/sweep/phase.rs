@@ -303,19 +303,13 @@ fn send_after_recovery<F: Fs>(
     for id in before.sessions.keys() {
         let Some(to) = scenario.session_id(id) else { continue };
         let step = Step::Send { to, text: AFTER_RECOVERY, from: None, key: None };
-        next.continuing = Some(step.clone());
-        let answer = perform(store, &step, &mut Vec::new(), &mut Vec::new(), None);
-        match answer {
-            Err(error) if error.is_crash() => return ControlFlow::Break(()),
-            Err(error) => violations.push(format!("a send to {id} after recovery failed: {error}")),
-            Ok(answer) => {
-                if let Some(violation) = next.advance_continued(&step, &answer) {
-                    violations.push(violation);
-                }
+        continued(store, next, &step, violations, |answer, violations| match answer {
+            Err(error) => {
+                violations.push(format!("a send to {id} after recovery failed: {error}"));
+                false
             }
-        }
-        next.continuing = None;
-        snapshot_store(store, next);
+            Ok(_) => true,
+        })?;
     }
     ControlFlow::Continue(())
 }
@@ -331,19 +325,10 @@ fn retry_in_flight<F: Fs>(
     violations: &mut Vec<String>,
 ) -> ControlFlow<()> {
     for step in retries(scenario, run) {
-        next.continuing = Some(step.clone());
-        let answer = perform(store, step, &mut Vec::new(), &mut Vec::new(), None);
-        if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {
-            return ControlFlow::Break(());
-        }
-        check_retry(store, before, step, &answer, violations);
-        if let Ok(answer) = &answer
-            && let Some(violation) = next.advance_continued(step, answer)
-        {
-            violations.push(violation);
-        }
-        next.continuing = None;
-        snapshot_store(store, next);
+        continued(store, next, step, violations, |answer, violations| {
+            check_retry(store, before, step, answer, violations);
+            true
+        })?;
     }
     ControlFlow::Continue(())
 }
@@ -360,26 +345,47 @@ fn drain_after_recovery<F: Fs>(
     for id in before.sessions.keys() {
         let Some(id) = scenario.session_id(id) else { continue };
         let step = Step::Drain { id };
-        next.continuing = Some(step.clone());
-        let mut delivered = Vec::new();
-        let mut adapter_violations = Vec::new();
-        let answer = perform(store, &step, &mut delivered, &mut adapter_violations, None);
-        violations.extend(adapter_violations);
-        next.delivered.extend(delivered);
-        match answer {
-            Err(error) if error.is_crash() => return ControlFlow::Break(()),
-            Err(error) => violations.push(format!("drain of {id} after recovery failed: {error}")),
+        continued(store, next, &step, violations, |answer, violations| match answer {
+            Err(error) => {
+                violations.push(format!("drain of {id} after recovery failed: {error}"));
+                false
+            }
             Ok(Answer::Drained(Some(stop))) => {
                 violations.push(format!("drain of {id} after recovery stopped: {stop}"));
+                false
             }
-            Ok(answer) => {
-                if let Some(violation) = next.advance_continued(&step, &answer) {
-                    violations.push(violation);
-                }
-            }
-        }
-        next.continuing = None;
-        snapshot_store(store, next);
+            Ok(_) => true,
+        })?;
     }
+    ControlFlow::Continue(())
+}
+
+/// Performs `step` as part of the phase after recovery: in flight (`next.continuing`) while it
+/// runs, what its adapter delivered and found wrong kept, its answer judged by `judge` (which
+/// says whether the model takes it) and the model advanced by it, the store recorded after it.
+/// Breaks when a planned crash stops the phase.
+fn continued<F: Fs>(
+    store: &Store<F>,
+    next: &mut Execution,
+    step: &Step,
+    violations: &mut Vec<String>,
+    judge: impl FnOnce(&Result<Answer, spex_engine::Error>, &mut Vec<String>) -> bool,
+) -> ControlFlow<()> {
+    next.continuing = Some(step.clone());
+    let (mut delivered, mut adapter_violations) = (Vec::new(), Vec::new());
+    let answer = perform(store, step, &mut delivered, &mut adapter_violations, None);
+    violations.extend(adapter_violations);
+    next.delivered.extend(delivered);
+    if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {
+        return ControlFlow::Break(());
+    }
+    if judge(&answer, violations)
+        && let Ok(answer) = &answer
+        && let Some(violation) = next.advance_continued(step, answer)
+    {
+        violations.push(violation);
+    }
+    next.continuing = None;
+    snapshot_store(store, next);
     ControlFlow::Continue(())
 }

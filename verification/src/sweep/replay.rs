@@ -56,7 +56,7 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
         CrashMode::ProcessKill => Source::Restart(&fs),
         CrashMode::PowerLoss => {
             images = fs.crash(CrashMode::PowerLoss).images;
-            let image = image_at(&images, token.image, "crash point", token.k)?;
+            let image = image_at(&images, token.image, &format!("crash point {}", token.k))?;
             hasher.update(image.hash_hex());
             Source::Reboot(image)
         }
@@ -158,7 +158,7 @@ impl Replaying<'_> {
             return Ok(violations);
         }
         let images = self.machine.crash(CrashMode::PowerLoss).images;
-        let image = image_at(&images, index, "the power loss after the first command", 0)?;
+        let image = image_at(&images, index, "the power loss after the first command")?;
         self.hasher.update(image.hash_hex());
         self.machine = SimFs::from_image(image, FaultPlan::none(self.seed));
         self.judged = next;
@@ -195,7 +195,7 @@ impl Replaying<'_> {
                 .map_err(|_| "the phase crashed without a planned fault".to_owned())?;
         self.hasher.update(self.machine.trace().hash_hex());
         let images = self.machine.crash(CrashMode::PowerLoss).images;
-        let image = image_at(&images, index, "the power loss after the phase", 0)?;
+        let image = image_at(&images, index, "the power loss after the phase")?;
         self.hasher.update(image.hash_hex());
         self.machine = SimFs::from_image(image, FaultPlan::none(self.seed));
         self.judged = checked.run;
@@ -216,7 +216,7 @@ impl Replaying<'_> {
             CrashMode::ProcessKill => Ok(halted.restart(FaultPlan::none(self.seed))),
             CrashMode::PowerLoss => {
                 let images = halted.crash(mode).images;
-                let image = image_at(&images, index, what, 0)?;
+                let image = image_at(&images, index, what)?;
                 self.hasher.update(image.hash_hex());
                 Ok(SimFs::from_image(image, FaultPlan::none(self.seed)))
             }
@@ -224,16 +224,11 @@ impl Replaying<'_> {
     }
 }
 
-/// Image `index` of `images`, or an error naming `what` crashed (at op `k`, for the first
-/// crash point) and how many images it has.
+/// Image `index` of `images`, or an error naming `what` crashed and how many images it has.
 fn image_at<'a>(
     images: &'a [faultfs::Image],
     index: usize,
     what: &str,
-    k: u64,
 ) -> Result<&'a faultfs::Image, String> {
-    images.get(index).ok_or_else(|| {
-        let at = if what == "crash point" { format!("{what} {k}") } else { what.to_owned() };
-        format!("{at} has only {} images", images.len())
-    })
+    images.get(index).ok_or_else(|| format!("{what} has only {} images", images.len()))
 }
