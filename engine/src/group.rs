@@ -85,7 +85,6 @@ impl Drop for Leading<'_> {
                 group.answered.insert(ticket, Answer::Alone);
             }
         }
-        assert!(self.tickets.is_empty(), "every member of an unwound batch is answered");
         self.groups.changed.notify_all();
     }
 }

@@ -130,7 +130,6 @@ impl<F: Fs> Store<F> {
                     written: false,
                 });
             };
-            assert!(!log || after != before, "only a move is logged");
             self.commit_lifecycle(id, &record, &after, log)?;
             Ok(Applied { before, after, logged: log, written: true })
         })

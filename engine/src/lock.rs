@@ -103,30 +103,10 @@ pub(crate) struct LockGuard<'a, F: Fs> {
 }
 
 impl<'a, F: Fs> LockGuard<'a, F> {
-    /// The guard of a lock this process got by replacing a stale one (and registered).
-    fn taken_over(fs: &'a F, path: &Path, steps: &LockBoundaries) -> LockGuard<'a, F> {
-        let guard = LockGuard {
-            fs,
-            path: path.to_path_buf(),
-            remove: steps.remove,
-            held: true,
-            took_over: true,
-        };
-        assert!(guard.held && guard.took_over(), "a lock taken over is held, and says so");
-        guard
-    }
-
-    /// The guard of a lock this process created (and registered).
-    fn created(fs: &'a F, path: &Path, steps: &LockBoundaries) -> LockGuard<'a, F> {
-        let guard = LockGuard {
-            fs,
-            path: path.to_path_buf(),
-            remove: steps.remove,
-            held: true,
-            took_over: false,
-        };
-        assert!(guard.held && !guard.took_over(), "a lock created is held, over no one's");
-        guard
+    /// The guard of a lock this process holds (and registered): created, or (`took_over`)
+    /// got by replacing a stale one.
+    fn held(fs: &'a F, path: &Path, steps: &LockBoundaries, took_over: bool) -> LockGuard<'a, F> {
+        LockGuard { fs, path: path.to_path_buf(), remove: steps.remove, held: true, took_over }
     }
 
     /// Whether taking this lock replaced a stale one: its holder died holding it, so whatever it
@@ -140,7 +120,6 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// lock stale and vouch before it acts (another process once this one exits; a handle of
     /// this process at once, the file naming this process while none of its threads holds it).
     pub(crate) fn abandon(mut self) {
-        assert!(self.held, "only a held lock is abandoned");
         self.held = false;
         let mut holding = holding();
         let held = holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
@@ -150,7 +129,6 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// Releases the lock. If the removal fails, the file is left behind but no longer held:
     /// the next taker in this process (or any process once this one exits) recovers it.
     pub(crate) fn release(mut self) -> Result<()> {
-        assert!(self.held, "only a held lock is released");
         self.held = false;
         let mut holding = holding();
         let removed = self.fs.remove_file(&self.path, self.remove);
@@ -204,9 +182,8 @@ pub(crate) fn acquire<'a, F: Fs>(
     let mut last_holder = None;
     let mut vanished = 0u32;
     loop {
-        assert!(delay_ms <= RETRY_DELAY_MS_MAX, "a wait between attempts is bounded");
         if create_registered(fs, path, steps)? {
-            return Ok(LockGuard::created(fs, path, steps));
+            return Ok(LockGuard::held(fs, path, steps, false));
         }
         // A lock that vanishes between a failed create and the inspection was released: try
         // again at once, but only once in a row, so that a lock name nothing can be read through
@@ -220,12 +197,11 @@ pub(crate) fn acquire<'a, F: Fs>(
         } else {
             vanished = 0;
         }
-        debug_assert!(vanished <= 2, "a lock that vanishes twice in a row is waited on");
         match inspected {
             Holder::Gone => {}
             Holder::Stale(seen) => {
                 if take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)? {
-                    return Ok(LockGuard::taken_over(fs, path, steps));
+                    return Ok(LockGuard::held(fs, path, steps, true));
                 }
                 continue;
             }
@@ -240,7 +216,7 @@ pub(crate) fn acquire<'a, F: Fs>(
                         if *first == seen && now.saturating_sub(*since) >= EMPTY_GRACE_MS =>
                     {
                         if take_over(fs, clock, path, &seen, started_ms, wait_ms, steps)? {
-                            return Ok(LockGuard::taken_over(fs, path, steps));
+                            return Ok(LockGuard::held(fs, path, steps, true));
                         }
                         empty_since = None;
                         continue;
@@ -282,7 +258,6 @@ fn create_holding_pid<F: Fs>(
     steps: &LockBoundaries,
 ) -> Result<bool> {
     let tmp = private_path(path, pid);
-    assert_ne!(tmp, path, "the pid is written beside the lock, never in its place");
     let written = write_private(fs, &tmp, pid, steps);
     let linked = written.and_then(|()| match fs.hard_link(&tmp, path, steps.link) {
         Ok(()) => Ok(true),
@@ -306,16 +281,13 @@ fn create_holding_pid<F: Fs>(
 fn private_path(path: &Path, pid: u32) -> PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{pid}.tmp"));
-    let tmp = PathBuf::from(tmp);
-    debug_assert_eq!(tmp.parent(), path.parent(), "a private file lies beside its lock");
-    tmp
+    PathBuf::from(tmp)
 }
 
 /// Writes `pid` to the private file `tmp`.
 fn write_private<F: Fs>(fs: &F, tmp: &Path, pid: u32, steps: &LockBoundaries) -> Result<()> {
     let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
     let text = pid.to_string();
-    debug_assert!(text.bytes().all(|b| b.is_ascii_digit()), "a pid in decimal, no newline");
     file.append(text.as_bytes(), steps.write)?;
     Ok(())
 }
@@ -386,7 +358,6 @@ fn take_over<F: Fs>(
     let mut guard_path = path.as_os_str().to_owned();
     guard_path.push(".takeover");
     let guard_path = PathBuf::from(guard_path);
-    assert_eq!(guard_path.parent(), path.parent(), "the takeover flock lies beside its lock");
     let guard = fs.open(&guard_path, OpenOptions::create(), steps.takeover)?;
     while !guard.try_lock()? {
         let waited_ms = clock.now_ms().saturating_sub(started_ms);

@@ -115,7 +115,6 @@ pub(crate) fn tail_pin<F: Fs>(
         "a pin covers at least its bytes, or the whole segment before the cursor"
     );
     let pin = hex::encode(Sha256::digest(pinned));
-    debug_assert_eq!(pin.len(), 64, "a pin is a SHA-256 in hex");
     Ok(Some(pin))
 }
 
@@ -142,7 +141,6 @@ fn pin_before_segment<F: Fs>(
         return Ok(Some(String::new()));
     }
     let end = Cursor { segment: segment.no.map_or(0, |no| no.0), offset: len, index: cursor.index };
-    assert!(end.segment < cursor.segment && end.offset > 0, "the end of an earlier segment");
     tail_pin(fs, layout, id, end)
 }
 
@@ -183,7 +181,6 @@ fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
 }
 
 fn key_digest(operation: &str, request_digest: &str) -> Digest32 {
-    debug_assert!(!operation.contains('\0'), "the separator cannot occur in an operation");
     let mut hasher = Sha256::new();
     hasher.update(operation.as_bytes());
     hasher.update([0u8]);
@@ -220,7 +217,6 @@ impl Posting {
             position: Position { segment: word_at(bytes, 32)?, offset: word_at(bytes, 40)? },
             settled: *field(bytes, 48, 1)?.first()? != 0,
         };
-        debug_assert!(bytes.len() >= POSTING_BYTES, "a posting is read from a posting's bytes");
         Some(posting)
     }
 }
@@ -274,7 +270,6 @@ impl Header {
             cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
             pin: String::from_utf8(field(bytes, 49, pin_len)?.to_vec()).ok()?,
         };
-        assert!(header.pin.len() <= 71, "a pin ends before the checksum");
         Some(header)
     }
 }
@@ -297,7 +292,6 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     let records: Vec<Posting> = (0..count)
         .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
         .collect::<Option<_>>()?;
-    assert_eq!(records.len(), count, "a block holds the records it counts");
     Some(records)
 }
 
@@ -423,10 +417,6 @@ impl Run {
         if tail_pin(fs, layout, id, header.cursor)?.as_deref() != Some(header.pin.as_str()) {
             return Ok(None);
         }
-        assert!(
-            header.records <= header.blocks * RECORDS_PER_BLOCK as u64,
-            "an opened run's blocks can hold its records"
-        );
         Ok(Some(Run { header }))
     }
 
@@ -458,7 +448,6 @@ impl Run {
                 return Ok(Persisted::Damaged);
             };
             let (first, last) = (first.key, last.key);
-            debug_assert!(low <= middle && middle < high, "the search probes inside its range");
             if *key < first {
                 high = middle;
             } else if *key > last {
@@ -491,7 +480,6 @@ impl Run {
         if records.len() as u64 != self.header.records {
             return Ok(Persisted::Damaged);
         }
-        assert_eq!(records.len() as u64, self.header.records, "a sound run has its records");
         Ok(Persisted::Sound(records))
     }
 }
@@ -555,7 +543,6 @@ impl Index {
         let run = Run::open(fs, layout, id)?;
         let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
         let index = Index { run, cursor, ..Index::default() };
-        assert!(index.folded.is_empty() && index.unpersisted_lines == 0, "nothing folded yet");
         Ok(index)
     }
 
@@ -639,10 +626,6 @@ impl Index {
             .folded
             .get(&(operation.to_owned(), request_digest.to_owned()))
             .map(|folded| folded.known.clone());
-        assert!(
-            folded.as_ref().is_none_or(|known| known.receipt.request_digest == request_digest),
-            "a folded receipt answers for its own key"
-        );
         Ok(Persisted::Sound(folded))
     }
 
@@ -683,15 +666,12 @@ impl Index {
                 }
             }
         }
-        let from_run = records.len();
         records.extend(self.folded.iter().map(|((operation, request_digest), folded)| Posting {
             key: key_digest(operation, request_digest),
             position: folded.position,
             settled: folded.known.settled,
         }));
         records.sort_by_key(|record| record.key);
-        assert_eq!(records.len(), from_run + self.folded.len(), "a merge keeps every receipt");
-        debug_assert!(records.is_sorted_by_key(|record| record.key), "a merged run is sorted");
         Ok(Persisted::Sound(records))
     }
 }
@@ -822,10 +802,6 @@ impl ReceiptIndexes {
         if let Persisted::Damaged = index.fold(fs, layout, id, lines)? {
             return Ok(Persisted::Damaged);
         }
-        assert!(
-            (next.segment, next.offset) >= (before.segment, before.offset),
-            "a refresh folds forward"
-        );
         index.cursor = next;
         if let Some(steps) = steps
             && index.cursor != before
@@ -851,7 +827,6 @@ impl ReceiptIndexes {
     pub(crate) fn forget(&self, id: &SessionId) {
         let mut indexes = lock(&self.by_session);
         indexes.remove(id);
-        debug_assert!(!indexes.contains_key(id), "a forgotten index is read afresh");
     }
 }
 

@@ -36,7 +36,7 @@ use crate::atomic;
 use crate::boundaries::{self, Boundaries};
 use crate::error::{Error, Result};
 use crate::layout::SessionId;
-use crate::mutant::{Mutant, active, selected};
+use crate::mutant::{Mutant, active};
 use crate::queue::{self, Entry};
 use crate::record::Record;
 use crate::store::Store;
@@ -108,10 +108,6 @@ impl<F: Fs> Store<F> {
             || skips(Mutant::ArchiveTakeoverWithoutVouch, "archive.");
         let vouching =
             guard.took_over() && !active(Mutant::NoVouchAfterTakeover) && !transition_skips;
-        assert!(
-            vouching || !guard.took_over() || selected().is_some(),
-            "a transition that took a dead holder's lock over vouches before anything else"
-        );
         let result = if vouching
             && active(Mutant::RollForwardBeforeVouch)
             && !steps.lock.link.name().starts_with("recover.")
@@ -129,7 +125,6 @@ impl<F: Fs> Store<F> {
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
-
                 Ok(value)
             }
             Err(error) => {
@@ -182,7 +177,6 @@ impl<F: Fs> Store<F> {
             atomic::remove(&self.fs, &dir, &tmp, steps.recover_remove, steps.recover_dir_sync)?;
             debug_assert!(!self.fs.exists(&tmp)?, "no staging file survives recovery: {tmp:?}");
         }
-        assert_eq!(queue.is_some(), checks.queue, "the queue is read when the transition asks");
         let Some(mut record) = record else {
             return Ok(Recovered { queue, ..Recovered::default() });
         };

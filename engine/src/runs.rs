@@ -260,7 +260,7 @@ pub struct Run {
 impl Run {
     /// A run known only by its id, until its lines say more.
     fn new(run: &str, session: &str) -> Run {
-        let new = Run {
+        Run {
             run: run.to_owned(),
             session: session.to_owned(),
             harness: String::new(),
@@ -278,9 +278,7 @@ impl Run {
             error: None,
             stderr_tail: Vec::new(),
             signals: Vec::new(),
-        };
-        assert!(new.ended.is_none() && new.native_id.is_none(), "a run starts with nothing read");
-        new
+        }
     }
 
     /// Milliseconds from start to end, when both are known.
@@ -293,10 +291,6 @@ impl Run {
     pub fn turn_finished_by_hooks(&self) -> bool {
         let last_prompt = self.signals.iter().rposition(|signal| is_prompt(&signal.event));
         let last_stop = self.signals.iter().rposition(|signal| is_stop(&signal.event));
-        debug_assert!(
-            last_prompt.is_none() || last_prompt != last_stop,
-            "a signal is a prompt or a stop, never both"
-        );
         match (last_prompt, last_stop) {
             (Some(prompt), Some(stop)) => stop > prompt,
             (None, Some(_)) => true,
@@ -320,9 +314,7 @@ pub fn runs_dir(layout: &Layout) -> PathBuf {
 
 /// `<root>/runs/<id>.ndjson`.
 pub fn run_log(layout: &Layout, id: &SessionId) -> PathBuf {
-    let path = runs_dir(layout).join(format!("{}.ndjson", id.as_str()));
-    debug_assert_eq!(path.parent(), Some(runs_dir(layout).as_path()), "one file per session");
-    path
+    runs_dir(layout).join(format!("{}.ndjson", id.as_str()))
 }
 
 /// Appends `line` to session `id`'s run log (see the module header): under the file's lock, one
@@ -370,10 +362,6 @@ pub fn append<F: Fs>(
             bytes.insert(0, b'\n');
         }
     }
-    assert!(
-        bytes.ends_with(b"\n") && !bytes.iter().skip(1).rev().skip(1).any(|&b| b == b'\n'),
-        "a run line is one line (after a fresh start past a torn one)"
-    );
     let result = file.append(&bytes, APPEND).and_then(|()| file.sync_data(SYNC));
     let _unlocked = file.unlock();
     Ok(result?)
@@ -405,10 +393,6 @@ pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLi
     if complete.len() < bytes.len() {
         unreadable += 1;
     }
-    assert!(
-        lines.len() + unreadable <= bytes.iter().filter(|&&b| b == b'\n').count() + 1,
-        "each line read or unreadable is one line of the file"
-    );
     Ok((lines, unreadable))
 }
 
@@ -436,8 +420,7 @@ pub fn fold(
         let Some(run) = folding.get_mut(index) else { continue };
         run.take(line);
     }
-    assert_eq!(folding.len(), by_id.len(), "one run per run id");
-    let runs: Vec<Run> = folding
+    folding
         .into_iter()
         .map(|Folding { mut run, ended, .. }| {
             if !ended {
@@ -448,13 +431,7 @@ pub fn fold(
             }
             run
         })
-        .collect();
-    debug_assert!(
-        runs.iter().all(|run| run.ended.is_some()
-            || matches!(run.outcome, Outcome::Running | Outcome::Interrupted)),
-        "a run without an end is running or interrupted"
-    );
-    runs
+        .collect()
 }
 
 /// A run being folded: the run, the rank of its native id's source (end 4, bound 3, hook 2,
@@ -524,8 +501,6 @@ impl Folding {
                 offer(native_id.as_deref(), 4, run);
             }
         }
-        assert!(self.rank <= 4, "a native id comes from one of four kinds of line");
-        assert_eq!(self.ended, self.run.ended.is_some(), "a run has ended once its end is read");
     }
 }
 
@@ -584,7 +559,7 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
         _ => Progress::IdleUnfinished,
     };
     let prompted = last.signals.iter().any(|signal| is_prompt(&signal.event));
-    let progress = match last.outcome {
+    match last.outcome {
         // A terminal UI (a launch that carries no message) between turns, or before its first.
         Outcome::Running if last.mid.is_none() && !prompted && !last.turn_finished_by_hooks() => {
             if last.signals.iter().any(|signal| signal.event == "SessionStart") {
@@ -602,16 +577,7 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
         }
         Outcome::Interrupted if last.turn_finished_by_hooks() => settled(),
         Outcome::Interrupted => Progress::Crashed,
-    };
-    assert!(
-        progress != Progress::Running || last.outcome == Outcome::Running,
-        "only a run still going is running"
-    );
-    assert!(
-        progress != Progress::Crashed || last.pid.is_some(),
-        "only a run whose process was seen can have crashed"
-    );
-    progress
+    }
 }
 
 /// Session `id`'s runs, folded, with their liveness as `fs` sees it, and the count of unreadable

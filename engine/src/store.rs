@@ -144,7 +144,6 @@ impl<F: Fs> Store<F> {
             store.ensure_dir_all(&dir, &boundaries::OPEN)?;
         }
         store.finish_closes()?;
-        assert!(lock_mutex(&store.poisoned).is_empty(), "a new handle has no poisoned session");
         Ok(store)
     }
 
@@ -237,13 +236,7 @@ impl<F: Fs> Store<F> {
                 request_digest,
             );
         }
-        let known =
-            self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)?;
-        assert!(
-            known.as_ref().is_none_or(|known| known.receipt.request_digest == request_digest),
-            "a receipt answers for the request it was asked about"
-        );
-        Ok(known)
+        self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)
     }
 
     /// The store's layout.
@@ -294,11 +287,9 @@ impl<F: Fs> Store<F> {
     }
 
     pub(crate) fn check_poison(&self, id: &SessionId) -> Result<()> {
-        let poisoned = lock_mutex(&self.poisoned);
-        if poisoned.contains(id) {
+        if lock_mutex(&self.poisoned).contains(id) {
             return Err(Error::Poisoned { session: id.clone() });
         }
-        debug_assert!(!poisoned.contains(id), "only a healthy session passes");
         Ok(())
     }
 
@@ -315,10 +306,6 @@ impl<F: Fs> Store<F> {
     pub(crate) fn poison_on_io(&self, id: &SessionId, error: &Error) {
         if matches!(error, Error::Io(_)) {
             self.poison(id);
-            debug_assert!(
-                active(Mutant::NoPoisonAfterFailedWrite) || self.check_poison(id).is_err(),
-                "a failed write poisons its session in this handle"
-            );
         }
     }
 
@@ -363,8 +350,7 @@ impl<F: Fs> Store<F> {
     /// Whether `sender` was closed (revoked).
     pub(crate) fn is_revoked(&self, sender: &str) -> Result<bool> {
         let Ok(sender) = SessionId::new(sender) else { return Ok(false) };
-        let marker = self.layout.revoked(&sender);
-        Ok(self.fs.exists(&marker)?)
+        Ok(self.fs.exists(&self.layout.revoked(&sender))?)
     }
 
     /// Whether session `id` has a directory: a real one, never a symbolic link (corrupt,
@@ -433,11 +419,6 @@ impl<F: Fs> Store<F> {
                 )?;
             }
             let record = Record::new(id, triple, self.clock.now_ms(), worktree);
-            assert_eq!(
-                record.public_triple(),
-                Triple::new(triple.status, triple.proposal, triple.note.clone()),
-                "a session is created in the triple asked for"
-            );
             self.write_record(id, &record, &steps.record)?;
             Ok(record)
         })
@@ -507,13 +488,7 @@ impl<F: Fs> Store<F> {
                 matches!(entry.kind, faultfs::FileKind::Dir | faultfs::FileKind::Symlink)
             })
             .filter_map(|entry| SessionId::new(&entry.name).ok())
-            .collect::<Vec<_>>())
-        .inspect(|ids| {
-            debug_assert!(
-                ids.iter().collect::<BTreeSet<_>>().len() == ids.len(),
-                "a directory lists each name once"
-            );
-        })
+            .collect())
     }
 
     /// The last `limit` public events, oldest first. Reads segments backward from the end; the
@@ -574,7 +549,6 @@ impl<F: Fs> Store<F> {
         self.require_session(id)?;
         let (lines, next) = timeline::read_from(&self.fs, &self.layout, id, cursor)?;
         let events: Vec<Event> = lines.iter().filter_map(Line::public).collect();
-        assert!(events.len() <= lines.len(), "each line is one event or private");
         assert!(lines.is_empty() || next != cursor, "a read that returns lines moves on");
         Ok((events, next))
     }
@@ -650,12 +624,7 @@ impl<F: Fs> Store<F> {
     /// may drop unsynced lines a reader saw, and new lines may regrow the log past the cursor).
     /// `None` when the cursor's segment is gone or shorter than the cursor.
     pub fn pin(&self, id: &SessionId, cursor: Cursor) -> Result<Option<String>> {
-        let pin = crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)?;
-        debug_assert!(
-            pin.as_ref().is_none_or(|pin| pin.is_empty() || pin.len() == 64),
-            "a pin is empty (nothing before the cursor) or a SHA-256 in hex"
-        );
-        Ok(pin)
+        crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)
     }
 
     /// Every stored line of a session, private ones included (for verification and export).

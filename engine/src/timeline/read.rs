@@ -31,7 +31,6 @@ pub(crate) struct Segment {
 impl Segment {
     /// The segment's position in a cursor: 0 for legacy, else its number.
     fn key(&self) -> u64 {
-        debug_assert_ne!(self.no, Some(SegmentNo(0)), "numbered segments start at 1");
         self.no.map_or(0, |no| no.0)
     }
 }
@@ -140,10 +139,6 @@ fn numbered_segments<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<V
             });
         }
     }
-    assert!(
-        numbered.last().is_none_or(|newest| newest.0 == numbered.len() as u64),
-        "segments are numbered from 1 without a gap"
-    );
     Ok(numbered)
 }
 
@@ -242,7 +237,6 @@ fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
     let filled = file.read_full_at(offset, &mut buf)?;
     buf.truncate(filled);
-    assert!(offset + buf.len() as u64 <= len, "a read ends at the length it saw");
     Ok(buf)
 }
 
@@ -287,7 +281,6 @@ impl FromStr for Cursor {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
         let cursor = Cursor { index: number(index)?, segment, offset: number(offset)? };
-        assert!(cursor.segment <= SegmentNo::MAX.0, "a cursor names a segment a name holds");
         Ok(cursor)
     }
 }
@@ -340,7 +333,6 @@ impl FromStr for Position {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
         let position = Position { segment, offset: number(offset)? };
-        assert!(position.segment <= SegmentNo::MAX.0, "a position names a segment a name holds");
         Ok(position)
     }
 }

@@ -98,7 +98,6 @@ pub(crate) fn append<F: Fs>(
             ),
         });
     };
-    assert!(newest.is_none_or(|(no, _)| no < next), "a new segment comes after the newest");
     append_to_new_segment(fs, layout, id, next, line, steps, sync_line)?;
     Ok(Appended { segment: next, offset: 0 })
 }
@@ -204,7 +203,6 @@ pub(crate) fn vouch<F: Fs>(
         segments.iter().rev().find(|segment| segment.no.is_some())
     };
     if let Some(newest) = newest {
-        assert!(newest.no.is_some(), "the legacy segment is never written, so never vouched for");
         let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
         file.sync_data(steps.vouch)?;
     }
@@ -267,7 +265,6 @@ pub(crate) fn repair_torn_tail<F: Fs>(
         fs.rename(&copy, &newest.path, steps.repair)?;
         return Ok(len - keep);
     }
-    assert!(keep < len, "a repair only cuts");
     file.set_len(keep, steps.repair)?;
     file.sync_data(steps.repair_sync)?;
     debug_assert_eq!(file.len().ok(), Some(keep), "a repaired segment ends at its sound length");
@@ -285,7 +282,6 @@ fn unterminated_cut<T: File>(file: &T, len: u64) -> Result<u64> {
         }
         pos -= 1;
     }
-    assert!(pos <= len, "a cut keeps a prefix");
     Ok(pos)
 }
 

@@ -340,7 +340,6 @@ fn chunk_pieces(
 ) -> usize {
     let chunk = chunk_bytes();
     let len_after = buf.len() as u64;
-    let listed = list.len();
     let mut reduced = 0;
     if touched.is_empty() {
         return 0;
@@ -360,15 +359,9 @@ fn chunk_pieces(
             reduced += 1;
             continue;
         }
-        assert!(snapshot.len() as u64 <= chunk, "a chunk piece holds at most its chunk");
         kept.insert((ino, start));
         list.push(Piece { op, kind: PieceKind::Chunk { ino, start, snapshot, written } });
     }
-    assert_eq!(
-        (list.len() - listed) + reduced,
-        to_usize(last - first),
-        "every chunk the change touched is a piece or left out"
-    );
     reduced
 }
 
@@ -409,7 +402,6 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
         dirs.insert(ino);
         files.extend(dir.volatile.values().chain(dir.durable.values()).copied());
     }
-    assert!(dirs.len() <= state.ephemeral.len(), "an ephemeral directory is one declared");
     (dirs, files)
 }
 
@@ -493,10 +485,6 @@ impl<'a> Builder<'a> {
                 by_file.entry(ino).or_default().push(index);
             }
         }
-        debug_assert!(
-            by_file.values().all(|indices| indices.is_sorted()),
-            "a file's pieces are listed in issue order"
-        );
         Builder {
             state,
             pieces,
@@ -511,7 +499,6 @@ impl<'a> Builder<'a> {
 
     /// The first `cut` pending changes, whole, for every `cut`.
     fn prefixes(&mut self) {
-        let generated = self.generated;
         for cut in 0..=self.pieces.ops {
             let choices: Vec<Choice> = self
                 .pieces
@@ -521,7 +508,6 @@ impl<'a> Builder<'a> {
                 .collect();
             self.add(&choices);
         }
-        assert_eq!(self.generated, generated + self.pieces.ops + 1, "one prefix per cut");
     }
 
     fn families(&mut self) {
@@ -538,14 +524,12 @@ impl<'a> Builder<'a> {
         let seed = mix(self.state.plan.seed, self.state.op_count);
         // Seeded samples.
         let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, 0x5A3F));
-        let before = self.generated;
         for _ in 0..self.state.sampled_images {
             let choices: Vec<Choice> = (0..count)
                 .map(|_| if rng.random::<bool>() { Choice::Apply } else { Choice::Skip })
                 .collect();
             self.add(&choices);
         }
-        assert_eq!(self.generated, before + self.state.sampled_images, "each sample is generated");
     }
 
     /// Torn writes: every change before a write, then that write cut inside it.
@@ -561,7 +545,6 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);
-            assert!(lo <= hi, "a write covers a range");
             for cut in torn_cuts(lo, hi, mix(seed, op as u64)) {
                 let choices: Vec<Choice> = list
                     .iter()
@@ -588,7 +571,6 @@ impl<'a> Builder<'a> {
         if self.seen.insert(image.hash) {
             self.images.push(image);
         }
-        debug_assert_eq!(self.seen.len(), self.images.len(), "each image is listed once");
     }
 
     /// Applies the chosen pieces, in issue order, to the durable state. Each file's bytes
@@ -627,7 +609,6 @@ impl<'a> Builder<'a> {
             });
             files.insert(ino, outcome.clone());
         }
-        assert!(files.len() <= self.by_file.len(), "only files with pieces change");
         self.assemble(&entries, &files)
     }
 
@@ -664,7 +645,6 @@ impl<'a> Builder<'a> {
                     distinct.push(Outcome { entries: changed.entries, files });
                 }
             }
-            assert!(!distinct.is_empty(), "a group has at least its empty subset's outcome");
             outcomes.push(distinct);
         }
         let product = outcomes.iter().try_fold(1usize, |product, distinct| {
@@ -729,7 +709,6 @@ fn walk<'a>(
     let mut stack = vec![(ROOT_INO, String::new())];
     // Depth-first over the entries; the map sorts the paths afterwards.
     while let Some((dir, prefix)) = stack.pop() {
-        assert!(stack.len() < state.inodes.len(), "a walk visits each directory once");
         for (name, &ino) in entries_of(dir) {
             let path = format!("{prefix}/{name}");
             match &state.inode(ino).node {
@@ -867,10 +846,6 @@ impl Changed {
                 apply_data(&piece.kind, *choice, buf, len, covered.entry(ino).or_default());
             }
         }
-        assert!(
-            covered.keys().all(|ino| contents.contains_key(ino)),
-            "a range is covered in a changed file"
-        );
         Changed { entries, contents, covered }
     }
 
@@ -907,7 +882,6 @@ impl Changed {
                 (ino, (Arc::new(bytes), hash))
             })
             .collect();
-        assert_eq!(files.len(), self.contents.len(), "one hash per changed file");
         files
     }
 
@@ -985,7 +959,6 @@ fn final_bytes(
     {
         stale_fill(&mut buf, file.durable.len(), covered);
     }
-    assert_eq!(buf.len() as u64, len, "a file's bytes in an image are as long as its length");
     buf
 }
 
@@ -1006,10 +979,6 @@ const STALE: &[u8] = b"\xA5stale{\"kind\":\n";
 
 /// Fills the bytes of `buf` past `durable` that no surviving write covered with stale bytes.
 fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize)>>) {
-    debug_assert!(
-        covered.is_none_or(|ranges| ranges.iter().all(|(lo, hi)| lo <= hi)),
-        "a covered range is a range"
-    );
     for (position, byte) in buf.iter_mut().enumerate().skip(durable) {
         let written = covered
             .is_some_and(|ranges| ranges.iter().any(|(lo, hi)| (*lo..*hi).contains(&position)));

@@ -308,13 +308,6 @@ impl SimFs {
             exposed: false,
             reduce_zero_chunks: true,
         };
-        assert!(
-            state.pending.is_empty() && state.inodes.len() == 1,
-            "a new machine holds `/` only"
-        );
-        assert!(state.processes.contains_key(&PROCESS_ID_DEFAULT), "its one process runs");
-        #[cfg(debug_assertions)]
-        state.check();
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
 
@@ -323,7 +316,6 @@ impl SimFs {
     pub fn with_rules(plan: FaultPlan, rules: Rules) -> Self {
         let fs = SimFs::new(plan);
         fs.lock().rules = rules;
-        assert_eq!(fs.lock().rules, rules, "the machine runs the rules asked for");
         fs
     }
 
@@ -419,10 +411,7 @@ impl SimFs {
 
     /// Advances the logical clock by `ms` milliseconds.
     pub fn advance_clock(&self, ms: u64) {
-        let mut state = self.lock();
-        let before = state.clock_ms;
-        state.clock_ms += ms;
-        assert!(state.clock_ms >= before, "the clock never runs backwards");
+        self.lock().clock_ms += ms;
     }
 
     /// Declares the directories at `paths` ephemeral: no change to them or to a file named in
@@ -462,7 +451,6 @@ impl SimFs {
     pub fn set_sampled_images(&self, count: usize) {
         let mut state = self.lock();
         state.sampled_images = count;
-        assert_eq!(state.sampled_images, count, "the samples a power loss adds");
     }
 
     /// The plan this filesystem runs.
@@ -528,7 +516,6 @@ impl SimFs {
             .iter()
             .map(|ino| state.image_files.get(ino).expect("a file read is an image file").clone())
             .collect();
-        assert_eq!(files.len(), state.image_files_read.len(), "one path per image file");
         Observed::Files(files)
     }
 
@@ -604,7 +591,6 @@ impl SimFs {
     pub fn read_since(&self, mark: &ReadMark) -> BTreeSet<String> {
         let mut state = self.lock();
         let read = state.read_since_mark.take().unwrap_or_default();
-        assert!(state.read_since_mark.is_none(), "a mark is read once");
         read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect()
     }
 
@@ -619,10 +605,6 @@ impl SimFs {
                 state.image_files_read.insert(ino);
             }
         }
-        debug_assert!(
-            state.image_files_read.iter().all(|ino| state.image_files.contains_key(ino)),
-            "only an image's files count as read of it"
-        );
     }
 
     /// How many crashes lie behind this machine (0 for a new one; a restart or a machine
@@ -702,7 +684,6 @@ impl State {
         match self.halted {
             Some((crashed_at, op_index)) => {
                 let _ = boundary;
-                assert!(op_index < self.op_count, "a crash is at an op issued");
                 Err(Error::Crashed { boundary: crashed_at, op_index })
             }
             None => Ok(()),
@@ -772,11 +753,6 @@ impl State {
             .volatile
             .get(*from_name)
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
-        assert!(
-            matches!(self.inode(from_dir).node, Node::Dir(_))
-                && matches!(self.inode(to_dir).node, Node::Dir(_)),
-            "both ends of a two-path op lie in directories"
-        );
         Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
     }
 
@@ -838,19 +814,16 @@ impl State {
         if options.truncate && options.write {
             self.set_len(ino, 0);
         }
-        assert!(matches!(self.inode(ino).node, Node::File(_)), "only a regular file opens");
         Ok(())
     }
 
     /// A new empty file named `name` in directory `parent` (which has no such entry).
     fn create_file(&mut self, parent: Ino, name: &str) -> Ino {
-        assert!(!self.dir(parent).volatile.contains_key(name), "a new file takes a free name");
         let ino = self.new_inode(Node::File(FileNode {
             durable: Arc::new(Vec::new()),
             volatile: Vec::new(),
         }));
         self.bind(vec![NameChange { dir: parent, name: name.to_owned(), target: Some(ino) }]);
-        assert_eq!(self.dir(parent).volatile.get(name), Some(&ino), "the new file is named");
         ino
     }
 
@@ -1247,7 +1220,6 @@ impl Fs for SimFs {
             Node::Symlink(target) => (target.len() as u64, FileKind::Symlink),
             Node::Special => (0, FileKind::Other),
         };
-        assert!(inode.modified_ms <= state.clock_ms, "nothing was modified after now");
         Ok(Metadata {
             len,
             kind,
@@ -1383,13 +1355,11 @@ fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Err
 /// The bytes `lo..hi` of `buf`, which its caller made hold them (a buffer grown to a write's
 /// end, a chunk inside its snapshot): a miss is a bug of the simulation.
 pub(crate) fn span(buf: &[u8], lo: usize, hi: usize) -> &[u8] {
-    assert!(lo <= hi, "a span runs forward: {lo}..{hi}");
     buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len()))
 }
 
 /// The bytes `lo..hi` of `buf`, to be written (see [`span`]).
 pub(crate) fn span_mut(buf: &mut [u8], lo: usize, hi: usize) -> &mut [u8] {
-    assert!(lo <= hi, "a span runs forward: {lo}..{hi}");
     let len = buf.len();
     buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"))
 }
