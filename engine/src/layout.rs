@@ -22,6 +22,7 @@
 //! implementation rewrites the record without keys it does not know), and `receipts.index` (a derived index of keyed-send receipts, rebuilt from
 //! the log whenever it is missing or stale).
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -226,12 +227,16 @@ impl<F> Copy for SessionFiles<'_, F> {}
 #[derive(Clone, Debug)]
 pub struct Layout {
     root: PathBuf,
+    /// `<root>/sessions`, which every session's path starts with.
+    sessions: PathBuf,
 }
 
 impl Layout {
     /// The layout of the store at `root`.
     pub fn new(root: impl Into<PathBuf>) -> Layout {
-        Layout { root: root.into() }
+        let root = root.into();
+        let sessions = root.join("sessions");
+        Layout { root, sessions }
     }
 
     /// The store root.
@@ -241,53 +246,68 @@ impl Layout {
 
     /// `<root>/sessions`.
     pub fn sessions_dir(&self) -> PathBuf {
-        self.root.join("sessions")
+        self.sessions.clone()
     }
 
     /// `<root>/sessions/<id>`.
     pub fn session_dir(&self, id: &SessionId) -> PathBuf {
-        let sessions = self.sessions_dir();
-        let dir = sessions.join(id.as_str());
+        let dir = self.in_session(id, &[]);
         debug_assert!(
-            dir.parent() == Some(sessions.as_path()),
+            dir.file_name() == Some(OsStr::new(id.as_str())),
             "a session's directory is one name under sessions/"
         );
         dir
     }
 
+    /// `<root>/sessions/<id>/<names...>`, built in one allocation: the transitions name a
+    /// session's files on every step.
+    fn in_session(&self, id: &SessionId, names: &[&str]) -> PathBuf {
+        let len = self.sessions.as_os_str().len()
+            + 1
+            + id.as_str().len()
+            + names.iter().map(|name| 1 + name.len()).sum::<usize>();
+        let mut path = PathBuf::with_capacity(len);
+        path.push(&self.sessions);
+        path.push(id.as_str());
+        for name in names {
+            path.push(name);
+        }
+        path
+    }
+
     /// The record.
     pub fn record(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("session.json")
+        self.in_session(id, &["session.json"])
     }
 
     /// The record's staging file.
     pub fn record_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("session.json.tmp")
+        self.in_session(id, &["session.json.tmp"])
     }
 
     /// The persisted receipt index (derived; see `receipts`).
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("receipts.index")
+        self.in_session(id, &["receipts.index"])
     }
 
     /// The receipt index's staging file.
     pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("receipts.index.tmp")
+        self.in_session(id, &["receipts.index.tmp"])
     }
 
     /// The legacy first segment.
     pub fn legacy_segment(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("timeline.ndjson")
+        self.in_session(id, &["timeline.ndjson"])
     }
 
     /// The directory of numbered segments.
     pub fn timeline_dir(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("timeline")
+        self.in_session(id, &["timeline"])
     }
 
     /// A numbered segment.
     pub fn segment(&self, id: &SessionId, no: SegmentNo) -> PathBuf {
-        self.timeline_dir(id).join(no.file_name())
+        self.in_session(id, &["timeline", &no.file_name()])
     }
 
     /// The segment a cursor's or position's key names: the legacy segment for 0, else the
@@ -302,22 +322,22 @@ impl Layout {
 
     /// The drain adapter spec of a session created by this engine (one line).
     pub fn adapter(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("adapter")
+        self.in_session(id, &["adapter"])
     }
 
     /// The adapter spec's staging file.
     pub fn adapter_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("adapter.tmp")
+        self.in_session(id, &["adapter.tmp"])
     }
 
     /// The delivery queue.
     pub fn queue(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("pending.json")
+        self.in_session(id, &["pending.json"])
     }
 
     /// The delivery queue's staging file.
     pub fn queue_tmp(&self, id: &SessionId) -> PathBuf {
-        self.session_dir(id).join("pending.json.tmp")
+        self.in_session(id, &["pending.json.tmp"])
     }
 
     /// Directory of record locks.

@@ -38,6 +38,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 
+use super::path::child_path;
 use super::{
     DataChange, FileNode, Ino, Node, Pending, ROOT_INO, State, apply_change, chunk_bytes, span,
     span_mut, to_usize,
@@ -567,16 +568,15 @@ impl<'a> Builder<'a> {
     fn add(&mut self, choices: &[Choice]) {
         assert_eq!(choices.len(), self.pieces.len(), "a choice per piece");
         self.generated += 1;
-        let image = self.materialize(choices);
-        if self.seen.insert(image.hash) {
+        if let Some(image) = self.materialize(choices) {
             self.images.push(image);
         }
     }
 
-    /// Applies the chosen pieces, in issue order, to the durable state. Each file's bytes
-    /// depend only on the choices of its own pieces, so they are built (and hashed) once per
-    /// distinct choice of them.
-    fn materialize(&mut self, choices: &[Choice]) -> Image {
+    /// Applies the chosen pieces, in issue order, to the durable state: the image, unless an
+    /// equal one was made before. Each file's bytes depend only on the choices of its own
+    /// pieces, so they are built (and hashed) once per distinct choice of them.
+    fn materialize(&mut self, choices: &[Choice]) -> Option<Image> {
         let state = self.state;
         let entries = Changed::names(state, self.pieces, choices);
         let mut files = BTreeMap::new();
@@ -665,8 +665,7 @@ impl<'a> Builder<'a> {
                 files.extend(outcome.files.iter().map(|(ino, file)| (*ino, file.clone())));
             }
             self.generated += 1;
-            let image = self.assemble(&entries, &files);
-            if self.seen.insert(image.hash) {
+            if let Some(image) = self.assemble(&entries, &files) {
                 self.images.push(image);
             }
         }
@@ -674,43 +673,87 @@ impl<'a> Builder<'a> {
     }
 
     /// The image whose directories hold `entries` (the durable ones elsewhere) and whose files
-    /// hold `files` (bytes and their hash; the durable bytes elsewhere).
+    /// hold `files` (bytes and their hash; the durable bytes elsewhere), unless an equal one
+    /// was made before (most are: distinct choices of pieces often leave equal machines).
     fn assemble(
         &mut self,
         entries: &BTreeMap<Ino, BTreeMap<String, Ino>>,
         files: &BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
-    ) -> Image {
+    ) -> Option<Image> {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
-        walk(
-            state,
-            |dir| entries.get(&dir).unwrap_or(&state.dir(dir).durable),
-            |ino, file| match files.get(&ino) {
-                Some((bytes, hash)) => (Arc::clone(bytes), *hash),
-                None => {
-                    let hash = *durable_hashes
-                        .entry(ino)
-                        .or_insert_with(|| Sha256::digest(file.durable.as_slice()).into());
-                    (Arc::clone(&file.durable), hash)
-                }
-            },
-        )
+        let entries_of = |dir| entries.get(&dir).unwrap_or(&state.dir(dir).durable);
+        let mut content = |ino, file: &FileNode| match files.get(&ino) {
+            Some((bytes, hash)) => (Arc::clone(bytes), *hash),
+            None => {
+                let hash = *durable_hashes
+                    .entry(ino)
+                    .or_insert_with(|| Sha256::digest(file.durable.as_slice()).into());
+                (Arc::clone(&file.durable), hash)
+            }
+        };
+        let hash = tree_hash(state, entries_of, |ino, file| content(ino, file).1);
+        if !self.seen.insert(hash) {
+            return None;
+        }
+        Some(walk(state, entries_of, content, hash))
     }
 }
 
+/// The SHA-256 that identifies the image reached from the root through `entries_of` each
+/// directory, each file's content hashing to what `content_hash` gives, computed without
+/// building the image. Each directory's entries are hashed in name order, each a marker, its
+/// name (length first), its kind and its content's hash (a directory's: its entries, then an
+/// end marker), so that distinct trees hash apart.
+fn tree_hash<'a>(
+    state: &'a State,
+    entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
+    mut content_hash: impl FnMut(Ino, &'a FileNode) -> [u8; 32],
+) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    let mut open = vec![entries_of(ROOT_INO).iter()];
+    while let Some(entries) = open.last_mut() {
+        let Some((name, &ino)) = entries.next() else {
+            open.pop();
+            hasher.update(b"}");
+            continue;
+        };
+        hasher.update(b"e");
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        match &state.inode(ino).node {
+            Node::Dir(_) => {
+                hasher.update([0]);
+                open.push(entries_of(ino).iter());
+            }
+            Node::File(file) => {
+                hasher.update([1]);
+                hasher.update(content_hash(ino, file));
+            }
+            Node::Symlink(target) => {
+                hasher.update([2]);
+                hasher.update(Sha256::digest(target.as_bytes()));
+            }
+            Node::Special => hasher.update([3]),
+        }
+    }
+    hasher.finalize().into()
+}
+
 /// The image reached from the root through `entries_of` each directory, each file holding what
-/// `content` gives (its bytes and their hash).
+/// `content` gives (its bytes and their hash), whose [`tree_hash`] is `hash`.
 fn walk<'a>(
     state: &'a State,
     entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
     mut content: impl FnMut(Ino, &'a FileNode) -> (Arc<Vec<u8>>, [u8; 32]),
+    hash: [u8; 32],
 ) -> Image {
     let mut nodes = BTreeMap::new();
     let mut stack = vec![(ROOT_INO, String::new())];
     // Depth-first over the entries; the map sorts the paths afterwards.
     while let Some((dir, prefix)) = stack.pop() {
         for (name, &ino) in entries_of(dir) {
-            let path = format!("{prefix}/{name}");
+            let path = child_path(&prefix, name);
             match &state.inode(ino).node {
                 Node::Dir(_) => {
                     nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
@@ -730,7 +773,14 @@ fn walk<'a>(
             }
         }
     }
-    finish(nodes)
+    let contents: Vec<[u8; 32]> = nodes.values().map(|(_, content)| *content).collect();
+    Image {
+        nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
+        contents,
+        hash,
+        boot: 0,
+        media: Media::ZeroTails,
+    }
 }
 
 /// A file's bytes in an image, shared, and their SHA-256.
@@ -988,31 +1038,6 @@ fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize
     }
 }
 
-/// Seals an image: its hash covers every path, its kind, and its content hash.
-fn finish(nodes: BTreeMap<String, (ImageNode, [u8; 32])>) -> Image {
-    let mut hasher = Sha256::new();
-    for (path, (node, content_hash)) in &nodes {
-        hasher.update(path.as_bytes());
-        let kind = match node {
-            ImageNode::Dir => 0,
-            ImageNode::File(_) => 1,
-            ImageNode::Symlink(_) => 2,
-            ImageNode::Special => 3,
-        };
-        hasher.update([0, kind]);
-        hasher.update(content_hash);
-    }
-    let contents: Vec<[u8; 32]> = nodes.values().map(|(_, content)| *content).collect();
-    assert_eq!(contents.len(), nodes.len(), "one content hash per node");
-    Image {
-        nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
-        contents,
-        hash: hasher.finalize().into(),
-        boot: 0,
-        media: Media::ZeroTails,
-    }
-}
-
 fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
     match &state.inode(ino).node {
         Node::File(file) => (file.durable.as_ref().clone(), file.durable.len() as u64),
@@ -1052,9 +1077,12 @@ fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
 
 /// The image of everything the kernel accepted: the volatile view.
 fn volatile_image(state: &State) -> Image {
+    let entries_of = |dir| &state.dir(dir).volatile;
+    let hash = tree_hash(state, entries_of, |_, file| Sha256::digest(&file.volatile).into());
     walk(
         state,
-        |dir| &state.dir(dir).volatile,
+        entries_of,
         |_, file| (Arc::new(file.volatile.clone()), Sha256::digest(&file.volatile).into()),
+        hash,
     )
 }

@@ -53,7 +53,7 @@ pub use file::SimFile;
 pub use image::{
     CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media,
 };
-use path::{normalize, split_image_path};
+use path::{child_path, normalize, split_image_path};
 use process::next_machine;
 
 use crate::plan::mix;
@@ -762,7 +762,7 @@ impl State {
         let mut stack = vec![(ROOT_INO, String::new())];
         while let Some((dir, prefix)) = stack.pop() {
             for (name, &ino) in &self.dir(dir).volatile {
-                let path = format!("{prefix}/{name}");
+                let path = child_path(&prefix, name);
                 let inode = self.inode(ino);
                 visit(&path, ino, inode);
                 if matches!(inode.node, Node::Dir(_)) {

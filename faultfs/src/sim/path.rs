@@ -2,7 +2,7 @@
 //! directory entries (what the running process sees).
 
 use std::io;
-use std::path::{Component, Path};
+use std::path::Path;
 
 use super::{Ino, Node, ROOT_INO, SYMLINKS_FOLLOWED_MAX, State, io_error};
 use crate::{Boundary, Error, OpKind, Result};
@@ -13,14 +13,28 @@ impl State {
     /// (lstat), unless `follow_last`. `None` when a name is missing, a file sits where a
     /// directory must, or links loop.
     pub(super) fn resolve<'a>(&'a self, components: &[&'a str], follow_last: bool) -> Option<Ino> {
-        let mut pending: Vec<&'a str> = components.iter().rev().copied().collect();
+        // The components still to walk: those of the path, then (once a link is followed)
+        // those of the link's target ahead of the rest. Most paths hold no link: no copy.
+        let mut rest: &[&'a str] = components;
+        let mut pending: Vec<&'a str> = Vec::new();
         let mut ino = ROOT_INO;
         let mut followed = 0;
-        while let Some(component) = pending.pop() {
+        loop {
+            let component = match pending.pop() {
+                Some(component) => component,
+                None => match rest.split_first() {
+                    Some((first, others)) => {
+                        rest = others;
+                        *first
+                    }
+                    None => break,
+                },
+            };
             let Node::Dir(dir) = &self.inode(ino).node else { return None };
             let next = *dir.volatile.get(component)?;
+            let more = !pending.is_empty() || !rest.is_empty();
             match &self.inode(next).node {
-                Node::Symlink(target) if follow_last || !pending.is_empty() => {
+                Node::Symlink(target) if follow_last || more => {
                     followed += 1;
                     if followed > SYMLINKS_FOLLOWED_MAX {
                         return None;
@@ -64,30 +78,19 @@ impl State {
 }
 
 /// Splits `path` into normal components; `/` and `.` are skipped, `..` is refused so that a
-/// simulated path can never escape where the caller meant it to be.
+/// simulated path can never escape where the caller meant it to be. Paths are Unix paths:
+/// components are what lies between slashes, as `Path::components` reads them.
 pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
+    let refuse = |reason: &'static str| {
+        Error::io(op, path, None, io::Error::new(io::ErrorKind::InvalidInput, reason))
+    };
     let mut components = Vec::new();
-    for component in path.components() {
+    for component in path.as_os_str().as_encoded_bytes().split(|&byte| byte == b'/') {
         match component {
-            Component::RootDir | Component::CurDir => {}
-            Component::Normal(name) => components.push(name.to_str().ok_or_else(|| {
-                Error::io(
-                    op,
-                    path,
-                    None,
-                    io::Error::new(io::ErrorKind::InvalidInput, "path is not UTF-8"),
-                )
-            })?),
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(Error::io(
-                    op,
-                    path,
-                    None,
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "`..` and prefixes are not supported",
-                    ),
-                ));
+            b"" | b"." => {}
+            b".." => return Err(refuse("`..` and prefixes are not supported")),
+            name => {
+                components.push(std::str::from_utf8(name).map_err(|_| refuse("path is not UTF-8"))?)
             }
         }
     }
@@ -96,4 +99,43 @@ pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
 
 pub(super) fn split_image_path(path: &str) -> Vec<&str> {
     path.split('/').filter(|component| !component.is_empty()).collect()
+}
+
+/// The image path of `name` in the directory at `prefix` (`""` for the root): `prefix/name`,
+/// built in one allocation (walks over a whole tree build one per node).
+pub(super) fn child_path(prefix: &str, name: &str) -> String {
+    let mut path = String::with_capacity(prefix.len() + 1 + name.len());
+    path.push_str(prefix);
+    path.push('/');
+    path.push_str(name);
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Component, Path};
+
+    use super::normalize;
+    use crate::OpKind;
+
+    #[test]
+    fn components_are_those_path_components_reads() {
+        for path in ["/", "", "/a", "a/b", "/a//b/", "./a/./b", "/a/b/.", "//x/./y//z", "/é/ü"] {
+            let path = Path::new(path);
+            let expected: Vec<&str> = path
+                .components()
+                .filter_map(|component| match component {
+                    Component::Normal(name) => name.to_str(),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(normalize(path, OpKind::Open).expect("a plain path"), expected, "{path:?}");
+        }
+        for path in ["/a/../b", "..", "a/.."] {
+            assert!(normalize(Path::new(path), OpKind::Open).is_err(), "{path} is refused");
+        }
+        let not_utf8 =
+            Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"/a/\xff"));
+        assert!(normalize(not_utf8, OpKind::Open).is_err(), "a name that is not UTF-8 is refused");
+    }
 }

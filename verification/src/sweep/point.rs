@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write as _;
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
@@ -359,7 +360,10 @@ fn judge_first_commands(
 
 /// A digest of everything a judgement of `run` depends on.
 pub(crate) fn digest_of(run: &run::Execution) -> [u8; 32] {
-    Sha256::digest(format!("{run:?}").as_bytes()).into()
+    // Written straight into the hasher: the debug text of a run is long and made per image.
+    let mut hasher = Sha256::new();
+    write!(hasher, "{run:?}").expect("hashing does not fail");
+    hasher.finalize().into()
 }
 
 /// Whether some session's newest segment in `image` ends in a torn line (unterminated, or with
@@ -428,7 +432,7 @@ fn judge_to_end(
         hasher.update(scenario.name.as_bytes());
         hasher.update([0]);
         hasher.update(seed.to_le_bytes());
-        hasher.update(format!("{:?}", spex_engine::mutant::selected()).as_bytes());
+        write!(hasher, "{:?}", spex_engine::mutant::selected()).expect("hashing does not fail");
         hasher.update(recovered.fs.visible_digest());
         hasher.update(run_digest);
         hasher.finalize().into()
