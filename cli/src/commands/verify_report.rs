@@ -94,6 +94,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
         "repeatedImages": report.repeated,
         "equivalentImages": report.equivalent,
         "sharedContinuations": report.shared,
+        "reusedJudgements": report.reused,
         "reach": report.reach.iter().map(|(scenario, reach)| json!({
             "scenario": scenario, "planned": reach.planned, "done": reach.done,
         })).collect::<Vec<_>>(),
@@ -154,6 +155,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
     report.repeated = u64_of(document, "repeatedImages")?;
     report.equivalent = u64_of(document, "equivalentImages")?;
     report.shared = u64_of(document, "sharedContinuations")?;
+    report.reused = u64_of(document, "reusedJudgements")?;
     report.elapsed = Duration::from_millis(u64_of(document, "elapsedMs")?);
     report.jobs = usize::try_from(u64_of(document, "jobs")?)?;
     for reach in array(document, "reach")? {

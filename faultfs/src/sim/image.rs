@@ -152,6 +152,11 @@ impl Image {
         self.boot
     }
 
+    /// The medium of the machine that crashed, which a machine rebuilt from this image keeps.
+    pub fn media(&self) -> Media {
+        self.media
+    }
+
     /// The content hash as lowercase hex.
     pub fn hash_hex(&self) -> String {
         hex::encode(self.hash)

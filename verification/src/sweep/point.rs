@@ -126,6 +126,8 @@ pub(crate) fn judge_sequence(
         return;
     }
     let fs = source.machine(FaultPlan::none(seed));
+    // What the judgement observed of the image, when not the machine's own record of it.
+    let mut observed = None;
     let (messages, checked) = if sequence.deep {
         match phase::check_image(fs.clone(), scenario, run, seed) {
             Ok(checked) => {
@@ -138,7 +140,18 @@ pub(crate) fn judge_sequence(
     } else {
         // Nothing follows the phase: judged as a last one.
         let mut messages = run.violations.clone();
-        messages.extend(judge_to_end(report, fs.clone(), scenario, run, sequence.run_digest, seed));
+        let (verdict, seen) = match source {
+            Source::Reboot(image) => {
+                judge_image_to_end(report, image, scenario, run, sequence.run_digest, seed)
+            }
+            Source::Restart(_) => {
+                let verdict =
+                    judge_to_end(report, fs.clone(), scenario, run, sequence.run_digest, seed);
+                (verdict, fs.observed())
+            }
+        };
+        messages.extend(verdict);
+        observed = Some(seen);
         (messages, None)
     };
     if let Some(verdict) = stand_in {
@@ -146,7 +159,8 @@ pub(crate) fn judge_sequence(
         return;
     }
     if let Source::Reboot(image) = source {
-        report.note_judged(&key, image, sequence.run_digest, fs.observed(), &messages);
+        let observed = observed.unwrap_or_else(|| fs.observed());
+        report.note_judged(&key, image, sequence.run_digest, observed, &messages);
     }
     let clean = messages.is_empty();
     record(report, &key, place.token.clone(), place, messages);
@@ -236,14 +250,72 @@ fn judge_image(
     if stand_in.is_some() && !report.verify {
         return None;
     }
-    let machine = SimFs::from_image(image, FaultPlan::none(seed));
-    let messages = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
+    let (messages, observed) = judge_image_to_end(report, image, scenario, run, run_digest, seed);
     if let Some(verdict) = stand_in {
         report.compare_stand_in(key, &verdict, &messages);
         return None;
     }
-    report.note_judged(key, image, run_digest, machine.observed(), &messages);
+    report.note_judged(key, image, run_digest, observed, &messages);
     Some(messages)
+}
+
+/// The last phase of a sequence on a machine rebuilt from `image`, as [`judge_to_end`] judges
+/// it against `run` (its digest `run_digest`): its verdict and what it observed of the image.
+/// It is a deterministic program of the image (its paths, kinds, bytes, boot and medium), the
+/// run, the scenario, the seed and the engine variant (a rebuilt machine's clock, ids and
+/// process table are the same for every image; its machine id is written nowhere: README,
+/// "Verification"), so the same image judged against the same run in another cell (another
+/// sequence or crash point) gets the verdict and observations of the first judgement. When
+/// verifying the reductions, it runs anyway and must reach the same.
+fn judge_image_to_end(
+    report: &mut Report,
+    image: &faultfs::Image,
+    scenario: &Scenario,
+    run: &run::Execution,
+    run_digest: &[u8; 32],
+    seed: u64,
+) -> Judged {
+    let key: [u8; 32] = {
+        let mut hasher = Sha256::new();
+        hasher.update(scenario.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(seed.to_le_bytes());
+        write!(hasher, "{:?}", spex_engine::mutant::selected()).expect("hashing does not fail");
+        hasher.update(image.hash());
+        hasher.update(image.boot().to_le_bytes());
+        write!(hasher, "{:?}", image.media()).expect("hashing does not fail");
+        hasher.update(run_digest);
+        hasher.finalize().into()
+    };
+    if !report.reduce {
+        let machine = SimFs::from_image(image, FaultPlan::none(seed));
+        let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
+        return (verdict, machine.observed());
+    }
+    let known = JUDGEMENTS.with(|kept| kept.borrow().get(&key).cloned());
+    if let Some(known) = &known
+        && !report.verify
+    {
+        report.reused += 1;
+        return known.clone();
+    }
+    let machine = SimFs::from_image(image, FaultPlan::none(seed));
+    let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
+    let judged = (verdict, machine.observed());
+    match known {
+        Some(known) if known != judged => report.unequal_stand_ins.push(format!(
+            "one image judged against one run went {known:?} once and {judged:?} again"
+        )),
+        Some(_) => report.reused += 1,
+        None => JUDGEMENTS.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if kept.len() >= JUDGEMENTS_KEPT_MAX {
+                kept.clear();
+            }
+            kept.insert(key, judged.clone());
+        }),
+    }
+    judged
 }
 
 /// The verdicts on the machines a crash in `mode` of the halted phase leaves, each with its
@@ -392,6 +464,18 @@ fn torn_tail(image: &faultfs::Image) -> bool {
 struct Continuation {
     verdict: Vec<String>,
     read: BTreeSet<String>,
+}
+
+/// A judgement's verdict and what it observed of the image judged.
+type Judged = (Vec<String>, faultfs::Observed);
+
+/// Most judgements of an image against a run a thread keeps; past it, it forgets them all.
+const JUDGEMENTS_KEPT_MAX: usize = 65_536;
+
+thread_local! {
+    /// This thread's judgements of an image against a run, by a digest of (scenario, seed,
+    /// the engine variant, image, boot, medium, run): see [`judge_image_to_end`].
+    static JUDGEMENTS: RefCell<HashMap<[u8; 32], Judged>> = RefCell::default();
 }
 
 /// Most continuations a thread keeps; past it, it forgets them all and starts over.

@@ -121,6 +121,11 @@ pub struct Report {
     /// alike runs its continuation depends on the order the points are judged in, so this
     /// count (alone of the report's) may differ with `--jobs`.
     pub shared: u64,
+    /// Judged images whose judgement did not run again: the same image (paths, kinds, bytes,
+    /// boot, medium) had been judged against the same run in another cell (another sequence or
+    /// crash point) of the same scenario, and a judgement is a deterministic program of those
+    /// (see `point::judge_image_to_end`). Like `shared`, this count may differ with `--jobs`.
+    pub reused: u64,
 
     /// When verifying the reduction ([`Options::verify_equivalent`]), every image stood for
     /// whose own verdict differs from the one of the image that stood for it (none, if the
@@ -209,6 +214,7 @@ impl Report {
         self.repeated += part.repeated;
         self.equivalent += part.equivalent;
         self.shared += part.shared;
+        self.reused += part.reused;
         self.unequal_stand_ins.extend(part.unequal_stand_ins);
         self.reached.extend(part.reached);
         self.crashed.extend(part.crashed);
