@@ -125,46 +125,47 @@ pub(crate) fn judge_sequence(
     if stand_in.is_some() && !report.verify {
         return;
     }
-    let fs = source.machine(FaultPlan::none(seed));
-    // What the judgement observed of the image, when not the machine's own record of it.
-    let mut observed = None;
-    let (messages, checked) = if sequence.deep {
+    // A machine is rebuilt here unless the judgement of a last phase is the image's own (which
+    // rebuilds one only when it runs).
+    let (messages, observed, deeper) = if sequence.deep {
+        let fs = source.machine(FaultPlan::none(seed));
         match phase::check_image(fs.clone(), scenario, run, seed) {
             Ok(checked) => {
                 let mut messages = run.violations.clone();
                 messages.extend(checked.violations.iter().cloned());
-                (messages, Some(checked))
+                (messages, fs.observed(), Some((fs, checked)))
             }
-            Err(_) => (vec!["recovery crashed without a planned fault".to_owned()], None),
+            Err(_) => {
+                (vec!["recovery crashed without a planned fault".to_owned()], fs.observed(), None)
+            }
         }
     } else {
         // Nothing follows the phase: judged as a last one.
-        let mut messages = run.violations.clone();
-        let (verdict, seen) = match source {
+        let (verdict, observed) = match source {
             Source::Reboot(image) => {
                 judge_image_to_end(report, image, scenario, run, sequence.run_digest, seed)
             }
             Source::Restart(_) => {
+                let fs = source.machine(FaultPlan::none(seed));
                 let verdict =
                     judge_to_end(report, fs.clone(), scenario, run, sequence.run_digest, seed);
                 (verdict, fs.observed())
             }
         };
+        let mut messages = run.violations.clone();
         messages.extend(verdict);
-        observed = Some(seen);
-        (messages, None)
+        (messages, observed, None)
     };
     if let Some(verdict) = stand_in {
         report.compare_stand_in(&key, &verdict, &messages);
         return;
     }
     if let Source::Reboot(image) = source {
-        let observed = observed.unwrap_or_else(|| fs.observed());
         report.note_judged(&key, image, sequence.run_digest, observed, &messages);
     }
     let clean = messages.is_empty();
     record(report, &key, place.token.clone(), place, messages);
-    if let Some(checked) = checked.filter(|_| sequence.deep && clean) {
+    if let Some((fs, checked)) = deeper.filter(|_| clean) {
         judge_deeper(options, sequence, source, place, report, &fs, &checked);
     }
 }
