@@ -277,11 +277,7 @@ fn judge_image_to_end(
     seed: u64,
 ) -> Judged {
     let key: [u8; 32] = {
-        let mut hasher = Sha256::new();
-        hasher.update(scenario.name.as_bytes());
-        hasher.update([0]);
-        hasher.update(seed.to_le_bytes());
-        write!(hasher, "{:?}", spex_engine::mutant::selected()).expect("hashing does not fail");
+        let mut hasher = judgement_key(scenario, seed);
         hasher.update(image.hash());
         hasher.update(image.boot().to_le_bytes());
         write!(hasher, "{:?}", image.media()).expect("hashing does not fail");
@@ -303,18 +299,9 @@ fn judge_image_to_end(
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
     let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
     let judged = (verdict, machine.observed());
-    match known {
-        Some(known) if known != judged => report.unequal_stand_ins.push(format!(
-            "one image judged against one run went {known:?} once and {judged:?} again"
-        )),
-        Some(_) => report.reused += 1,
-        None => JUDGEMENTS.with(|kept| {
-            let mut kept = kept.borrow_mut();
-            if kept.len() >= JUDGEMENTS_KEPT_MAX {
-                kept.clear();
-            }
-            kept.insert(key, judged.clone());
-        }),
+    let what = "one image judged against one run";
+    if settle(&JUDGEMENTS, JUDGEMENTS_KEPT_MAX, key, known, &judged, what, report) {
+        report.reused += 1;
     }
     judged
 }
@@ -513,11 +500,7 @@ fn judge_to_end(
         return recovered.judge_rest(scenario, run);
     }
     let key: [u8; 32] = {
-        let mut hasher = Sha256::new();
-        hasher.update(scenario.name.as_bytes());
-        hasher.update([0]);
-        hasher.update(seed.to_le_bytes());
-        write!(hasher, "{:?}", spex_engine::mutant::selected()).expect("hashing does not fail");
+        let mut hasher = judgement_key(scenario, seed);
         hasher.update(recovered.fs.visible_digest());
         hasher.update(run_digest);
         hasher.finalize().into()
@@ -534,20 +517,54 @@ fn judge_to_end(
     let mark = fs.mark_reads();
     let verdict = recovered.judge_rest(scenario, run);
     let ran = Continuation { verdict, read: fs.read_since(&mark) };
-    match known {
-        Some(known) if known != ran => report.unequal_stand_ins.push(format!(
-            "the judgement after recovery to one machine went {known:?} once and {ran:?} again"
-        )),
-        Some(_) => report.shared += 1,
-        None => CONTINUATIONS.with(|kept| {
-            let mut kept = kept.borrow_mut();
-            if kept.len() >= CONTINUATIONS_KEPT_MAX {
-                kept.clear();
-            }
-            kept.insert(key, ran.clone());
-        }),
+    let what = "the judgement after recovery to one machine";
+    if settle(&CONTINUATIONS, CONTINUATIONS_KEPT_MAX, key, known, &ran, what, report) {
+        report.shared += 1;
     }
     ran.verdict
+}
+
+/// The start of the key of a judgement this thread remembers: what every such judgement
+/// depends on besides its machine and run (the scenario, the seed and the engine variant).
+fn judgement_key(scenario: &Scenario, seed: u64) -> Sha256 {
+    let mut hasher = Sha256::new();
+    hasher.update(scenario.name.as_bytes());
+    hasher.update([0]);
+    hasher.update(seed.to_le_bytes());
+    write!(hasher, "{:?}", spex_engine::mutant::selected()).expect("hashing does not fail");
+    hasher
+}
+
+/// After a judgement ran (`ran`, keyed `key`) where `memo` held `known` under that key (or
+/// nothing): a known one it disagrees with is a broken reduction, reported as `what` went two
+/// ways; a new one is remembered (past `max` kept, the memo forgets them all and starts over).
+/// Whether it agreed with a known one.
+fn settle<V: Clone + PartialEq + std::fmt::Debug>(
+    memo: &'static std::thread::LocalKey<RefCell<HashMap<[u8; 32], V>>>,
+    max: usize,
+    key: [u8; 32],
+    known: Option<V>,
+    ran: &V,
+    what: &str,
+    report: &mut Report,
+) -> bool {
+    match known {
+        Some(known) if known != *ran => {
+            report.unequal_stand_ins.push(format!("{what} went {known:?} once and {ran:?} again"));
+            false
+        }
+        Some(_) => true,
+        None => {
+            memo.with(|kept| {
+                let mut kept = kept.borrow_mut();
+                if kept.len() >= max {
+                    kept.clear();
+                }
+                kept.insert(key, ran.clone());
+            });
+            false
+        }
+    }
 }
 
 /// The last phase of a sequence: judged, not crashed again.
