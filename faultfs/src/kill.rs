@@ -65,6 +65,10 @@ impl FromStr for KillPoint {
             }
             None => (s, 1),
         };
+        if name.is_empty() {
+            return Err(format!("kill point {s:?}: the boundary name is empty"));
+        }
+        debug_assert!(occurrence >= 1, "occurrences count from 1");
         Ok(KillPoint::Boundary { name: name.to_owned(), occurrence })
     }
 }
@@ -128,6 +132,13 @@ pub struct KillFs<F> {
 impl<F: Fs> KillFs<F> {
     /// Wraps `inner`, aborting at `point` (if any) and tracing to `trace` (if any).
     pub fn new(inner: F, point: Option<KillPoint>, trace: Option<&Path>) -> std::io::Result<Self> {
+        assert!(
+            point.as_ref().is_none_or(|point| match point {
+                KillPoint::OpIndex(_) => true,
+                KillPoint::Boundary { name, occurrence } => !name.is_empty() && *occurrence >= 1,
+            }),
+            "a kill point names an op index or a boundary's occurrence from 1"
+        );
         let trace = match trace {
             Some(path) => {
                 Some(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))
@@ -253,12 +264,23 @@ impl<T: File> File for KillFile<T> {
 
     fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::Append, self.inner.path());
-        self.inner.append(data, boundary)
+        self.inner.append(data, boundary)?;
+        // Files only grow under the store's locks; a truncation is a recovery's, under one too.
+        debug_assert!(
+            self.inner.len().is_ok_and(|len| len >= data.len() as u64),
+            "an append leaves its bytes in the file"
+        );
+        Ok(())
     }
 
     fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::WriteAt, self.inner.path());
-        self.inner.write_at(offset, data, boundary)
+        self.inner.write_at(offset, data, boundary)?;
+        debug_assert!(
+            self.inner.len().is_ok_and(|len| len >= offset + data.len() as u64),
+            "a write extends its file to at least its end"
+        );
+        Ok(())
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {

@@ -44,6 +44,7 @@ pub struct Outcome {
 
 impl Outcome {
     fn some(images: &[Image], witness: impl Fn(&Image) -> bool) -> Outcome {
+        assert!(!images.is_empty(), "a crash leaves at least one machine to look for a witness in");
         let witnesses = images.iter().filter(|image| witness(image)).count();
         Outcome { images: images.len(), witnesses, holds: witnesses > 0 }
     }
@@ -126,6 +127,7 @@ pub const ALL: [Litmus; 8] = [
 const RULES: Rules = Rules::CRASH_MODEL;
 
 fn p(path: &str) -> &Path {
+    debug_assert!(path.starts_with('/'), "a litmus names absolute paths");
     Path::new(path)
 }
 
@@ -150,7 +152,9 @@ fn durable_file(fs: &SimFs, name: &str, contents: &[u8]) -> Result<()> {
 }
 
 fn power(fs: &SimFs) -> Vec<Image> {
-    fs.crash(CrashMode::PowerLoss).images
+    let images = fs.crash(CrashMode::PowerLoss).images;
+    assert!(images.iter().all(|image| image.boot() == 1), "each image is the first reboot");
+    images
 }
 
 fn file_synced_dir_not(rules: Rules) -> Result<Outcome> {

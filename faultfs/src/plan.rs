@@ -47,10 +47,12 @@ impl FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Fault::ALL
+        let fault = Fault::ALL
             .into_iter()
             .find(|fault| fault.name() == s)
-            .ok_or_else(|| format!("unknown fault {s:?} (expected crash, eio, enospc or short)"))
+            .ok_or_else(|| format!("unknown fault {s:?} (expected crash, eio, enospc or short)"))?;
+        debug_assert_eq!(fault.name(), s, "a fault parses from its name");
+        Ok(fault)
     }
 }
 
@@ -90,6 +92,7 @@ impl FaultPlan {
         let fault = *Fault::ALL
             .get(((mixed >> 32) % Fault::ALL.len() as u64) as usize)
             .expect("an index modulo the length");
+        assert!(op_index < op_count, "a random plan faults an op the run issues");
         FaultPlan::fault_at(seed, op_index, fault)
     }
 }
@@ -130,7 +133,13 @@ impl FromStr for FaultPlan {
                 Some((fault.parse::<Fault>()?, op))
             }
         };
-        Ok(FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) })
+        let plan = FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) };
+        debug_assert!(
+            s.starts_with(&format!("seed={seed}"))
+                && (trigger_part.is_some() == plan.trigger.is_some()),
+            "a plan parses to what it says"
+        );
+        Ok(plan)
     }
 }
 

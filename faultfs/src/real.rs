@@ -63,10 +63,15 @@ impl Fs for RealFs {
             .truncate(options.truncate)
             .open(path)
             .map_err(on_error())?;
-        let kind = kind_of(&file.metadata().map_err(on_error())?.file_type());
+        let metadata = file.metadata().map_err(on_error())?;
+        let kind = kind_of(&metadata.file_type());
         if kind != FileKind::File {
             return Err(on_error()(not_a_file(kind)));
         }
+        debug_assert!(
+            !options.create_new || metadata.len() == 0,
+            "a file created new starts empty"
+        );
         Ok(RealFile { file, path: path.to_path_buf() })
     }
 
@@ -185,6 +190,7 @@ fn directory_flag() -> i32 {
 
 /// The error of an open that found something other than a regular file.
 fn not_a_file(kind: FileKind) -> io::Error {
+    debug_assert_ne!(kind, FileKind::File, "a regular file is never refused as one");
     let what = match kind {
         FileKind::Dir => "a directory",
         FileKind::Symlink => "a symbolic link",

@@ -104,6 +104,7 @@ pub struct TraceEntry {
 
 impl fmt::Display for TraceEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(!self.outcome.is_empty(), "every op has an outcome");
         write!(
             f,
             "{:>5} {:<28} {:<11} {}",
@@ -146,7 +147,9 @@ impl Trace {
             self.entries.last().is_none_or(|last| last.index < entry.index),
             "trace entries are in op order"
         );
+        let index = entry.index;
         self.entries.push(entry);
+        debug_assert_eq!(self.entries.last().map(|last| last.index), Some(index), "pushed last");
     }
 
     /// SHA-256 over the printed trace, as lowercase hex. Equal hashes mean identical runs.
@@ -156,7 +159,9 @@ impl Trace {
             hasher.update(entry.to_string().as_bytes());
             hasher.update(b"\n");
         }
-        hex::encode(hasher.finalize())
+        let hex = hex::encode(hasher.finalize());
+        debug_assert_eq!(hex.len(), 64, "a SHA-256 in hex");
+        hex
     }
 }
 

@@ -75,6 +75,12 @@ impl SimFile {
                 if state.rules.sync_makes_durable {
                     state.sync_file(self.ino, false);
                 }
+                debug_assert!(
+                    !state.rules.sync_makes_durable
+                        || !state.pending.iter().any(|pending| matches!(pending,
+                            super::Pending::Data { ino, .. } if *ino == self.ino)),
+                    "a sync that returns leaves none of its file's data pending"
+                );
                 Ok(())
             }
             Verdict::Fail(fault) => {
@@ -91,11 +97,19 @@ impl SimFile {
 
 impl File for SimFile {
     fn path(&self) -> &Path {
+        debug_assert!(self.path.is_absolute(), "a simulated file is opened by its absolute path");
         &self.path
     }
 
     fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
-        self.write_op(OpKind::Append, None, data, boundary)
+        let before = self.len().ok();
+        let appended = self.write_op(OpKind::Append, None, data, boundary);
+        debug_assert!(
+            appended.is_err()
+                || before.is_none_or(|len| self.len().ok() == Some(len + data.len() as u64)),
+            "an append grows its file by exactly its bytes"
+        );
+        appended
     }
 
     fn write_at(&self, offset: u64, data: &[u8], boundary: Boundary) -> Result<()> {
@@ -124,6 +138,11 @@ impl File for SimFile {
         if let Some(read) = &mut state.read_since_mark {
             read.insert(self.ino);
         }
+        debug_assert!(
+            state.image_files_read.contains(&self.ino)
+                || !state.image_files.contains_key(&self.ino),
+            "a read of an image's file counts as observed"
+        );
         Ok(end - start)
     }
 
@@ -133,7 +152,9 @@ impl File for SimFile {
         let Node::File(file) = &state.inode(self.ino).node else {
             unreachable!("an open file is a regular file (opens refuse anything else)")
         };
-        Ok(file.volatile.len() as u64)
+        let len = file.volatile.len() as u64;
+        debug_assert!(state.halted.is_none(), "a live machine answers");
+        Ok(len)
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
@@ -148,6 +169,10 @@ impl File for SimFile {
             return Err(fault_error(fault, op, &self.path, boundary));
         }
         state.set_len(self.ino, len);
+        debug_assert!(
+            matches!(&state.inode(self.ino).node, super::Node::File(file) if file.volatile.len() as u64 == len),
+            "a length change reads back at once"
+        );
         Ok(())
     }
 
@@ -192,5 +217,10 @@ impl Drop for SimFile {
         if state.locks.get(&self.ino) == Some(&self.handle) {
             state.locks.remove(&self.ino);
         }
+        debug_assert_ne!(
+            state.locks.get(&self.ino),
+            Some(&self.handle),
+            "closing a file releases its lock"
+        );
     }
 }

@@ -115,7 +115,12 @@ pub struct Image {
 
 impl PartialEq for Image {
     fn eq(&self, other: &Image) -> bool {
-        self.hash == other.hash && self.nodes == other.nodes
+        let same_hash = self.hash == other.hash;
+        debug_assert!(
+            !same_hash || self.nodes == other.nodes,
+            "images with equal tree hashes hold the same tree"
+        );
+        same_hash && self.nodes == other.nodes
     }
 }
 
@@ -124,6 +129,7 @@ impl Eq for Image {}
 impl Image {
     /// Every path (`/a/b`, relative to the filesystem root), sorted, parents before children.
     pub fn nodes(&self) -> &BTreeMap<String, ImageNode> {
+        debug_assert_eq!(self.contents.len(), self.nodes.len(), "one content hash per node");
         &self.nodes
     }
 
@@ -149,6 +155,7 @@ impl Image {
 
     /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
     pub fn boot(&self) -> u64 {
+        assert!(self.boot > 0, "an image is read by a machine booted after the crash");
         self.boot
     }
 
@@ -159,7 +166,9 @@ impl Image {
 
     /// The content hash as lowercase hex.
     pub fn hash_hex(&self) -> String {
-        hex::encode(self.hash)
+        let hex = hex::encode(self.hash);
+        debug_assert_eq!(hex.len(), 64, "a SHA-256 in hex");
+        hex
     }
 
     /// A digest of what a process on a machine rebuilt from this image can observe without
@@ -199,6 +208,10 @@ impl Image {
 
 impl fmt::Debug for Image {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(
+            self.nodes.keys().all(|path| path.starts_with('/')),
+            "an image's paths are absolute"
+        );
         let mut list = f.debug_map();
         for (path, node) in &self.nodes {
             match node {
@@ -352,6 +365,7 @@ fn chunk_pieces(
     }
     let first = touched.start / chunk;
     let last = touched.end.div_ceil(chunk);
+    let listed = list.len();
     for index in first..last {
         let start = index * chunk;
         let snapshot_end = (start + chunk).min(len_after);
@@ -361,6 +375,7 @@ fn chunk_pieces(
             Vec::new()
         };
         let written = (written.0.max(start), written.1.min(start + chunk));
+        debug_assert!(snapshot.len() as u64 <= chunk, "a chunk's snapshot holds one chunk at most");
         if indistinguishable(state, ino, start, &snapshot, kept) {
             reduced += 1;
             continue;
@@ -368,6 +383,11 @@ fn chunk_pieces(
         kept.insert((ino, start));
         list.push(Piece { op, kind: PieceKind::Chunk { ino, start, snapshot, written } });
     }
+    assert_eq!(
+        (list.len() - listed) as u64 + reduced as u64,
+        last - first,
+        "each chunk a change touched is a piece or left out as changing no image"
+    );
     reduced
 }
 
@@ -387,6 +407,7 @@ fn indistinguishable(
     snapshot: &[u8],
     kept: &BTreeSet<(Ino, u64)>,
 ) -> bool {
+    debug_assert_eq!(start % chunk_bytes(), 0, "a chunk starts on a chunk boundary");
     let Node::File(file) = &state.inode(ino).node else { return false };
     state.reduce_zero_chunks
         && state.media == Media::ZeroTails
@@ -408,6 +429,7 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
         dirs.insert(ino);
         files.extend(dir.volatile.values().chain(dir.durable.values()).copied());
     }
+    assert!(dirs.len() <= state.ephemeral.len(), "each ephemeral path names one directory at most");
     (dirs, files)
 }
 
@@ -491,6 +513,10 @@ impl<'a> Builder<'a> {
                 by_file.entry(ino).or_default().push(index);
             }
         }
+        debug_assert!(
+            by_file.values().all(|indices| indices.is_sorted()),
+            "a file's pieces are listed in issue order"
+        );
         Builder {
             state,
             pieces,
@@ -505,6 +531,7 @@ impl<'a> Builder<'a> {
 
     /// The first `cut` pending changes, whole, for every `cut`.
     fn prefixes(&mut self) {
+        let generated = self.generated;
         for cut in 0..=self.pieces.ops {
             let choices: Vec<Choice> = self
                 .pieces
@@ -514,10 +541,12 @@ impl<'a> Builder<'a> {
                 .collect();
             self.add(&choices);
         }
+        assert_eq!(self.generated - generated, self.pieces.ops + 1, "a prefix per cut, both ends");
     }
 
     fn families(&mut self) {
         let count = self.pieces.len();
+        let generated = self.generated;
         self.prefixes();
         // Single omission.
         for omitted in 0..count {
@@ -536,6 +565,10 @@ impl<'a> Builder<'a> {
                 .collect();
             self.add(&choices);
         }
+        assert!(
+            self.generated - generated >= self.pieces.ops + 1 + count + self.state.sampled_images,
+            "the families hold every prefix, every single omission and every sample"
+        );
     }
 
     /// Torn writes: every change before a write, then that write cut inside it.
@@ -574,6 +607,7 @@ impl<'a> Builder<'a> {
         assert_eq!(choices.len(), self.pieces.len(), "a choice per piece");
         self.generated += 1;
         if let Some(image) = self.materialize(choices) {
+            debug_assert!(self.seen.contains(&image.hash), "a new image is remembered as seen");
             self.images.push(image);
         }
     }
@@ -614,6 +648,7 @@ impl<'a> Builder<'a> {
             });
             files.insert(ino, outcome.clone());
         }
+        debug_assert!(files.len() <= self.by_file.len(), "only files with pieces change");
         self.assemble(&entries, &files)
     }
 
@@ -650,6 +685,12 @@ impl<'a> Builder<'a> {
                     distinct.push(Outcome { entries: changed.entries, files });
                 }
             }
+            assert!(
+                distinct
+                    .first()
+                    .is_some_and(|first| first.entries.is_empty() && first.files.is_empty()),
+                "a group's first outcome is its empty subset: the durable state"
+            );
             outcomes.push(distinct);
         }
         let product = outcomes.iter().try_fold(1usize, |product, distinct| {
@@ -715,6 +756,7 @@ fn tree_hash<'a>(
     entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
     mut content_hash: impl FnMut(Ino, &'a FileNode) -> [u8; 32],
 ) -> [u8; 32] {
+    assert!(matches!(state.inode(ROOT_INO).node, Node::Dir(_)), "the root is a directory");
     let mut hasher = Sha256::new();
     let mut open = vec![entries_of(ROOT_INO).iter()];
     while let Some(entries) = open.last_mut() {
@@ -759,26 +801,27 @@ fn walk<'a>(
     while let Some((dir, prefix)) = stack.pop() {
         for (name, &ino) in entries_of(dir) {
             let path = child_path(&prefix, name);
-            match &state.inode(ino).node {
+            let node = match &state.inode(ino).node {
                 Node::Dir(_) => {
-                    nodes.insert(path.clone(), (ImageNode::Dir, [0u8; 32]));
-                    stack.push((ino, path));
+                    stack.push((ino, path.clone()));
+                    (ImageNode::Dir, [0u8; 32])
                 }
                 Node::File(file) => {
                     let (bytes, hash) = content(ino, file);
-                    nodes.insert(path, (ImageNode::File(bytes), hash));
+                    (ImageNode::File(bytes), hash)
                 }
                 Node::Symlink(target) => {
                     let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
-                    nodes.insert(path, (ImageNode::Symlink(target.clone()), hash));
+                    (ImageNode::Symlink(target.clone()), hash)
                 }
-                Node::Special => {
-                    nodes.insert(path, (ImageNode::Special, [0; 32]));
-                }
-            }
+                Node::Special => (ImageNode::Special, [0; 32]),
+            };
+            let previous = nodes.insert(path, node);
+            debug_assert!(previous.is_none(), "a path is reached once: the tree has no cycle");
         }
     }
     let contents: Vec<[u8; 32]> = nodes.values().map(|(_, content)| *content).collect();
+    assert!(stack.is_empty(), "every directory reached was walked");
     Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         contents,
@@ -901,6 +944,10 @@ impl Changed {
                 apply_data(&piece.kind, *choice, buf, len, covered.entry(ino).or_default());
             }
         }
+        debug_assert!(
+            covered.keys().all(|ino| contents.contains_key(ino)),
+            "only a changed file has ranges a write covered"
+        );
         Changed { entries, contents, covered }
     }
 
@@ -923,6 +970,7 @@ impl Changed {
                     Some(target) => dir.insert(change.name.clone(), target),
                     None => dir.remove(&change.name),
                 };
+                debug_assert_eq!(dir.get(&change.name), change.target.as_ref(), "a change applies");
             }
         }
         entries
@@ -937,6 +985,7 @@ impl Changed {
                 (ino, (Arc::new(bytes), hash))
             })
             .collect();
+        assert_eq!(files.len(), self.contents.len(), "a hash per changed file");
         files
     }
 
@@ -971,6 +1020,7 @@ fn apply_data(
                         buf.resize(snapshot_end, 0);
                     }
                     span_mut(buf, start_at, snapshot_end).copy_from_slice(snapshot);
+                    debug_assert!(buf.len() >= snapshot_end, "an applied chunk is in the file");
                     covered.push((start_at, start_at + to_usize(chunk_bytes())));
                     // The chunk past the snapshot was beyond the end of file: zeros.
                     let chunk_end = (start_at + to_usize(chunk_bytes())).min(buf.len());
@@ -980,6 +1030,7 @@ fn apply_data(
                 }
                 Choice::Upto(cut) => {
                     let (lo, hi) = (written.0, written.1.min(cut));
+                    debug_assert!(*start <= lo, "a torn piece writes inside its chunk");
                     if lo < hi {
                         let (lo, hi) = (to_usize(lo), to_usize(hi));
                         if buf.len() < hi {
@@ -1014,6 +1065,7 @@ fn final_bytes(
     {
         stale_fill(&mut buf, file.durable.len(), covered);
     }
+    assert_eq!(buf.len() as u64, len, "a file's bytes are as long as its length");
     buf
 }
 
@@ -1034,6 +1086,10 @@ const STALE: &[u8] = b"\xA5stale{\"kind\":\n";
 
 /// Fills the bytes of `buf` past `durable` that no surviving write covered with stale bytes.
 fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize)>>) {
+    debug_assert!(
+        covered.is_none_or(|ranges| ranges.iter().all(|(lo, hi)| lo <= hi)),
+        "a covered range is a range"
+    );
     for (position, byte) in buf.iter_mut().enumerate().skip(durable) {
         let written = covered
             .is_some_and(|ranges| ranges.iter().any(|(lo, hi)| (*lo..*hi).contains(&position)));
@@ -1045,7 +1101,11 @@ fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize
 
 fn durable_content(state: &State, ino: Ino) -> (Vec<u8>, u64) {
     match &state.inode(ino).node {
-        Node::File(file) => (file.durable.as_ref().clone(), file.durable.len() as u64),
+        Node::File(file) => {
+            let bytes = file.durable.as_ref().clone();
+            let len = bytes.len() as u64;
+            (bytes, len)
+        }
         Node::Dir(_) | Node::Symlink(_) | Node::Special => {
             unreachable!("data pieces are only recorded for files")
         }
@@ -1084,10 +1144,15 @@ fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
 fn volatile_image(state: &State) -> Image {
     let entries_of = |dir| &state.dir(dir).volatile;
     let hash = tree_hash(state, entries_of, |_, file| Sha256::digest(&file.volatile).into());
-    walk(
+    let image = walk(
         state,
         entries_of,
         |_, file| (Arc::new(file.volatile.clone()), Sha256::digest(&file.volatile).into()),
         hash,
-    )
+    );
+    debug_assert!(
+        image.nodes.len() >= state.dir(ROOT_INO).volatile.len(),
+        "a kill keeps every name the root holds"
+    );
+    image
 }

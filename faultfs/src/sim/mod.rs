@@ -65,7 +65,9 @@ use crate::{
 
 /// The granularity at which a power loss may keep or lose pending data (a disk sector).
 pub const fn chunk_bytes() -> u64 {
-    512
+    const CHUNK: u64 = 512;
+    assert!(CHUNK.is_power_of_two(), "a sector is a power of two bytes");
+    CHUNK
 }
 
 /// How many sampled images a power-loss crash adds when the pending set is too large to
@@ -308,6 +310,10 @@ impl SimFs {
             exposed: false,
             reduce_zero_chunks: true,
         };
+        assert!(
+            state.pending.is_empty() && state.trace.entries().is_empty() && state.inodes.len() == 1,
+            "a new machine holds its root alone, with nothing pending and no history"
+        );
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
 
@@ -420,6 +426,10 @@ impl SimFs {
     /// holder is dead), this keeps the images to what can matter, so that the rest is enumerated
     /// rather than sampled. A process kill still shows everything.
     pub fn set_ephemeral(&self, paths: &[&Path]) {
+        assert!(
+            paths.iter().all(|path| path.is_absolute()),
+            "an ephemeral directory is named by its absolute path"
+        );
         let mut state = self.lock();
         state.ephemeral = paths
             .iter()
@@ -432,6 +442,7 @@ impl SimFs {
                     .collect()
             })
             .collect();
+        assert_eq!(state.ephemeral.len(), paths.len(), "one entry per ephemeral directory");
     }
 
     /// Sets what the medium shows where a file grew without its data (see [`Media`]).
@@ -460,7 +471,9 @@ impl SimFs {
 
     /// How many mutating ops have been issued (including a faulted one).
     pub fn op_count(&self) -> u64 {
-        self.lock().op_count
+        let state = self.lock();
+        debug_assert_eq!(state.trace.len() as u64, state.op_count, "one trace entry per op");
+        state.op_count
     }
 
     /// The trace of every mutating op so far.
@@ -470,7 +483,12 @@ impl SimFs {
 
     /// Where the simulated process crashed, if it has.
     pub fn halted(&self) -> Option<(Boundary, u64)> {
-        self.lock().halted
+        let state = self.lock();
+        debug_assert!(
+            state.halted.is_none_or(|(_, op)| op < state.op_count),
+            "a crash is at an op issued"
+        );
+        state.halted
     }
 
     /// How many data chunks, length changes and name changes are pending (not yet durable).
@@ -511,6 +529,10 @@ impl SimFs {
         if state.exposed {
             return Observed::Everything;
         }
+        debug_assert!(
+            state.image_files_read.len() <= state.image_files.len(),
+            "only an image's files are counted as read"
+        );
         let files: BTreeSet<String> = state
             .image_files_read
             .iter()
@@ -567,6 +589,10 @@ impl SimFs {
             hasher.update(u64::from(*pid).to_le_bytes());
             hasher.update(start_ms.to_le_bytes());
         }
+        debug_assert!(
+            state.processes.contains_key(&self.process_id),
+            "the process that looks is running"
+        );
         hasher.finalize().into()
     }
 
@@ -581,6 +607,7 @@ impl SimFs {
                 paths.entry(ino).or_insert_with(|| path.to_owned());
             }
         });
+        debug_assert!(paths.len() < state.next_ino as usize, "one path per file reachable");
         ReadMark { paths }
     }
 
@@ -591,7 +618,10 @@ impl SimFs {
     pub fn read_since(&self, mark: &ReadMark) -> BTreeSet<String> {
         let mut state = self.lock();
         let read = state.read_since_mark.take().unwrap_or_default();
-        read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect()
+        let paths: BTreeSet<String> =
+            read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect();
+        debug_assert!(paths.len() <= read.len(), "one path per file read");
+        paths
     }
 
     /// Counts the files at `paths` (absolute, resolved without following a last symlink) as
@@ -605,6 +635,10 @@ impl SimFs {
                 state.image_files_read.insert(ino);
             }
         }
+        debug_assert!(
+            state.image_files_read.len() <= state.image_files.len(),
+            "only an image's files are counted as read"
+        );
     }
 
     /// How many crashes lie behind this machine (0 for a new one; a restart or a machine
@@ -683,7 +717,7 @@ impl State {
     fn check_alive(&self, boundary: Boundary) -> Result<()> {
         match self.halted {
             Some((crashed_at, op_index)) => {
-                let _ = boundary;
+                debug_assert!(op_index < self.op_count, "{boundary} follows the crash it sees");
                 Err(Error::Crashed { boundary: crashed_at, op_index })
             }
             None => Ok(()),
@@ -714,6 +748,7 @@ impl State {
             self.op_count,
             "one trace entry per op this process issued"
         );
+        debug_assert!(self.halted.is_none(), "a crashed machine begins no op");
         match fault {
             Some(Fault::Crash) => {
                 self.halted = Some((boundary, index));
@@ -753,6 +788,11 @@ impl State {
             .volatile
             .get(*from_name)
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        debug_assert!(
+            matches!(self.inode(from_dir).node, Node::Dir(_))
+                && matches!(self.inode(to_dir).node, Node::Dir(_)),
+            "both sides of {op:?} resolve to directories"
+        );
         Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
     }
 
@@ -814,11 +854,16 @@ impl State {
         if options.truncate && options.write {
             self.set_len(ino, 0);
         }
+        debug_assert!(matches!(self.inode(ino).node, Node::File(_)), "only a file is opened");
         Ok(())
     }
 
     /// A new empty file named `name` in directory `parent` (which has no such entry).
     fn create_file(&mut self, parent: Ino, name: &str) -> Ino {
+        debug_assert!(
+            !self.dir(parent).volatile.contains_key(name),
+            "a new file takes a free name"
+        );
         let ino = self.new_inode(Node::File(FileNode {
             durable: Arc::new(Vec::new()),
             volatile: Vec::new(),
@@ -1176,6 +1221,7 @@ impl Fs for SimFs {
         if state.rules.sync_makes_durable {
             state.sync_dir(dir);
         }
+        assert!(state.halted.is_none(), "a directory sync that returns ran on a live machine");
         Ok(())
     }
 
@@ -1200,6 +1246,7 @@ impl Fs for SimFs {
                 },
             })
             .collect();
+        debug_assert!(entries.is_sorted(), "a listing is in name order");
         Ok(entries)
     }
 
@@ -1220,6 +1267,7 @@ impl Fs for SimFs {
             Node::Symlink(target) => (target.len() as u64, FileKind::Symlink),
             Node::Special => (0, FileKind::Other),
         };
+        debug_assert!(inode.modified_ms <= state.clock_ms, "nothing was modified after now");
         Ok(Metadata {
             len,
             kind,
@@ -1236,7 +1284,10 @@ impl Fs for SimFs {
     }
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
-        Ok(self.lock().processes.get(&pid).copied())
+        let state = self.lock();
+        let start = state.processes.get(&pid).copied();
+        debug_assert!(start.is_none_or(|ms| ms <= state.clock_ms), "a process started by now");
+        Ok(start)
     }
 }
 
@@ -1247,6 +1298,7 @@ impl SimFs {
     /// open refuses it in the last position (`O_NOFOLLOW`: ELOOP); metadata and directory
     /// listings show the link itself; removal removes the link.
     pub fn symlink(&self, target: &Path, link: &Path) -> Result<()> {
+        assert!(target.is_absolute(), "a planted link names an absolute path");
         let target = normalize(target, OpKind::Open)?.join("/");
         self.plant(link, Node::Symlink(format!("/{target}")), Boundary::new("symlink"))
     }
@@ -1345,6 +1397,7 @@ fn io_error(op: OpKind, path: &Path, boundary: Boundary, kind: io::ErrorKind) ->
 fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Error {
     const EIO: i32 = 5;
     const ENOSPC: i32 = 28;
+    debug_assert_ne!(fault, Fault::Crash, "a crash halts the machine: no op returns its error");
     let source = match fault {
         Fault::Enospc => io::Error::from_raw_os_error(ENOSPC),
         Fault::Crash | Fault::Eio | Fault::ShortWrite => io::Error::from_raw_os_error(EIO),
@@ -1355,13 +1408,19 @@ fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Err
 /// The bytes `lo..hi` of `buf`, which its caller made hold them (a buffer grown to a write's
 /// end, a chunk inside its snapshot): a miss is a bug of the simulation.
 pub(crate) fn span(buf: &[u8], lo: usize, hi: usize) -> &[u8] {
-    buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len()))
+    let bytes =
+        buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len()));
+    debug_assert_eq!(bytes.len(), hi - lo, "a span holds its bytes");
+    bytes
 }
 
 /// The bytes `lo..hi` of `buf`, to be written (see [`span`]).
 pub(crate) fn span_mut(buf: &mut [u8], lo: usize, hi: usize) -> &mut [u8] {
     let len = buf.len();
-    buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"))
+    let bytes =
+        buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"));
+    debug_assert_eq!(bytes.len(), hi - lo, "a span holds its bytes");
+    bytes
 }
 
 pub(crate) fn apply_write(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {

@@ -68,6 +68,7 @@ impl State {
         let ino = self
             .resolve(components, true)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
+        debug_assert!(components.len() < usize::MAX, "a path has a bounded depth");
         match self.inode(ino).node {
             Node::Dir(_) => Ok(ino),
             Node::File(_) | Node::Symlink(_) | Node::Special => {
@@ -94,20 +95,27 @@ pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
             }
         }
     }
+    debug_assert!(
+        components.iter().all(|name| !name.is_empty() && *name != "." && !name.contains('/')),
+        "a component is one plain name"
+    );
     Ok(components)
 }
 
 pub(super) fn split_image_path(path: &str) -> Vec<&str> {
+    debug_assert!(path.is_empty() || path.starts_with('/'), "an image path is absolute");
     path.split('/').filter(|component| !component.is_empty()).collect()
 }
 
 /// The image path of `name` in the directory at `prefix` (`""` for the root): `prefix/name`,
 /// built in one allocation (walks over a whole tree build one per node).
 pub(super) fn child_path(prefix: &str, name: &str) -> String {
+    debug_assert!(!name.is_empty() && !name.contains('/'), "an entry's name is one component");
     let mut path = String::with_capacity(prefix.len() + 1 + name.len());
     path.push_str(prefix);
     path.push('/');
     path.push_str(name);
+    debug_assert_eq!(path.len(), prefix.len() + 1 + name.len(), "one slash between them");
     path
 }
 

@@ -8,7 +8,9 @@ use super::{SimFs, SyncArc};
 static NEXT_MACHINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 pub(super) fn next_machine() -> u64 {
-    NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    let machine = NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    assert_ne!(machine, 0, "machine ids never wrap around to the unset one");
+    machine
 }
 
 impl SimFs {
@@ -19,6 +21,7 @@ impl SimFs {
             let mut state = self.lock();
             let now = state.clock_ms;
             state.processes.entry(pid).or_insert(now);
+            debug_assert!(state.processes.contains_key(&pid), "the process runs");
         }
         SimFs { state: SyncArc::clone(&self.state), process_id: pid }
     }
@@ -26,11 +29,15 @@ impl SimFs {
     /// Marks the simulated process `pid` as dead and releases nothing else: its open files stay
     /// open in the caller's hands, as a SIGKILLed process's lock *files* stay on disk.
     pub fn kill_process(&self, pid: u32) {
-        self.lock().processes.remove(&pid);
+        let mut state = self.lock();
+        state.processes.remove(&pid);
+        debug_assert!(!state.processes.contains_key(&pid), "a killed process runs no more");
     }
 
     /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
     pub fn spawn_process(&self, pid: u32, start_ms: u64) {
-        self.lock().processes.insert(pid, start_ms);
+        let mut state = self.lock();
+        state.processes.insert(pid, start_ms);
+        debug_assert_eq!(state.processes.get(&pid), Some(&start_ms), "the process runs since then");
     }
 }
