@@ -70,7 +70,7 @@ pub fn segment_bytes_from_env(value: Option<&str>) -> u64 {
 
 /// [`segment_bytes_from_env`] of a value that is set.
 fn segment_bytes_of(value: &str) -> u64 {
-    match js_number(value) {
+    let bound = match js_number(value) {
         Some(number) if number.is_finite() => {
             let floored = number.floor();
             if floored <= SEGMENT_BYTES_MIN as f64 {
@@ -82,7 +82,9 @@ fn segment_bytes_of(value: &str) -> u64 {
             }
         }
         _ => SEGMENT_BYTES_DEFAULT,
-    }
+    };
+    debug_assert!(bound >= SEGMENT_BYTES_MIN, "whatever the text, the bound is at least the minimum");
+    bound
 }
 
 /// JavaScript's `Number(text)`: `None` for NaN.
@@ -112,7 +114,9 @@ fn js_number(text: &str) -> Option<f64> {
     {
         return None;
     }
-    text.parse().ok()
+    let number: Option<f64> = text.parse().ok();
+    debug_assert!(number.is_none_or(|number| !number.is_nan()), "NaN reads as none");
+    number
 }
 
 /// Whether `path` exists as a `kind` (a directory or a regular file) without following a
@@ -124,6 +128,10 @@ pub(crate) fn expect_kind<F: faultfs::Fs>(
     path: &Path,
     kind: faultfs::FileKind,
 ) -> Result<bool> {
+    debug_assert!(
+        matches!(kind, faultfs::FileKind::File | faultfs::FileKind::Dir),
+        "the store expects a file or a directory, nothing else"
+    );
     let found = match fs.metadata(path) {
         Ok(metadata) => metadata.kind,
         Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(false),
@@ -160,7 +168,9 @@ impl SegmentNo {
     /// The numbered segment a cursor's or position's segment key names: `None` for the legacy
     /// key (0) and for a number no segment's name can hold (a forged or damaged cursor).
     pub fn from_key(key: u64) -> Option<SegmentNo> {
-        (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key))
+        let no = (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key));
+        debug_assert!(no.is_some() || key == 0 || key > SegmentNo::MAX.0, "every name a key");
+        no
     }
 
     /// The segment's file name.
@@ -200,6 +210,7 @@ pub fn default_root(spexcode_home: Option<&Path>, home: &Path, project: &Path) -
         .chars()
         .map(|c| if c == '/' || c == '.' { '-' } else { c })
         .collect();
+    debug_assert!(!encoded.contains(['/', '.']), "a project is one name under projects/");
     base.join("projects").join(encoded)
 }
 
@@ -236,6 +247,7 @@ impl Layout {
     pub fn new(root: impl Into<PathBuf>) -> Layout {
         let root = root.into();
         let sessions = root.join("sessions");
+        debug_assert_eq!(sessions.parent(), Some(root.as_path()), "sessions/ is in the root");
         Layout { root, sessions }
     }
 
@@ -272,6 +284,7 @@ impl Layout {
         for name in names {
             path.push(name);
         }
+        debug_assert_eq!(path.as_os_str().len(), len, "a session's path is built in one allocation");
         path
     }
 
@@ -282,7 +295,12 @@ impl Layout {
 
     /// The record's staging file.
     pub fn record_tmp(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["session.json.tmp"])
+        let tmp = self.in_session(id, &["session.json.tmp"]);
+        debug_assert!(
+            tmp.parent().and_then(Path::file_name) == Some(OsStr::new(id.as_str())),
+            "a staging file lies beside what it replaces: one rename in one directory"
+        );
+        tmp
     }
 
     /// The persisted receipt index (derived; see `receipts`).
@@ -292,7 +310,12 @@ impl Layout {
 
     /// The receipt index's staging file.
     pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["receipts.index.tmp"])
+        let tmp = self.in_session(id, &["receipts.index.tmp"]);
+        debug_assert!(
+            tmp.parent().and_then(Path::file_name) == Some(OsStr::new(id.as_str())),
+            "a staging file lies beside what it replaces: one rename in one directory"
+        );
+        tmp
     }
 
     /// The legacy first segment.
@@ -307,6 +330,7 @@ impl Layout {
 
     /// A numbered segment.
     pub fn segment(&self, id: &SessionId, no: SegmentNo) -> PathBuf {
+        debug_assert!(no.0 >= 1, "numbered segments count from 1; 0 is the legacy one");
         self.in_session(id, &["timeline", &no.file_name()])
     }
 
@@ -327,7 +351,12 @@ impl Layout {
 
     /// The adapter spec's staging file.
     pub fn adapter_tmp(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["adapter.tmp"])
+        let tmp = self.in_session(id, &["adapter.tmp"]);
+        debug_assert!(
+            tmp.parent().and_then(Path::file_name) == Some(OsStr::new(id.as_str())),
+            "a staging file lies beside what it replaces: one rename in one directory"
+        );
+        tmp
     }
 
     /// The delivery queue.
@@ -337,7 +366,12 @@ impl Layout {
 
     /// The delivery queue's staging file.
     pub fn queue_tmp(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["pending.json.tmp"])
+        let tmp = self.in_session(id, &["pending.json.tmp"]);
+        debug_assert!(
+            tmp.parent().and_then(Path::file_name) == Some(OsStr::new(id.as_str())),
+            "a staging file lies beside what it replaces: one rename in one directory"
+        );
+        tmp
     }
 
     /// Directory of record locks.
@@ -347,7 +381,9 @@ impl Layout {
 
     /// The record lock.
     pub fn session_lock(&self, id: &SessionId) -> PathBuf {
-        self.session_locks_dir().join(format!("{id}.lock"))
+        let lock = self.session_locks_dir().join(format!("{id}.lock"));
+        debug_assert!(lock.starts_with(self.root()), "a session's lock lies in its store");
+        lock
     }
 
     /// Directory of delivery locks.
@@ -357,7 +393,9 @@ impl Layout {
 
     /// The delivery lock.
     pub fn delivery_lock(&self, id: &SessionId) -> PathBuf {
-        self.delivery_locks_dir().join(format!("{id}.lock"))
+        let lock = self.delivery_locks_dir().join(format!("{id}.lock"));
+        debug_assert!(lock.starts_with(self.root()), "a delivery lock lies in its store");
+        lock
     }
 
     /// Directory of revoked-sender markers.
@@ -377,6 +415,10 @@ impl Layout {
 
     /// The close ledger's lock (in the record-lock directory; no session id starts with `.`).
     pub fn close_ledger_lock(&self) -> PathBuf {
+        debug_assert!(
+            SessionId::new(".close-ledger").is_err(),
+            "the ledger's lock can never be a session's"
+        );
         self.session_locks_dir().join(".close-ledger.lock")
     }
 

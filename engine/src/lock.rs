@@ -106,6 +106,11 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// The guard of a lock this process holds (and registered): created, or (`took_over`)
     /// got by replacing a stale one.
     fn held(fs: &'a F, path: &Path, steps: &LockBoundaries, took_over: bool) -> LockGuard<'a, F> {
+        debug_assert!(
+            holding().contains(&(fs.machine_id(), fs.process_id(), path.to_path_buf()))
+                || selected().is_some(),
+            "a guard is of a lock this process registered as held"
+        );
         LockGuard { fs, path: path.to_path_buf(), remove: steps.remove, held: true, took_over }
     }
 
@@ -146,6 +151,10 @@ impl<F: Fs> Drop for LockGuard<'_, F> {
             let mut holding = holding();
             let _ = self.fs.remove_file(&self.path, self.remove);
             holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
+            debug_assert!(
+                !holding.contains(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone())),
+                "a dropped guard's lock is held no more"
+            );
         }
     }
 }
@@ -232,6 +241,7 @@ pub(crate) fn acquire<'a, F: Fs>(
         }
         clock.sleep_ms(delay_ms);
         delay_ms = (delay_ms * 2).min(RETRY_DELAY_MS_MAX);
+        debug_assert!((1..=RETRY_DELAY_MS_MAX).contains(&delay_ms), "retries back off, bounded");
     }
 }
 
@@ -258,6 +268,7 @@ fn create_holding_pid<F: Fs>(
     steps: &LockBoundaries,
 ) -> Result<bool> {
     let tmp = private_path(path, pid);
+    debug_assert_eq!(pid, fs.process_id(), "a process creates locks holding its own pid");
     let written = write_private(fs, &tmp, pid, steps);
     let linked = written.and_then(|()| match fs.hard_link(&tmp, path, steps.link) {
         Ok(()) => Ok(true),
@@ -281,7 +292,13 @@ fn create_holding_pid<F: Fs>(
 fn private_path(path: &Path, pid: u32) -> PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{pid}.tmp"));
-    PathBuf::from(tmp)
+    let tmp = PathBuf::from(tmp);
+    debug_assert_eq!(
+        tmp.parent(),
+        path.parent(),
+        "the private file lies beside the lock, so a link or rename moves it in place"
+    );
+    tmp
 }
 
 /// Writes `pid` to the private file `tmp`.
@@ -289,6 +306,10 @@ fn write_private<F: Fs>(fs: &F, tmp: &Path, pid: u32, steps: &LockBoundaries) ->
     let file = fs.open(tmp, OpenOptions::create_truncate(), steps.create)?;
     let text = pid.to_string();
     file.append(text.as_bytes(), steps.write)?;
+    debug_assert!(
+        file.len().is_ok_and(|len| len == text.len() as u64),
+        "the private file holds the pid alone"
+    );
     Ok(())
 }
 
@@ -358,6 +379,7 @@ fn take_over<F: Fs>(
     let mut guard_path = path.as_os_str().to_owned();
     guard_path.push(".takeover");
     let guard_path = PathBuf::from(guard_path);
+    debug_assert_eq!(guard_path.parent(), path.parent(), "the takeover flock lies beside the lock");
     let guard = fs.open(&guard_path, OpenOptions::create(), steps.takeover)?;
     while !guard.try_lock()? {
         let waited_ms = clock.now_ms().saturating_sub(started_ms);

@@ -127,6 +127,7 @@ impl Record {
         };
         let record = Record { fields };
         record.check().map_err(corrupt)?;
+        debug_assert!(record.session_id().is_some(), "a parsed record names its session");
         Ok(record)
     }
 
@@ -239,6 +240,10 @@ impl Record {
             };
             original.insert(key.to_owned(), value);
         }
+        debug_assert!(
+            FROZEN_FLAGS.iter().all(|key| original.contains_key(*key)),
+            "a fence freezes every flag"
+        );
     }
 
     fn runtime_owned(&self) -> bool {
@@ -248,7 +253,9 @@ impl Record {
 
     /// A string field, `''` read as none.
     fn text(&self, key: &str) -> Option<&str> {
-        self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty())
+        let text = self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty());
+        debug_assert!(text.is_none_or(|text| !text.is_empty()), "an empty text reads as none");
+        text
     }
 
     fn flag(&self, key: &str) -> bool {
@@ -289,6 +296,7 @@ impl Record {
             };
         };
         let invalid = || "an invalid launch_readiness_pending fence".to_owned();
+        debug_assert!(!pending.is_null(), "a null fence is no fence");
         let original = pending.get("original").and_then(Value::as_object).ok_or_else(invalid)?;
         let text_or_null =
             |key: &str| matches!(original.get(key), Some(Value::String(_) | Value::Null));
@@ -387,12 +395,17 @@ impl Record {
 
     /// The harness (`''` reads as `claude`, as the existing reader reads it).
     pub fn harness(&self) -> &str {
-        self.text("harness").unwrap_or("claude")
+        let harness = self.text("harness").unwrap_or("claude");
+        debug_assert!(!harness.is_empty(), "every session runs some harness");
+        harness
     }
 
     /// The title a person gave the session (`title`), if any and not blank.
     pub fn title(&self) -> Option<&str> {
-        self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty())
+        let title =
+            self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty());
+        debug_assert!(title.is_none_or(|title| !title.trim().is_empty()), "a blank title is none");
+        title
     }
 
     /// The harness's own thread id.
@@ -423,7 +436,8 @@ impl Record {
         if self.fields.get(key) == Some(&value) {
             return Ok(false);
         }
-        self.fields.insert(key.to_owned(), value);
+        self.fields.insert(key.to_owned(), value.clone());
+        debug_assert_eq!(self.fields.get(key), Some(&value), "the binding reads back");
         Ok(true)
     }
 
@@ -437,11 +451,17 @@ impl Record {
         if self.text("status") != Some(LAUNCH_QUEUED) {
             return None;
         }
-        self.fields
+        let owner = self
+            .fields
             .get("launch_owner")
             .and_then(Value::as_str)
             .map(str::trim)
-            .filter(|owner| !owner.is_empty())
+            .filter(|owner| !owner.is_empty());
+        debug_assert!(
+            owner.is_none_or(|owner| !owner.is_empty() && owner.trim() == owner),
+            "an owner is a trimmed name"
+        );
+        owner
     }
 
     /// A flag as a public reader sees it (frozen while a launch is in flight).
@@ -477,6 +497,10 @@ impl Record {
         self.fields.insert("stopped".to_owned(), Value::Bool(true));
         self.fields.insert("archived".to_owned(), Value::Bool(true));
         self.fields.insert("cold_proof".to_owned(), Value::String(proof));
+        assert!(
+            self.flag("archived") && self.flag("stopped") && self.text("cold_proof").is_some(),
+            "an archived session is stopped, with its cold proof"
+        );
     }
 
     /// `createdAt` in epoch milliseconds (a number; an ISO string in the earlier format).
@@ -500,7 +524,12 @@ impl Record {
 
     /// `createdAt` as a store timestamp (UTC, ISO-8601, milliseconds).
     pub fn created_at(&self) -> Option<String> {
-        self.created_at_ms().filter(|ms| *ms > 0).map(format_ts)
+        let text = self.created_at_ms().filter(|ms| *ms > 0).map(format_ts);
+        debug_assert!(
+            text.as_deref().is_none_or(|text| parse_ts(text) == self.created_at_ms()),
+            "a creation time reads back"
+        );
+        text
     }
 
     /// The drain adapter spec of this engine's earlier format (kept in the record).
@@ -590,7 +619,12 @@ fn triple_of(fields: &Map<String, Value>) -> Triple {
     };
     let proposal = fields.get("proposal").and_then(Value::as_str).and_then(Proposal::parse);
     let note = fields.get("note").and_then(Value::as_str).map(str::to_owned);
-    Triple::new(status, proposal, note)
+    let triple = Triple::new(status, proposal, note);
+    debug_assert!(
+        triple.note.as_deref().is_none_or(|note| !note.is_empty()),
+        "an empty note reads as none"
+    );
+    triple
 }
 
 /// Reads the session's record, or `None` if it has none (or no directory of its own: a link or
@@ -635,10 +669,12 @@ pub(crate) fn adapter<F: Fs>(
     files: SessionFiles<'_, F>,
     record: &Record,
 ) -> Result<Option<String>> {
-    match atomic::read(files.fs, &files.layout.adapter(files.id))? {
-        Some(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned())),
-        None => Ok(record.earlier_adapter().map(str::to_owned)),
-    }
+    let spec = match atomic::read(files.fs, &files.layout.adapter(files.id))? {
+        Some(bytes) => Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()),
+        None => record.earlier_adapter().map(str::to_owned),
+    };
+    debug_assert!(spec.as_deref().is_none_or(|spec| !spec.ends_with('\n')), "a spec without its line end");
+    Ok(spec)
 }
 
 #[cfg(test)]

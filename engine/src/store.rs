@@ -144,12 +144,21 @@ impl<F: Fs> Store<F> {
             store.ensure_dir_all(&dir, &boundaries::OPEN)?;
         }
         store.finish_closes()?;
+        debug_assert!(
+            lock_mutex(&store.poisoned).is_empty(),
+            "a store opens with no session poisoned: a reopen is the way back from one"
+        );
         Ok(store)
     }
 
     /// Session `id`'s files, for the file-format modules.
     pub(crate) fn files<'a>(&'a self, id: &'a SessionId) -> SessionFiles<'a, F> {
-        SessionFiles { fs: &self.fs, layout: &self.layout, id }
+        let files = SessionFiles { fs: &self.fs, layout: &self.layout, id };
+        debug_assert!(
+            files.layout.session_dir(id).starts_with(self.layout.sessions_dir()),
+            "a session's files lie under the sessions directory"
+        );
+        files
     }
 
     /// Session `id`'s queue file as a reader reads it: the valid entries and, when the file is
@@ -287,9 +296,11 @@ impl<F: Fs> Store<F> {
     }
 
     pub(crate) fn check_poison(&self, id: &SessionId) -> Result<()> {
-        if lock_mutex(&self.poisoned).contains(id) {
+        let poisoned = lock_mutex(&self.poisoned);
+        if poisoned.contains(id) {
             return Err(Error::Poisoned { session: id.clone() });
         }
+        debug_assert!(!poisoned.contains(id), "a write goes on only in a sound session");
         Ok(())
     }
 
@@ -306,6 +317,10 @@ impl<F: Fs> Store<F> {
     pub(crate) fn poison_on_io(&self, id: &SessionId, error: &Error) {
         if matches!(error, Error::Io(_)) {
             self.poison(id);
+            debug_assert!(
+                active(Mutant::NoPoisonAfterFailedWrite) || self.check_poison(id).is_err(),
+                "an I/O failure poisons its session"
+            );
         }
     }
 
@@ -350,7 +365,9 @@ impl<F: Fs> Store<F> {
     /// Whether `sender` was closed (revoked).
     pub(crate) fn is_revoked(&self, sender: &str) -> Result<bool> {
         let Ok(sender) = SessionId::new(sender) else { return Ok(false) };
-        Ok(self.fs.exists(&self.layout.revoked(&sender))?)
+        let revoked = self.layout.revoked(&sender);
+        debug_assert!(!revoked.starts_with(self.layout.sessions_dir()), "a revocation outlives its session's directory");
+        Ok(self.fs.exists(&revoked)?)
     }
 
     /// Whether session `id` has a directory: a real one, never a symbolic link (corrupt,
@@ -420,6 +437,7 @@ impl<F: Fs> Store<F> {
             }
             let record = Record::new(id, triple, self.clock.now_ms(), worktree);
             self.write_record(id, &record, &steps.record)?;
+            debug_assert_eq!(record.session_id(), Some(id.as_str()), "a new record is its session's");
             Ok(record)
         })
     }
@@ -488,7 +506,13 @@ impl<F: Fs> Store<F> {
                 matches!(entry.kind, faultfs::FileKind::Dir | faultfs::FileKind::Symlink)
             })
             .filter_map(|entry| SessionId::new(&entry.name).ok())
-            .collect())
+            .collect::<Vec<SessionId>>())
+        .inspect(|ids| {
+            debug_assert!(
+                ids.windows(2).all(|pair| matches!(pair, [a, b] if a < b)),
+                "a listing names each session once, in name order"
+            );
+        })
     }
 
     /// The last `limit` public events, oldest first. Reads segments backward from the end; the
@@ -556,7 +580,9 @@ impl<F: Fs> Store<F> {
     /// Cheap change detection of a session's log.
     pub fn stamp(&self, id: &SessionId) -> Result<Stamp> {
         self.require_session(id)?;
-        timeline::stamp(&self.fs, &self.layout, id)
+        let stamp = timeline::stamp(&self.fs, &self.layout, id)?;
+        debug_assert!(stamp.segments > 0 || stamp.newest_len == 0, "no segment, no newest length");
+        Ok(stamp)
     }
 
     /// The record's signature: its size and modification time (nanoseconds); `None` without a
