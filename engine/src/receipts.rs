@@ -166,13 +166,17 @@ type Digest32 = [u8; 32];
 
 /// The `len` bytes at `at` of `bytes`, when it holds them.
 fn field(bytes: &[u8], at: usize, len: usize) -> Option<&[u8]> {
-    bytes.get(at..at.checked_add(len)?)
+    let found = bytes.get(at..at.checked_add(len)?);
+    debug_assert!(found.is_none_or(|found| found.len() == len), "a field is as long as asked");
+    found
 }
 
 /// The `len` bytes at `at` of a buffer this module sized from the layout's constants, to be
 /// written (the constants keep every field inside its block: a miss is a bug here).
 fn field_mut(bytes: &mut [u8], at: usize, len: usize) -> &mut [u8] {
-    bytes.get_mut(at..at + len).expect("a field inside the block the layout sized")
+    let found = bytes.get_mut(at..at + len).expect("a field inside the block the layout sized");
+    debug_assert_eq!(found.len(), len, "a field is as long as asked");
+    found
 }
 
 /// The little-endian word at `at` of `bytes`, when it holds it.
@@ -270,6 +274,7 @@ impl Header {
             cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
             pin: String::from_utf8(field(bytes, 49, pin_len)?.to_vec()).ok()?,
         };
+        debug_assert!(header.pin.len() <= 71, "a pin fits its header field");
         Some(header)
     }
 }
@@ -292,6 +297,10 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     let records: Vec<Posting> = (0..count)
         .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
         .collect::<Option<_>>()?;
+    debug_assert!(
+        (1..=RECORDS_PER_BLOCK).contains(&records.len()),
+        "a data block holds 1 to {RECORDS_PER_BLOCK} records"
+    );
     Some(records)
 }
 
@@ -355,7 +364,9 @@ pub(crate) fn without_records(bytes: &[u8]) -> Vec<u8> {
     let mut header = Header::decode(bytes).expect("a persisted header");
     header.records = 0;
     header.blocks = 0;
-    header.encode()
+    let bytes = header.encode();
+    assert_eq!(bytes.len(), BLOCK_BYTES, "a run without records is its header alone");
+    bytes
 }
 
 /// Changes a run's pin so it no longer matches its log.
@@ -417,6 +428,10 @@ impl Run {
         if tail_pin(fs, layout, id, header.cursor)?.as_deref() != Some(header.pin.as_str()) {
             return Ok(None);
         }
+        debug_assert!(
+            header.records <= header.blocks.saturating_mul(RECORDS_PER_BLOCK as u64),
+            "an open run's blocks can hold its records"
+        );
         Ok(Some(Run { header }))
     }
 
@@ -440,6 +455,7 @@ impl Run {
         let mut bytes = vec![0u8; BLOCK_BYTES];
         while low < high {
             let middle = low + (high - low) / 2;
+            debug_assert!(low <= middle && middle < high, "a search narrows inside its bounds");
             if file.read_full_at((middle + 1) * BLOCK_BYTES as u64, &mut bytes)? < BLOCK_BYTES {
                 return Ok(Persisted::Damaged);
             }
@@ -480,6 +496,7 @@ impl Run {
         if records.len() as u64 != self.header.records {
             return Ok(Persisted::Damaged);
         }
+        debug_assert_eq!(records.len() as u64, self.header.records, "every record of the run");
         Ok(Persisted::Sound(records))
     }
 }
@@ -512,6 +529,10 @@ fn persist<F: Fs>(
     file.write_at(0, &bytes, steps.write)?;
     drop(file);
     fs.rename(&tmp, &layout.receipt_index(id), steps.rename)?;
+    debug_assert!(
+        fs.exists(&tmp).is_ok_and(|there| !there),
+        "the staging file became the run: no staging file survives a persist"
+    );
     Ok(())
 }
 
@@ -543,6 +564,7 @@ impl Index {
         let run = Run::open(fs, layout, id)?;
         let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
         let index = Index { run, cursor, ..Index::default() };
+        debug_assert!(index.folded.is_empty() && index.unpersisted_lines == 0, "nothing folded yet");
         Ok(index)
     }
 
@@ -626,6 +648,10 @@ impl Index {
             .folded
             .get(&(operation.to_owned(), request_digest.to_owned()))
             .map(|folded| folded.known.clone());
+        debug_assert!(
+            folded.as_ref().is_none_or(|known| known.receipt.operation == operation),
+            "a folded receipt is found under its own key"
+        );
         Ok(Persisted::Sound(folded))
     }
 
@@ -672,6 +698,11 @@ impl Index {
             settled: folded.known.settled,
         }));
         records.sort_by_key(|record| record.key);
+        debug_assert_eq!(
+            records.len() as u64,
+            self.receipts(),
+            "a new run holds every receipt: the old run's and the folded ones, each once"
+        );
         Ok(Persisted::Sound(records))
     }
 }
@@ -758,6 +789,13 @@ impl ReceiptIndexes {
             // Rebuilt from the log by the next lookup.
             *index = Index::default();
         }
+        debug_assert!(
+            index.run.as_ref().is_none_or(|run| {
+                (run.header.cursor.segment, run.header.cursor.offset)
+                    <= (index.cursor.segment, index.cursor.offset)
+            }),
+            "the index reaches at least as far as its persisted run"
+        );
 
         Ok(())
     }
@@ -827,6 +865,7 @@ impl ReceiptIndexes {
     pub(crate) fn forget(&self, id: &SessionId) {
         let mut indexes = lock(&self.by_session);
         indexes.remove(id);
+        debug_assert!(!indexes.contains_key(id), "a forgotten index is rebuilt before it answers");
     }
 }
 
