@@ -80,7 +80,12 @@ impl<F: Fs> Store<F> {
             )?;
             self.sync_commit(&CLOSE)?;
             self.receipts.forget(id);
-            self.finish_close(id, &CLOSE, false)
+            self.finish_close(id, &CLOSE, false)?;
+            debug_assert!(
+                self.fs.exists(&self.layout.session_dir(id)).is_ok_and(|there| !there),
+                "a closed session's directory is gone"
+            );
+            Ok(())
         })
     }
 
@@ -110,12 +115,20 @@ impl<F: Fs> Store<F> {
             };
             guard.release()?;
             finished?;
+            debug_assert!(
+                self.fs.exists(&self.layout.revoked(&id)).is_ok_and(|there| there),
+                "a close finished on open leaves its sender revoked"
+            );
         }
         Ok(())
     }
 
     /// The commit's directory syncs: `.closing` (the new name) and `sessions` (the old one).
     fn sync_commit(&self, steps: &Boundaries) -> Result<()> {
+        debug_assert_ne!(
+            steps.close.commit_sync_closing, steps.close.commit_sync_sessions,
+            "the two directory syncs of a commit are two crash points"
+        );
         self.fs.sync_dir(&self.layout.closing_dir(), steps.close.commit_sync_closing)?;
         self.fs.sync_dir(&self.layout.sessions_dir(), steps.close.commit_sync_sessions)?;
         Ok(())
@@ -187,7 +200,9 @@ impl<F: Fs> Store<F> {
                 "branch": record.as_ref().and_then(Record::branch),
             },
         });
-        Ok(line.to_string())
+        let line = line.to_string();
+        debug_assert!(!line.contains('\n'), "a ledger line is one line");
+        Ok(line)
     }
 
     /// Appends the close line of `id` to the ledger, durably, under the ledger lock (closers of
@@ -223,6 +238,10 @@ impl<F: Fs> Store<F> {
         if !existed {
             self.fs.sync_dir(self.layout.root(), close.ledger_dir_sync)?;
         }
+        debug_assert!(
+            file.len().is_ok_and(|len| len == sound + bytes.len() as u64),
+            "the ledger grew by exactly the close's line"
+        );
         guard.release()
     }
 

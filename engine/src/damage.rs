@@ -63,6 +63,7 @@ impl Damage {
     /// `doctor` clean).
     pub fn repair(&self, layout: Option<&crate::layout::Layout>) -> String {
         let id = layout.and_then(|layout| self.session(layout)).unwrap_or("ID");
+        debug_assert!(!id.is_empty() && !id.contains(char::is_whitespace), "a command's argument");
         match self.kind {
             DamageKind::GluedFragment { .. } => {
                 "none needed: the glued line is read; the fragment was lost when it was written"
@@ -91,7 +92,9 @@ impl Damage {
         let sessions = layout.sessions_dir();
         let inside = self.path.strip_prefix(&sessions).ok()?;
         let name = inside.components().next()?.as_os_str().to_str()?;
-        crate::layout::SessionId::new(name).is_ok().then_some(name)
+        let session = crate::layout::SessionId::new(name).is_ok().then_some(name);
+        debug_assert!(session.is_none_or(|name| !name.contains('/')), "a session is one name");
+        session
     }
 
     /// Whether this damage is a warning (the store reads whole) rather than damage that loses or
@@ -131,13 +134,17 @@ static NOTED: std::sync::Mutex<BTreeMap<(PathBuf, u64), Damage>> =
 /// Notes damage a read tolerated (once per place).
 pub(crate) fn note(damage: Damage) {
     let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    noted.entry((damage.path.clone(), damage.offset)).or_insert(damage);
+    let place = (damage.path.clone(), damage.offset);
+    noted.entry(place.clone()).or_insert(damage);
+    debug_assert!(noted.contains_key(&place), "noted damage is kept until taken");
 }
 
 /// The damage reads noted since the last call, in place order.
 pub fn take_noted() -> Vec<Damage> {
     let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    std::mem::take(&mut *noted).into_values().collect()
+    let taken: Vec<Damage> = std::mem::take(&mut *noted).into_values().collect();
+    debug_assert!(noted.is_empty(), "taken damage is reported once");
+    taken
 }
 
 #[cfg(test)]

@@ -41,7 +41,9 @@ pub fn request_digest(operation: &str, key: &str) -> String {
     frame(&mut hasher, b"spex.request-digest.v1");
     frame(&mut hasher, operation.as_bytes());
     frame(&mut hasher, key.as_bytes());
-    hex::encode(hasher.finalize())
+    let digest = hex::encode(hasher.finalize());
+    debug_assert_eq!(digest.len(), 64, "a request digest is a SHA-256 in hex");
+    digest
 }
 
 /// The request a payload hash covers.
@@ -70,7 +72,9 @@ pub fn payload_hash(operation: &str, request_digest: &str, payload: &Payload<'_>
         .attributes
         .map(|map| serde_json::to_vec(map).expect("a JSON map always serializes"));
     frame_optional(&mut hasher, attributes.as_deref());
-    hex::encode(hasher.finalize())
+    let hash = hex::encode(hasher.finalize());
+    debug_assert_eq!(hash.len(), 64, "a payload hash is a SHA-256 in hex");
+    hash
 }
 
 #[cfg(test)]

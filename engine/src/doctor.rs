@@ -69,6 +69,11 @@ impl<F: Fs> Store<F> {
         // What the scan's reads noted is in `found` already.
         crate::damage::take_noted();
         found.sort();
+        debug_assert!(found.is_sorted(), "damage is reported in place order");
+        debug_assert!(
+            found.iter().all(|damage| damage.path.starts_with(self.layout.root())),
+            "every damage found lies inside the store"
+        );
         Ok(found)
     }
 
@@ -155,6 +160,11 @@ impl<F: Fs> Store<F> {
                 }
             }
             queue::write(self.files(id), &entries, &RECOVER)?;
+            assert_eq!(entries.len(), carried + restored.len(), "a repair loses no valid entry");
+            debug_assert!(
+                self.queue_file(id).is_ok_and(|repaired| repaired.damage.is_none()),
+                "a repaired queue reads sound"
+            );
             Ok(QueueRepair { kept: Some(kept), carried, restored, damage: Some(damage) })
         })
     }
@@ -197,6 +207,10 @@ impl<F: Fs> Store<F> {
                 Line::Sent(..) | Line::Status(_) => {}
             }
         }
+        debug_assert!(
+            owed.iter().all(|(mid, entry)| *mid == entry.mid && entry.dispatch.is_some()),
+            "what the log proves owed is keyed, each under its own mid"
+        );
         Ok(owed)
     }
 }

@@ -58,7 +58,9 @@ impl IdSource for RandomIds {
         reason = "the production id source is the one user of OS randomness"
     )]
     fn mid(&self) -> String {
-        uuid::Uuid::new_v4().to_string()
+        let mid = uuid::Uuid::new_v4().to_string();
+        debug_assert_eq!(mid.len(), 36, "a message id is a hyphenated UUID");
+        mid
     }
 }
 
@@ -83,7 +85,9 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> UnixMs {
         // Every reading moves time forward by a millisecond, so timestamps stay distinct.
-        self.now_ms.fetch_add(1, Ordering::SeqCst)
+        let now = self.now_ms.fetch_add(1, Ordering::SeqCst);
+        debug_assert!(now < u64::MAX, "a manual clock never wraps around");
+        now
     }
 
     fn sleep_ms(&self, ms: u64) {
@@ -109,7 +113,9 @@ impl IdSource for SeededIds {
     fn mid(&self) -> String {
         let mut bytes = [0u8; 16];
         crate::sync::lock(&self.rng).fill_bytes(&mut bytes);
-        uuid::Builder::from_random_bytes(bytes).into_uuid().to_string()
+        let mid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        debug_assert_eq!(mid.get_version_num(), 4, "a seeded id is a UUID v4, as a random one");
+        mid.to_string()
     }
 }
 
@@ -132,7 +138,9 @@ pub fn format_ts(ms: UnixMs) -> String {
 /// Parses a store timestamp back to milliseconds (any RFC 3339 time is accepted).
 pub fn parse_ts(ts: &str) -> Option<UnixMs> {
     let at: jiff::Timestamp = ts.parse().ok()?;
-    u64::try_from(at.as_millisecond()).ok()
+    let ms = u64::try_from(at.as_millisecond()).ok()?;
+    debug_assert!(ms <= i64::MAX as u64, "a timestamp's milliseconds fit the clock's");
+    Some(ms)
 }
 
 #[cfg(test)]

@@ -83,7 +83,10 @@ fn segment_bytes_of(value: &str) -> u64 {
         }
         _ => SEGMENT_BYTES_DEFAULT,
     };
-    debug_assert!(bound >= SEGMENT_BYTES_MIN, "whatever the text, the bound is at least the minimum");
+    debug_assert!(
+        bound >= SEGMENT_BYTES_MIN,
+        "whatever the text, the bound is at least the minimum"
+    );
     bound
 }
 
@@ -284,7 +287,11 @@ impl Layout {
         for name in names {
             path.push(name);
         }
-        debug_assert_eq!(path.as_os_str().len(), len, "a session's path is built in one allocation");
+        debug_assert_eq!(
+            path.as_os_str().len(),
+            len,
+            "a session's path is built in one allocation"
+        );
         path
     }
 

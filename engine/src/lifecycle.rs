@@ -131,6 +131,7 @@ impl<F: Fs> Store<F> {
                 });
             };
             self.commit_lifecycle(id, &record, &after, log)?;
+            debug_assert!(!log || after != before, "only a move is logged");
             Ok(Applied { before, after, logged: log, written: true })
         })
     }
@@ -188,6 +189,10 @@ impl<F: Fs> Store<F> {
     ) -> Result<()> {
         let now_ms = self.clock.now_ms();
         let tmp = self.layout.record_tmp(id);
+        debug_assert!(
+            !log || record.public_triple() == *after,
+            "the logged move is what readers see"
+        );
         if let Err(error) = atomic::stage(&self.fs, &tmp, &record.encode(), &APPEND.record) {
             atomic::discard(&self.fs, &tmp, &APPEND.record);
             return Err(error);
@@ -218,7 +223,12 @@ impl<F: Fs> Store<F> {
             &tmp,
             &self.layout.record(id),
             &APPEND.record,
-        )
+        )?;
+        debug_assert!(
+            self.fs.exists(&tmp).is_ok_and(|there| !there),
+            "a published record leaves no staging file"
+        );
+        Ok(())
     }
 
     /// Archives session `id`: a record-only write (no event) that sets `stopped`, `archived`
@@ -231,6 +241,7 @@ impl<F: Fs> Store<F> {
                 return Ok(());
             }
             record.set_archived();
+            debug_assert!(record.archived() || record.launch_pending().is_some(), "archived");
             self.write_record(id, &record, &ARCHIVE.record)
         })
     }

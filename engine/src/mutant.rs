@@ -158,12 +158,19 @@ impl Mutant {
             }
             name.push(c.to_ascii_lowercase());
         }
+        debug_assert!(
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+            "a mutant's name is kebab-case"
+        );
         name
     }
 
     /// Parses a kebab-case name.
     pub fn parse(name: &str) -> Option<Mutant> {
-        Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name)
+        let mutant =
+            Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name);
+        debug_assert!(mutant.is_none_or(|mutant| mutant.name() == name), "a name names its mutant");
+        mutant
     }
 }
 
@@ -176,6 +183,7 @@ thread_local! {
 #[cfg(feature = "mutants")]
 pub fn select(mutant: Option<Mutant>) {
     SELECTED.with(|selected| selected.set(mutant));
+    debug_assert_eq!(selected(), mutant, "the thread runs the variant selected");
 }
 
 /// The mutant selected on the calling thread (so a sweep can select it on its workers too).

@@ -180,7 +180,10 @@ fn parse_sound(bytes: &[u8]) -> Option<Vec<Entry>> {
             };
             Some(Entry { mid: entry.mid, text: entry.text, from: entry.from, attributes, dispatch })
         })
-        .collect()
+        .collect::<Option<Vec<Entry>>>()
+        .inspect(|entries| {
+            debug_assert!(entries.iter().all(valid), "a sound queue's every entry is valid");
+        })
 }
 
 /// Reads a queue file entry by entry: the valid entries, and why the file is damaged.
@@ -208,6 +211,7 @@ pub(crate) fn parse_lenient(bytes: &[u8]) -> QueueFile {
     if !invalid.is_empty() {
         file.damage = Some(format!("invalid entries at index {}", invalid.join(", ")));
     }
+    debug_assert!(file.entries.iter().all(valid), "a reader keeps only valid entries");
     file
 }
 
@@ -231,7 +235,9 @@ fn entry_of(item: serde_json::Value) -> Option<Entry> {
     if !object.get("from").is_some_and(serde_json::Value::is_string) {
         object.insert("from".to_owned(), serde_json::Value::Null);
     }
-    serde_json::from_value(serde_json::Value::Object(object)).ok()
+    let entry: Option<Entry> = serde_json::from_value(serde_json::Value::Object(object)).ok();
+    debug_assert!(entry.as_ref().is_none_or(valid), "an entry read is a valid one");
+    entry
 }
 
 /// The bytes of a non-empty queue: pretty JSON, trailing newline.
@@ -247,8 +253,10 @@ pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
 /// The session's queue file as a reader reads it: the valid entries and, when the file is
 /// damaged, why (an empty queue when there is no file).
 pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<QueueFile> {
-    Ok(atomic::read(files.fs, &files.layout.queue(files.id))?
-        .map_or_else(QueueFile::default, |bytes| parse(&bytes)))
+    let file = atomic::read(files.fs, &files.layout.queue(files.id))?
+        .map_or_else(QueueFile::default, |bytes| parse(&bytes));
+    debug_assert!(file.damage.is_some() || file.entries.iter().all(valid), "sound means valid");
+    Ok(file)
 }
 
 /// Whether the session has a queue file at all (the existing implementation's "owes
@@ -262,7 +270,10 @@ pub(crate) fn exists<F: Fs>(files: SessionFiles<'_, F>) -> Result<bool> {
 pub(crate) fn read_for_write<F: Fs>(files: SessionFiles<'_, F>) -> Result<Vec<Entry>> {
     let file = read(files)?;
     match file.damage {
-        None => Ok(file.entries),
+        None => {
+            debug_assert!(file.entries.iter().all(valid), "a writer starts from valid entries");
+            Ok(file.entries)
+        }
         Some(reason) => Err(Error::Corrupt {
             path: files.layout.queue(files.id),
             offset: 0,
@@ -296,13 +307,19 @@ pub(crate) fn write_around<F: Fs>(
         atomic::discard(files.fs, &tmp, &steps.queue);
         return Err(error);
     }
-    publish(files, entries.is_empty(), steps)
+    publish(files, entries.is_empty(), steps)?;
+    debug_assert!(
+        files.fs.exists(&tmp).is_ok_and(|there| !there),
+        "a published queue leaves no staging file"
+    );
+    Ok(())
 }
 
 /// Publishes the staged queue, or removes the queue when it is empty.
 fn publish<F: Fs>(files: SessionFiles<'_, F>, empty: bool, steps: &Boundaries) -> Result<()> {
     let (layout, id) = (files.layout, files.id);
     let dir = layout.session_dir(id);
+    debug_assert_eq!(layout.queue(id).parent(), Some(dir.as_path()), "the queue is the session's");
     if empty {
         return atomic::remove(
             files.fs,
@@ -325,12 +342,14 @@ pub(crate) fn write<F: Fs>(
         return publish(files, true, steps);
     }
     let (layout, id) = (files.layout, files.id);
+    let bytes = encode(entries);
+    debug_assert!(bytes.ends_with(b"\n"), "a queue file ends its last line");
     atomic::replace(
         files.fs,
         &layout.session_dir(id),
         &layout.queue(id),
         &layout.queue_tmp(id),
-        &encode(entries),
+        &bytes,
         &steps.queue,
     )
 }

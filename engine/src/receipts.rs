@@ -564,7 +564,10 @@ impl Index {
         let run = Run::open(fs, layout, id)?;
         let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
         let index = Index { run, cursor, ..Index::default() };
-        debug_assert!(index.folded.is_empty() && index.unpersisted_lines == 0, "nothing folded yet");
+        debug_assert!(
+            index.folded.is_empty() && index.unpersisted_lines == 0,
+            "nothing folded yet"
+        );
         Ok(index)
     }
 

@@ -402,8 +402,11 @@ impl Record {
 
     /// The title a person gave the session (`title`), if any and not blank.
     pub fn title(&self) -> Option<&str> {
-        let title =
-            self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty());
+        let title = self
+            .fields
+            .get("title")
+            .and_then(Value::as_str)
+            .filter(|title| !title.trim().is_empty());
         debug_assert!(title.is_none_or(|title| !title.trim().is_empty()), "a blank title is none");
         title
     }
@@ -673,7 +676,10 @@ pub(crate) fn adapter<F: Fs>(
         Some(bytes) => Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()),
         None => record.earlier_adapter().map(str::to_owned),
     };
-    debug_assert!(spec.as_deref().is_none_or(|spec| !spec.ends_with('\n')), "a spec without its line end");
+    debug_assert!(
+        spec.as_deref().is_none_or(|spec| !spec.ends_with('\n')),
+        "a spec without its line end"
+    );
     Ok(spec)
 }
 

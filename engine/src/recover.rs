@@ -97,6 +97,11 @@ impl<F: Fs> Store<F> {
     ) -> Result<T> {
         self.check_poison(id)?;
         let guard = self.lock_file(id, &self.layout.session_lock(id), &steps.lock)?;
+        debug_assert_eq!(
+            steps.lock.link.name().split('.').next(),
+            steps.log.append.name().split('.').next(),
+            "a transition's lock and log steps are named for the same transition"
+        );
         // One transition's broken variant: only it skips the vouch, so only that transition as
         // the next process's first command can show it. (A close that skips it is not a
         // mutant: it commits by renaming the session away, so what the dead holder left
@@ -125,6 +130,10 @@ impl<F: Fs> Store<F> {
         match result {
             Ok(value) => {
                 guard.release().inspect_err(|_| self.poison(id))?;
+                debug_assert!(
+                    self.check_poison(id).is_ok(),
+                    "a transition that succeeds leaves its session sound"
+                );
                 Ok(value)
             }
             Err(error) => {
@@ -132,6 +141,12 @@ impl<F: Fs> Store<F> {
                 if failed_io {
                     self.poison(id);
                 }
+                debug_assert!(
+                    !failed_io
+                        || active(Mutant::NoPoisonAfterFailedWrite)
+                        || self.check_poison(id).is_err(),
+                    "a failed write leaves its session poisoned in this handle"
+                );
                 if failed_io && !active(Mutant::ReleaseAfterFailedWrite) {
                     // Bytes the failed step wrote may be visible and not durable: the lock
                     // stays, so that its next taker vouches for them.

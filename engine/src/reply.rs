@@ -58,6 +58,9 @@ impl FromStr for ReplyChannel {
             "terminal" => Ok(ReplyChannel::Terminal),
             other => Err(format!("unknown reply channel {other:?} (expected note or terminal)")),
         }
+        .inspect(|channel: &ReplyChannel| {
+            debug_assert_eq!(channel.name(), s, "a channel parses from its name");
+        })
     }
 }
 
@@ -92,13 +95,16 @@ pub fn compose(
     } else {
         ReplyChannel::Terminal
     });
-    match effective {
+    let composed = match effective {
         ReplyChannel::Note => Composed { text: format!("{raw}{NOTE_HINT}"), note: true },
         ReplyChannel::Terminal if human && previous_human_used_note => {
             Composed { text: format!("{raw}{TERMINAL_HINT}"), note: false }
         }
         ReplyChannel::Terminal => Composed { text: raw.to_owned(), note: false },
-    }
+    };
+    assert!(composed.text.starts_with(raw), "a composed text delivers the raw text first");
+    debug_assert_eq!(composed.note, effective == ReplyChannel::Note, "the note is the channel's");
+    composed
 }
 
 #[cfg(test)]

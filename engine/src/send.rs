@@ -112,6 +112,7 @@ impl<F: Fs> Store<F> {
             Answer::Done(result) => result,
             Answer::Alone => {
                 let mut results = self.send_batch(to, std::slice::from_ref(request))?;
+                assert_eq!(results.len(), 1, "one answer per request");
                 results.pop().expect("one answer per request")
             }
         }
@@ -179,6 +180,7 @@ impl<F: Fs> Store<F> {
                 reason: "operation and key must be non-empty".to_owned(),
             });
         }
+        debug_assert!(request.text.len() <= TEXT_BYTES_MAX, "a request checked fits its bound");
         Ok(())
     }
 
@@ -251,12 +253,19 @@ impl<F: Fs> Store<F> {
             return Ok(Prepared::Refused(Error::Revoked { sender: sender.to_owned() }));
         }
         let keyed = keyed_of(request);
+        debug_assert_eq!(keyed.is_some(), request.key.is_some(), "a key has its digests");
         if let Some(keyed) = &keyed
             && let Some(replayed) = self.replay(to, keyed, batch)?
         {
             return Ok(replayed);
         }
-        self.accept_new(to, request, keyed, headless, last_line, batch)
+        let lines = batch.lines.len();
+        let prepared = self.accept_new(to, request, keyed, headless, last_line, batch)?;
+        debug_assert!(
+            batch.lines.len() == lines + usize::from(matches!(prepared, Prepared::Accepted(_))),
+            "a new message accepted adds its one line; a refusal adds none"
+        );
+        Ok(prepared)
     }
 
     /// The answer to a keyed request whose key was accepted before (earlier in this batch, or
@@ -400,6 +409,7 @@ fn restore_debt(entries: &mut Vec<Entry>, known: &crate::receipts::Known) -> boo
     // Without frozen delivery bytes (the existing implementation's August 2026 receipts) there
     // is nothing to restore from.
     let Some(delivery) = &known.receipt.delivery else { return false };
+    let owed = entries.len();
     entries.push(Entry {
         mid: known.mid.clone(),
         text: delivery.text.clone(),
@@ -410,6 +420,7 @@ fn restore_debt(entries: &mut Vec<Entry>, known: &crate::receipts::Known) -> boo
             request_digest: known.receipt.request_digest.clone(),
         }),
     });
+    debug_assert_eq!(entries.len(), owed + 1, "a restored debt is owed once");
     true
 }
 
@@ -442,6 +453,7 @@ fn sent_line(
         from,
         reply_via: composed.note.then(|| "note".to_owned()),
     };
+    debug_assert_eq!(receipt.is_some(), keyed.is_some(), "a keyed send's line holds its receipt");
     Line::Sent(event, receipt)
 }
 
@@ -457,5 +469,6 @@ fn keyed_of(request: &SendRequest) -> Option<Keyed> {
         attributes: request.attributes.as_ref(),
     };
     let payload_hash = digest::payload_hash(&key.operation, &request_digest, &payload);
+    debug_assert_ne!(request_digest, payload_hash, "the two digests are framed apart");
     Some(Keyed { operation: key.operation.clone(), request_digest, payload_hash })
 }

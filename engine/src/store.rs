@@ -366,7 +366,10 @@ impl<F: Fs> Store<F> {
     pub(crate) fn is_revoked(&self, sender: &str) -> Result<bool> {
         let Ok(sender) = SessionId::new(sender) else { return Ok(false) };
         let revoked = self.layout.revoked(&sender);
-        debug_assert!(!revoked.starts_with(self.layout.sessions_dir()), "a revocation outlives its session's directory");
+        debug_assert!(
+            !revoked.starts_with(self.layout.sessions_dir()),
+            "a revocation outlives its session's directory"
+        );
         Ok(self.fs.exists(&revoked)?)
     }
 
@@ -437,7 +440,11 @@ impl<F: Fs> Store<F> {
             }
             let record = Record::new(id, triple, self.clock.now_ms(), worktree);
             self.write_record(id, &record, &steps.record)?;
-            debug_assert_eq!(record.session_id(), Some(id.as_str()), "a new record is its session's");
+            debug_assert_eq!(
+                record.session_id(),
+                Some(id.as_str()),
+                "a new record is its session's"
+            );
             Ok(record)
         })
     }
