@@ -139,5 +139,7 @@ pub(crate) fn read<F: Fs>(fs: &F, path: &Path) -> Result<Option<Vec<u8>>> {
             bytes_max: STATE_FILE_BYTES_MAX,
         });
     }
-    Ok(Some(file.read_to_end()?))
+    let bytes = file.read_to_end()?;
+    debug_assert!(bytes.len() as u64 <= len, "a state file is read to the length it had");
+    Ok(Some(bytes))
 }

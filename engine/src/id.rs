@@ -58,6 +58,7 @@ impl SessionId {
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
+        debug_assert!(!self.0.is_empty(), "a session id is never empty: only `new` makes one");
         &self.0
     }
 }

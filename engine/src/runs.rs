@@ -352,6 +352,7 @@ pub fn append<F: Fs>(
     }
     let mut bytes = serde_json::to_vec(line)
         .map_err(|error| Error::InvalidInput { what: "run line", reason: error.to_string() })?;
+    debug_assert!(!bytes.contains(&b'\n'), "JSON escapes newlines: a run line is one line");
     bytes.push(b'\n');
     // A torn line left by a crash ends without a newline: start on a fresh line after it.
     let len = file.len()?;
@@ -363,6 +364,10 @@ pub fn append<F: Fs>(
         }
     }
     let result = file.append(&bytes, APPEND).and_then(|()| file.sync_data(SYNC));
+    debug_assert!(
+        result.is_err() || file.len().is_ok_and(|grown| grown >= len + bytes.len() as u64),
+        "a run line appended is in the log"
+    );
     let _unlocked = file.unlock();
     Ok(result?)
 }
@@ -393,6 +398,10 @@ pub fn read<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<RunLi
     if complete.len() < bytes.len() {
         unreadable += 1;
     }
+    debug_assert!(
+        lines.len() + unreadable <= bytes.iter().filter(|byte| **byte == b'\n').count() + 1,
+        "at most one reading per line"
+    );
     Ok((lines, unreadable))
 }
 
@@ -420,6 +429,7 @@ pub fn fold(
         let Some(run) = folding.get_mut(index) else { continue };
         run.take(line);
     }
+    debug_assert_eq!(by_id.len(), folding.len(), "one run per id, in order of its first line");
     folding
         .into_iter()
         .map(|Folding { mut run, ended, .. }| {
@@ -429,6 +439,10 @@ pub fn fold(
                     _ => Outcome::Interrupted,
                 };
             }
+            debug_assert!(
+                ended != matches!(run.outcome, Outcome::Running | Outcome::Interrupted),
+                "a run that ended says how; one that did not is running or interrupted"
+            );
             run
         })
         .collect()
@@ -446,6 +460,7 @@ impl Folding {
     /// Takes what `line` says of the run (see the module header for which line wins).
     fn take(&mut self, line: &RunLine) {
         let Folding { run, rank, ended } = self;
+        debug_assert!(*rank <= 4, "a native id's source ranks 0 to 4");
         let mut offer = |native: Option<&str>, source: u8, run: &mut Run| {
             if let Some(native) = native.filter(|native| !native.is_empty())
                 && (source > *rank || run.native_id.is_none())

@@ -63,7 +63,9 @@ impl Status {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|status| status.name() == name)
+        let status = Status::ALL.into_iter().find(|status| status.name() == name);
+        debug_assert!(status.is_none_or(|status| status.name() == name), "a name names its status");
+        status
     }
 }
 
@@ -91,7 +93,10 @@ impl Proposal {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Proposal> {
-        [Proposal::Merge, Proposal::Nothing, Proposal::Close].into_iter().find(|p| p.name() == name)
+        let proposal =
+            [Proposal::Merge, Proposal::Nothing, Proposal::Close].into_iter().find(|p| p.name() == name);
+        debug_assert!(proposal.is_none_or(|p| p.name() == name), "a name names its proposal");
+        proposal
     }
 }
 
@@ -109,11 +114,17 @@ pub struct Triple {
 impl Triple {
     /// A normalized triple: the proposal is dropped unless awaiting, an empty note is none.
     pub fn new(status: Status, proposal: Option<Proposal>, note: Option<String>) -> Triple {
-        Triple {
+        let triple = Triple {
             status,
             proposal: if status == Status::Awaiting { proposal } else { None },
             note: note.filter(|note| !note.is_empty()),
-        }
+        };
+        debug_assert!(
+            (triple.status == Status::Awaiting || triple.proposal.is_none())
+                && triple.note.as_deref().is_none_or(|note| !note.is_empty()),
+            "a normalized triple proposes only while awaiting, and has no empty note"
+        );
+        triple
     }
 
     /// The display word of this triple.
@@ -125,13 +136,18 @@ impl Triple {
 /// The display word of a status (read time only, never stored): active -> `working`; awaiting ->
 /// merge `review`, nothing or none `done`, close `close-pending`; others unchanged.
 pub fn display_word(status: Status, proposal: Option<Proposal>) -> &'static str {
-    match (status, proposal) {
+    let word = match (status, proposal) {
         (Status::Active, _) => "working",
         (Status::Awaiting, Some(Proposal::Merge)) => "review",
         (Status::Awaiting, Some(Proposal::Nothing) | None) => "done",
         (Status::Awaiting, Some(Proposal::Close)) => "close-pending",
         (status, _) => status.name(),
-    }
+    };
+    debug_assert!(
+        status == Status::Active || status == Status::Awaiting || word == status.name(),
+        "only active and awaiting read otherwise than they are stored"
+    );
+    word
 }
 
 /// The exact transport bytes a keyed send froze, from which a lost queue entry is restored.

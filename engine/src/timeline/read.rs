@@ -31,7 +31,9 @@ pub(crate) struct Segment {
 impl Segment {
     /// The segment's position in a cursor: 0 for legacy, else its number.
     fn key(&self) -> u64 {
-        self.no.map_or(0, |no| no.0)
+        let key = self.no.map_or(0, |no| no.0);
+        debug_assert!(key <= SegmentNo::MAX.0, "a segment's key is one a name can hold");
+        key
     }
 }
 
@@ -139,6 +141,10 @@ fn numbered_segments<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<V
             });
         }
     }
+    debug_assert!(
+        numbered.iter().zip(1..).all(|(no, expected)| no.0 == expected),
+        "numbered segments run from 1 without a gap"
+    );
     Ok(numbered)
 }
 
@@ -176,7 +182,12 @@ fn torn_from(rest: &[u8]) -> bool {
 /// The length of the newest segment without its torn tail (an unterminated end and the damaged
 /// lines before it, see [`damaged`]), reading backward only as far as that tail reaches.
 pub(crate) fn sound_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
-    Ok(BackwardLines::open(fs, segment, true)?.end())
+    let sound = BackwardLines::open(fs, segment, true)?.end();
+    debug_assert!(
+        segment.len.is_none_or(|len| sound <= len),
+        "the sound part of a segment is a prefix of it"
+    );
+    Ok(sound)
 }
 
 /// Whether a segment may end in a torn line: the newest one, and the legacy one.
@@ -237,6 +248,7 @@ fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
     let filled = file.read_full_at(offset, &mut buf)?;
     buf.truncate(filled);
+    debug_assert!(buf.len() as u64 <= len - offset, "a read past the cursor ends at the file's end");
     Ok(buf)
 }
 
@@ -281,6 +293,7 @@ impl FromStr for Cursor {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
         let cursor = Cursor { index: number(index)?, segment, offset: number(offset)? };
+        debug_assert!(cursor.segment <= SegmentNo::MAX.0, "a cursor names a segment's key");
         Ok(cursor)
     }
 }
@@ -333,6 +346,7 @@ impl FromStr for Position {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
         let position = Position { segment, offset: number(offset)? };
+        debug_assert!(position.segment <= SegmentNo::MAX.0, "a position names a segment's key");
         Ok(position)
     }
 }
@@ -437,7 +451,10 @@ pub(crate) fn tail_lines<F: Fs>(
     counts: impl Fn(&Line) -> bool,
 ) -> Result<Vec<Line>> {
     let page = page_lines(fs, layout, id, None, want, counts)?;
-
+    debug_assert!(
+        page.lines.windows(2).all(|pair| matches!(pair, [newer, older] if older.0 < newer.0)),
+        "a tail is read newest first"
+    );
     Ok(page.lines.into_iter().map(|(_, line)| line).collect())
 }
 

@@ -202,6 +202,11 @@ pub(crate) fn vouch<F: Fs>(
     } else {
         segments.iter().rev().find(|segment| segment.no.is_some())
     };
+    debug_assert!(
+        active(Mutant::VouchSyncsOldestSegment)
+            || newest.is_none_or(|newest| segments.iter().all(|segment| segment.no <= newest.no)),
+        "a vouch syncs the newest segment: the only one a holder appended to unsynced"
+    );
     if let Some(newest) = newest {
         let file = fs.open(&newest.path, OpenOptions::read_write(), steps.vouch)?;
         file.sync_data(steps.vouch)?;
@@ -282,6 +287,7 @@ fn unterminated_cut<T: File>(file: &T, len: u64) -> Result<u64> {
         }
         pos -= 1;
     }
+    debug_assert!(pos <= len, "the cut keeps a prefix");
     Ok(pos)
 }
 
