@@ -360,6 +360,10 @@ impl<F: Fs> Store<F> {
                 }
             }
         }
+        debug_assert!(
+            found.as_ref().is_none_or(|closure| closure.id.starts_with(selector)),
+            "a close found by prefix is one the selector begins"
+        );
         Ok(found)
     }
 

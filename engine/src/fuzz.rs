@@ -84,14 +84,16 @@ struct ReceiptWorld {
 const RECEIPT_OPERATION: &str = "fuzz";
 
 fn open(fs: &SimFs) -> Store<SimFs> {
-    Store::open(
+    let store = Store::open(
         fs.clone(),
         "/store",
         Arc::new(ManualClock::new(1_784_160_000_000)),
         Arc::new(SeededIds::new(7)),
         Config { drain_retry_delay_ms: 0, ..Config::default() },
     )
-    .expect("a simulated store opens")
+    .expect("a simulated store opens");
+    assert_eq!(store.layout().root(), std::path::Path::new("/store"), "the world's store");
+    store
 }
 
 /// A new world for every input (a simulated store is cheap), so an input replays alone exactly
@@ -118,6 +120,10 @@ fn receipt_world() -> ReceiptWorld {
     let persisted = crate::atomic::read(&fs, &store.layout().receipt_index(&id))
         .expect("the index reads")
         .expect("the keyed sends persisted the index");
+    assert!(
+        sent.iter().all(|(_, mid)| !mid.is_empty()) && persisted.len() >= 4096,
+        "three keyed messages, and a persisted index of a header and a block at least"
+    );
     ReceiptWorld { fs, id, sent, persisted }
 }
 
@@ -129,6 +135,7 @@ fn plant_index(world: &ReceiptWorld, bytes: &[u8]) {
         .open(&path, OpenOptions::create_truncate(), faultfs::Boundary::new("fuzz.index"))
         .expect("the index file opens");
     file.write_at(0, bytes, faultfs::Boundary::new("fuzz.index.write")).expect("it is written");
+    assert_eq!(file.len().ok(), Some(bytes.len() as u64), "the planted index is the input whole");
 }
 
 /// The persisted receipt index, with its checksums made valid (so the fuzzer reaches what is

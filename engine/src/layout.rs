@@ -344,11 +344,16 @@ impl Layout {
     /// The segment a cursor's or position's key names: the legacy segment for 0, else the
     /// numbered one; `None` for a key no segment's name can hold (it names no file).
     pub fn segment_of_key(&self, id: &SessionId, key: u64) -> Option<PathBuf> {
-        if key == 0 {
+        let path = if key == 0 {
             Some(self.legacy_segment(id))
         } else {
             SegmentNo::from_key(key).map(|no| self.segment(id, no))
-        }
+        };
+        debug_assert!(
+            path.is_some() || key > SegmentNo::MAX.0,
+            "every key a name can hold names one"
+        );
+        path
     }
 
     /// The drain adapter spec of a session created by this engine (one line).

@@ -843,6 +843,10 @@ impl ReceiptIndexes {
         if let Persisted::Damaged = index.fold(fs, layout, id, lines)? {
             return Ok(Persisted::Damaged);
         }
+        debug_assert!(
+            (next.segment, next.offset) >= (before.segment, before.offset),
+            "an index folds forward only"
+        );
         index.cursor = next;
         if let Some(steps) = steps
             && index.cursor != before

@@ -145,7 +145,9 @@ impl Record {
         {
             return Err("zcode_child_session_ids is not a list of session ids".to_owned());
         }
-        self.fence().map(|_| ())
+        self.fence()?;
+        debug_assert!(self.session_id().is_some(), "a record that checks names its session");
+        Ok(())
     }
 
     /// The record's bytes: pretty JSON, 2-space indent, trailing newline; a governed record in
@@ -165,6 +167,10 @@ impl Record {
         let fields = if self.runtime_owned() { self.fields.clone() } else { self.projection() };
         let mut bytes = serde_json::to_vec_pretty(&fields).expect("a JSON map always serializes");
         bytes.push(b'\n');
+        debug_assert!(
+            bytes.starts_with(b"{") && bytes.ends_with(b"}\n"),
+            "one object, one line end"
+        );
         bytes
     }
 

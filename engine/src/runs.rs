@@ -567,6 +567,7 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
     let Some(last) = runs.last() else {
         return Progress::Unknown("no run recorded".to_owned());
     };
+    debug_assert!(!last.run.is_empty(), "a run folded from a line has an id");
     let settled = || match declared.status {
         Status::Awaiting => Progress::Finished,
         Status::Asking | Status::Parked => Progress::WaitingForInput,
@@ -600,7 +601,13 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
 pub fn runs<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<(Vec<Run>, usize)> {
     let (lines, unreadable) = read(fs, layout, id)?;
     let alive = |pid, start| process_alive(fs, pid, start);
-    Ok((fold(id.as_str(), &lines, &alive), unreadable))
+    let runs = fold(id.as_str(), &lines, &alive);
+    debug_assert!(runs.len() <= lines.len(), "a run has at least one line");
+    debug_assert!(
+        runs.iter().all(|run| run.session == id.as_str()),
+        "a session's runs are its own"
+    );
+    Ok((runs, unreadable))
 }
 
 #[cfg(test)]

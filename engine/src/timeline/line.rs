@@ -93,8 +93,9 @@ impl Proposal {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Proposal> {
-        let proposal =
-            [Proposal::Merge, Proposal::Nothing, Proposal::Close].into_iter().find(|p| p.name() == name);
+        let proposal = [Proposal::Merge, Proposal::Nothing, Proposal::Close]
+            .into_iter()
+            .find(|p| p.name() == name);
         debug_assert!(proposal.is_none_or(|p| p.name() == name), "a name names its proposal");
         proposal
     }

@@ -248,7 +248,10 @@ fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
     let filled = file.read_full_at(offset, &mut buf)?;
     buf.truncate(filled);
-    debug_assert!(buf.len() as u64 <= len - offset, "a read past the cursor ends at the file's end");
+    debug_assert!(
+        buf.len() as u64 <= len - offset,
+        "a read past the cursor ends at the file's end"
+    );
     Ok(buf)
 }
 

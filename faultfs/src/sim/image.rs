@@ -576,6 +576,8 @@ impl<'a> Builder<'a> {
         let list = &self.pieces.list;
         let seed = mix(self.state.plan.seed, self.state.op_count);
         let (_, ephemeral_files) = ephemeral(self.state);
+        let generated = self.generated;
+        let mut cuts_tried = 0;
         for (op, pending) in self.state.pending.iter().enumerate() {
             let Pending::Data { ino, change: DataChange::Write { offset, bytes } } = pending else {
                 continue;
@@ -585,6 +587,7 @@ impl<'a> Builder<'a> {
             }
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);
             for cut in torn_cuts(lo, hi, mix(seed, op as u64)) {
+                cuts_tried += 1;
                 let choices: Vec<Choice> = list
                     .iter()
                     .map(|piece| match (&piece.kind, piece.op.cmp(&op)) {
@@ -601,6 +604,7 @@ impl<'a> Builder<'a> {
                 self.add(&choices);
             }
         }
+        assert_eq!(self.generated - generated, cuts_tried, "one candidate per torn cut");
     }
 
     fn add(&mut self, choices: &[Choice]) {
@@ -728,6 +732,10 @@ impl<'a> Builder<'a> {
     ) -> Option<Image> {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
+        debug_assert!(
+            files.keys().all(|ino| matches!(state.inode(*ino).node, Node::File(_))),
+            "only files have contents"
+        );
         let entries_of = |dir| entries.get(&dir).unwrap_or(&state.dir(dir).durable);
         let mut content = |ino, file: &FileNode| match files.get(&ino) {
             Some((bytes, hash)) => (Arc::clone(bytes), *hash),
@@ -884,6 +892,7 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
             *parent.get_mut(i).expect("a piece") = grand;
             i = grand;
         }
+        debug_assert_eq!(parent.get(i), Some(&i), "a root is its own parent");
         i
     }
     let mut owner: BTreeMap<Object, usize> = BTreeMap::new();
@@ -900,6 +909,11 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
             if a != b {
                 *parent.get_mut(a.max(b)).expect("a root is a piece") = a.min(b);
             }
+            debug_assert_eq!(
+                root(&mut parent, first),
+                root(&mut parent, index),
+                "pieces touching one object share a group"
+            );
         }
     }
     let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();

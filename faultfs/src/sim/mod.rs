@@ -478,7 +478,9 @@ impl SimFs {
 
     /// The trace of every mutating op so far.
     pub fn trace(&self) -> Trace {
-        self.lock().trace.clone()
+        let state = self.lock();
+        debug_assert_eq!(state.trace.len() as u64, state.op_count, "one trace entry per op");
+        state.trace.clone()
     }
 
     /// Where the simulated process crashed, if it has.
@@ -1119,7 +1121,13 @@ impl Fs for SimFs {
     type File = SimFile;
 
     fn open(&self, path: &Path, options: OpenOptions, boundary: Boundary) -> Result<SimFile> {
-        self.open_impl(path, options, boundary)
+        let file = self.open_impl(path, options, boundary)?;
+        debug_assert_eq!(
+            file.writable,
+            options.write || options.create || options.create_new,
+            "a file opened to write or create takes writes; one opened to read refuses them"
+        );
+        Ok(file)
     }
 
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
