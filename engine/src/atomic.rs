@@ -140,6 +140,5 @@ pub(crate) fn read<F: Fs>(fs: &F, path: &Path) -> Result<Option<Vec<u8>>> {
         });
     }
     let bytes = file.read_to_end()?;
-    debug_assert!(bytes.len() as u64 <= len, "a state file is read to the length it had");
     Ok(Some(bytes))
 }

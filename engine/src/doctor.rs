@@ -69,7 +69,6 @@ impl<F: Fs> Store<F> {
         // What the scan's reads noted is in `found` already.
         crate::damage::take_noted();
         found.sort();
-        debug_assert!(found.is_sorted(), "damage is reported in place order");
         debug_assert!(
             found.iter().all(|damage| damage.path.starts_with(self.layout.root())),
             "every damage found lies inside the store"

@@ -85,9 +85,8 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> UnixMs {
         // Every reading moves time forward by a millisecond, so timestamps stay distinct.
-        let now = self.now_ms.fetch_add(1, Ordering::SeqCst);
-        debug_assert!(now < u64::MAX, "a manual clock never wraps around");
-        now
+
+        self.now_ms.fetch_add(1, Ordering::SeqCst)
     }
 
     fn sleep_ms(&self, ms: u64) {
@@ -139,7 +138,6 @@ pub fn format_ts(ms: UnixMs) -> String {
 pub fn parse_ts(ts: &str) -> Option<UnixMs> {
     let at: jiff::Timestamp = ts.parse().ok()?;
     let ms = u64::try_from(at.as_millisecond()).ok()?;
-    debug_assert!(ms <= i64::MAX as u64, "a timestamp's milliseconds fit the clock's");
     Some(ms)
 }
 

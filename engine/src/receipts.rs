@@ -166,17 +166,13 @@ type Digest32 = [u8; 32];
 
 /// The `len` bytes at `at` of `bytes`, when it holds them.
 fn field(bytes: &[u8], at: usize, len: usize) -> Option<&[u8]> {
-    let found = bytes.get(at..at.checked_add(len)?);
-    debug_assert!(found.is_none_or(|found| found.len() == len), "a field is as long as asked");
-    found
+    bytes.get(at..at.checked_add(len)?)
 }
 
 /// The `len` bytes at `at` of a buffer this module sized from the layout's constants, to be
 /// written (the constants keep every field inside its block: a miss is a bug here).
 fn field_mut(bytes: &mut [u8], at: usize, len: usize) -> &mut [u8] {
-    let found = bytes.get_mut(at..at + len).expect("a field inside the block the layout sized");
-    debug_assert_eq!(found.len(), len, "a field is as long as asked");
-    found
+    (bytes.get_mut(at..at + len).expect("a field inside the block the layout sized")) as _
 }
 
 /// The little-endian word at `at` of `bytes`, when it holds it.
@@ -274,7 +270,6 @@ impl Header {
             cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
             pin: String::from_utf8(field(bytes, 49, pin_len)?.to_vec()).ok()?,
         };
-        debug_assert!(header.pin.len() <= 71, "a pin fits its header field");
         Some(header)
     }
 }
@@ -297,10 +292,6 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     let records: Vec<Posting> = (0..count)
         .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
         .collect::<Option<_>>()?;
-    debug_assert!(
-        (1..=RECORDS_PER_BLOCK).contains(&records.len()),
-        "a data block holds 1 to {RECORDS_PER_BLOCK} records"
-    );
     Some(records)
 }
 
@@ -428,10 +419,6 @@ impl Run {
         if tail_pin(fs, layout, id, header.cursor)?.as_deref() != Some(header.pin.as_str()) {
             return Ok(None);
         }
-        debug_assert!(
-            header.records <= header.blocks.saturating_mul(RECORDS_PER_BLOCK as u64),
-            "an open run's blocks can hold its records"
-        );
         Ok(Some(Run { header }))
     }
 
@@ -496,7 +483,6 @@ impl Run {
         if records.len() as u64 != self.header.records {
             return Ok(Persisted::Damaged);
         }
-        debug_assert_eq!(records.len() as u64, self.header.records, "every record of the run");
         Ok(Persisted::Sound(records))
     }
 }
@@ -564,10 +550,6 @@ impl Index {
         let run = Run::open(fs, layout, id)?;
         let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
         let index = Index { run, cursor, ..Index::default() };
-        debug_assert!(
-            index.folded.is_empty() && index.unpersisted_lines == 0,
-            "nothing folded yet"
-        );
         Ok(index)
     }
 
@@ -872,7 +854,6 @@ impl ReceiptIndexes {
     pub(crate) fn forget(&self, id: &SessionId) {
         let mut indexes = lock(&self.by_session);
         indexes.remove(id);
-        debug_assert!(!indexes.contains_key(id), "a forgotten index is rebuilt before it answers");
     }
 }
 

@@ -259,9 +259,7 @@ impl Record {
 
     /// A string field, `''` read as none.
     fn text(&self, key: &str) -> Option<&str> {
-        let text = self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty());
-        debug_assert!(text.is_none_or(|text| !text.is_empty()), "an empty text reads as none");
-        text
+        self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty())
     }
 
     fn flag(&self, key: &str) -> bool {
@@ -401,20 +399,12 @@ impl Record {
 
     /// The harness (`''` reads as `claude`, as the existing reader reads it).
     pub fn harness(&self) -> &str {
-        let harness = self.text("harness").unwrap_or("claude");
-        debug_assert!(!harness.is_empty(), "every session runs some harness");
-        harness
+        (self.text("harness").unwrap_or("claude")) as _
     }
 
     /// The title a person gave the session (`title`), if any and not blank.
     pub fn title(&self) -> Option<&str> {
-        let title = self
-            .fields
-            .get("title")
-            .and_then(Value::as_str)
-            .filter(|title| !title.trim().is_empty());
-        debug_assert!(title.is_none_or(|title| !title.trim().is_empty()), "a blank title is none");
-        title
+        self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty())
     }
 
     /// The harness's own thread id.
@@ -446,7 +436,6 @@ impl Record {
             return Ok(false);
         }
         self.fields.insert(key.to_owned(), value.clone());
-        debug_assert_eq!(self.fields.get(key), Some(&value), "the binding reads back");
         Ok(true)
     }
 
@@ -460,17 +449,12 @@ impl Record {
         if self.text("status") != Some(LAUNCH_QUEUED) {
             return None;
         }
-        let owner = self
-            .fields
+
+        self.fields
             .get("launch_owner")
             .and_then(Value::as_str)
             .map(str::trim)
-            .filter(|owner| !owner.is_empty());
-        debug_assert!(
-            owner.is_none_or(|owner| !owner.is_empty() && owner.trim() == owner),
-            "an owner is a trimmed name"
-        );
-        owner
+            .filter(|owner| !owner.is_empty())
     }
 
     /// A flag as a public reader sees it (frozen while a launch is in flight).
@@ -682,10 +666,6 @@ pub(crate) fn adapter<F: Fs>(
         Some(bytes) => Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()),
         None => record.earlier_adapter().map(str::to_owned),
     };
-    debug_assert!(
-        spec.as_deref().is_none_or(|spec| !spec.ends_with('\n')),
-        "a spec without its line end"
-    );
     Ok(spec)
 }
 

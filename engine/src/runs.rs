@@ -567,7 +567,6 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
     let Some(last) = runs.last() else {
         return Progress::Unknown("no run recorded".to_owned());
     };
-    debug_assert!(!last.run.is_empty(), "a run folded from a line has an id");
     let settled = || match declared.status {
         Status::Awaiting => Progress::Finished,
         Status::Asking | Status::Parked => Progress::WaitingForInput,

@@ -68,7 +68,6 @@ impl FromStr for KillPoint {
         if name.is_empty() {
             return Err(format!("kill point {s:?}: the boundary name is empty"));
         }
-        debug_assert!(occurrence >= 1, "occurrences count from 1");
         Ok(KillPoint::Boundary { name: name.to_owned(), occurrence })
     }
 }

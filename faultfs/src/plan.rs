@@ -51,7 +51,6 @@ impl FromStr for Fault {
             .into_iter()
             .find(|fault| fault.name() == s)
             .ok_or_else(|| format!("unknown fault {s:?} (expected crash, eio, enospc or short)"))?;
-        debug_assert_eq!(fault.name(), s, "a fault parses from its name");
         Ok(fault)
     }
 }
@@ -92,7 +91,6 @@ impl FaultPlan {
         let fault = *Fault::ALL
             .get(((mixed >> 32) % Fault::ALL.len() as u64) as usize)
             .expect("an index modulo the length");
-        assert!(op_index < op_count, "a random plan faults an op the run issues");
         FaultPlan::fault_at(seed, op_index, fault)
     }
 }
@@ -134,11 +132,6 @@ impl FromStr for FaultPlan {
             }
         };
         let plan = FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) };
-        debug_assert!(
-            s.starts_with(&format!("seed={seed}"))
-                && (trigger_part.is_some() == plan.trigger.is_some()),
-            "a plan parses to what it says"
-        );
         Ok(plan)
     }
 }

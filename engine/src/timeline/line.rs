@@ -63,9 +63,7 @@ impl Status {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Status> {
-        let status = Status::ALL.into_iter().find(|status| status.name() == name);
-        debug_assert!(status.is_none_or(|status| status.name() == name), "a name names its status");
-        status
+        Status::ALL.into_iter().find(|status| status.name() == name)
     }
 }
 
@@ -93,11 +91,7 @@ impl Proposal {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Proposal> {
-        let proposal = [Proposal::Merge, Proposal::Nothing, Proposal::Close]
-            .into_iter()
-            .find(|p| p.name() == name);
-        debug_assert!(proposal.is_none_or(|p| p.name() == name), "a name names its proposal");
-        proposal
+        [Proposal::Merge, Proposal::Nothing, Proposal::Close].into_iter().find(|p| p.name() == name)
     }
 }
 
@@ -115,17 +109,11 @@ pub struct Triple {
 impl Triple {
     /// A normalized triple: the proposal is dropped unless awaiting, an empty note is none.
     pub fn new(status: Status, proposal: Option<Proposal>, note: Option<String>) -> Triple {
-        let triple = Triple {
+        Triple {
             status,
             proposal: if status == Status::Awaiting { proposal } else { None },
             note: note.filter(|note| !note.is_empty()),
-        };
-        debug_assert!(
-            (triple.status == Status::Awaiting || triple.proposal.is_none())
-                && triple.note.as_deref().is_none_or(|note| !note.is_empty()),
-            "a normalized triple proposes only while awaiting, and has no empty note"
-        );
-        triple
+        }
     }
 
     /// The display word of this triple.

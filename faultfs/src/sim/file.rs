@@ -97,7 +97,6 @@ impl SimFile {
 
 impl File for SimFile {
     fn path(&self) -> &Path {
-        debug_assert!(self.path.is_absolute(), "a simulated file is opened by its absolute path");
         &self.path
     }
 
@@ -153,7 +152,6 @@ impl File for SimFile {
             unreachable!("an open file is a regular file (opens refuse anything else)")
         };
         let len = file.volatile.len() as u64;
-        debug_assert!(state.halted.is_none(), "a live machine answers");
         Ok(len)
     }
 
@@ -217,10 +215,5 @@ impl Drop for SimFile {
         if state.locks.get(&self.ino) == Some(&self.handle) {
             state.locks.remove(&self.ino);
         }
-        debug_assert_ne!(
-            state.locks.get(&self.ino),
-            Some(&self.handle),
-            "closing a file releases its lock"
-        );
     }
 }

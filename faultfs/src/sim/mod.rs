@@ -622,7 +622,6 @@ impl SimFs {
         let read = state.read_since_mark.take().unwrap_or_default();
         let paths: BTreeSet<String> =
             read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect();
-        debug_assert!(paths.len() <= read.len(), "one path per file read");
         paths
     }
 
@@ -750,7 +749,6 @@ impl State {
             self.op_count,
             "one trace entry per op this process issued"
         );
-        debug_assert!(self.halted.is_none(), "a crashed machine begins no op");
         match fault {
             Some(Fault::Crash) => {
                 self.halted = Some((boundary, index));
@@ -790,11 +788,6 @@ impl State {
             .volatile
             .get(*from_name)
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
-        debug_assert!(
-            matches!(self.inode(from_dir).node, Node::Dir(_))
-                && matches!(self.inode(to_dir).node, Node::Dir(_)),
-            "both sides of {op:?} resolve to directories"
-        );
         Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
     }
 
@@ -856,7 +849,6 @@ impl State {
         if options.truncate && options.write {
             self.set_len(ino, 0);
         }
-        debug_assert!(matches!(self.inode(ino).node, Node::File(_)), "only a file is opened");
         Ok(())
     }
 
@@ -1229,7 +1221,6 @@ impl Fs for SimFs {
         if state.rules.sync_makes_durable {
             state.sync_dir(dir);
         }
-        assert!(state.halted.is_none(), "a directory sync that returns ran on a live machine");
         Ok(())
     }
 
@@ -1294,7 +1285,6 @@ impl Fs for SimFs {
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
         let state = self.lock();
         let start = state.processes.get(&pid).copied();
-        debug_assert!(start.is_none_or(|ms| ms <= state.clock_ms), "a process started by now");
         Ok(start)
     }
 }
@@ -1416,19 +1406,15 @@ fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Err
 /// The bytes `lo..hi` of `buf`, which its caller made hold them (a buffer grown to a write's
 /// end, a chunk inside its snapshot): a miss is a bug of the simulation.
 pub(crate) fn span(buf: &[u8], lo: usize, hi: usize) -> &[u8] {
-    let bytes =
-        buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len()));
-    debug_assert_eq!(bytes.len(), hi - lo, "a span holds its bytes");
-    bytes
+    (buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len())))
+        as _
 }
 
 /// The bytes `lo..hi` of `buf`, to be written (see [`span`]).
 pub(crate) fn span_mut(buf: &mut [u8], lo: usize, hi: usize) -> &mut [u8] {
     let len = buf.len();
-    let bytes =
-        buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"));
-    debug_assert_eq!(bytes.len(), hi - lo, "a span holds its bytes");
-    bytes
+
+    (buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"))) as _
 }
 
 pub(crate) fn apply_write(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {

@@ -21,7 +21,6 @@ impl SimFs {
             let mut state = self.lock();
             let now = state.clock_ms;
             state.processes.entry(pid).or_insert(now);
-            debug_assert!(state.processes.contains_key(&pid), "the process runs");
         }
         SimFs { state: SyncArc::clone(&self.state), process_id: pid }
     }
@@ -31,13 +30,11 @@ impl SimFs {
     pub fn kill_process(&self, pid: u32) {
         let mut state = self.lock();
         state.processes.remove(&pid);
-        debug_assert!(!state.processes.contains_key(&pid), "a killed process runs no more");
     }
 
     /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
     pub fn spawn_process(&self, pid: u32, start_ms: u64) {
         let mut state = self.lock();
         state.processes.insert(pid, start_ms);
-        debug_assert_eq!(state.processes.get(&pid), Some(&start_ms), "the process runs since then");
     }
 }
