@@ -680,45 +680,31 @@ fn run_mutants(args: &MutantsArgs, json: bool) -> anyhow::Result<Code> {
 /// mutant; the results in catalogue order.
 #[cfg(feature = "mutants")]
 fn sweep_catalogue(catalogue: &[Mutant], options: &Options, json: bool) -> Vec<sweep::Caught> {
-    let workers = std::thread::available_parallelism().map_or(1, usize::from).min(catalogue.len());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let found: std::sync::Mutex<Vec<sweep::Caught>> = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
     let bar = crate::render::progress_bar("mutants")
         .inspect(|bar| bar.set_length(catalogue.len() as u64));
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                loop {
-                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&mutant) = catalogue.get(index) else { break };
-                    if let Some(bar) = &bar {
-                        bar.set_message(format!("sweeping {}", mutant.name()));
-                    }
-                    let caught = sweep::catch(mutant, options);
-                    let line = format!(
-                        "{} {} in {}",
-                        mutant.name(),
-                        if caught.first.is_some() { "caught" } else { "NOT CAUGHT" },
-                        crate::when::format_duration(Duration::from_secs(caught.elapsed.as_secs()))
-                    );
-                    match &bar {
-                        Some(bar) => {
-                            bar.println(line);
-                            bar.inc(1);
-                        }
-                        None if !json => eprintln!("{line}"),
-                        None => {}
-                    }
-                    found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(caught);
-                }
-            });
+    if let Some(bar) = &bar {
+        bar.set_message("sweeping the catalogue");
+    }
+    let found = sweep::catch_each(catalogue, options, workers, &|caught| {
+        let line = format!(
+            "{} {} in {}",
+            caught.mutant.name(),
+            if caught.first.is_some() { "caught" } else { "NOT CAUGHT" },
+            crate::when::format_duration(Duration::from_secs(caught.elapsed.as_secs()))
+        );
+        match &bar {
+            Some(bar) => {
+                bar.println(line);
+                bar.inc(1);
+            }
+            None if !json => eprintln!("{line}"),
+            None => {}
         }
     });
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let mut found = found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    found.sort_by_key(|caught| Mutant::ALL.iter().position(|m| *m == caught.mutant));
     found
 }
 

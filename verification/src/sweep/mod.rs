@@ -224,3 +224,36 @@ pub fn catch(mutant: spex_engine::mutant::Mutant, options: &Options) -> Caught {
         images: report.images,
     }
 }
+
+/// [`catch`] for each mutant of `catalogue`, shared out over `workers` threads (mutants are
+/// selected per thread and each sweep runs on machines of its own); `done` hears each result as
+/// it comes. The results are in catalogue order, one per mutant, whatever `workers` is.
+pub fn catch_each(
+    catalogue: &[spex_engine::mutant::Mutant],
+    options: &Options,
+    workers: usize,
+    done: &(dyn Fn(&Caught) + Sync),
+) -> Vec<Caught> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found = std::sync::Mutex::new(Vec::with_capacity(catalogue.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..workers.clamp(1, catalogue.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&mutant) = catalogue.get(index) else { break };
+                    let caught = catch(mutant, options);
+                    done(&caught);
+                    found
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((index, caught));
+                }
+            });
+        }
+    });
+    let mut found = found.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    found.sort_by_key(|(index, _)| *index);
+    assert_eq!(found.len(), catalogue.len(), "one result per mutant");
+    found.into_iter().map(|(_, caught)| caught).collect()
+}

@@ -11,3 +11,4 @@ mod engine_sweep;
 mod generated_sweep;
 mod kill_then_power_loss;
 mod lock_protocol;
+mod mutant_catalogue;
