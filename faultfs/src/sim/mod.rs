@@ -975,7 +975,12 @@ impl State {
         if !self.rules.names_need_dir_sync {
             self.apply_names(changes);
         } else if self.rules.rename_atomic {
+            let count = changes.len();
             self.pending.push(Pending::Names { changes });
+            debug_assert!(
+                matches!(self.pending.last(), Some(Pending::Names { changes }) if changes.len() == count),
+                "an op's name changes are one pending change: they survive a crash together (R3)"
+            );
         } else {
             for change in changes {
                 self.pending.push(Pending::Names { changes: vec![change] });
@@ -1328,6 +1333,11 @@ impl SimFs {
         // makes what was pending there durable with it (a rename away of the name it takes).
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: Some(ino) }]);
         state.sync_dir(parent);
+        debug_assert_eq!(
+            state.dir(parent).durable.get(*name),
+            Some(&ino),
+            "a planted node's name is durable"
+        );
         debug_assert!(
             !state.pending.iter().any(|pending| matches!(pending,
                 Pending::Names { changes } if changes.iter().any(|change| change.target == Some(ino)))),
