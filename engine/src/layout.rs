@@ -235,6 +235,10 @@ impl<F> Clone for SessionFiles<'_, F> {
 
 impl<F> Copy for SessionFiles<'_, F> {}
 
+/// The persisted receipt index's name in its session directory, and its staging file's.
+pub(crate) const RECEIPT_INDEX: &str = "receipts.index";
+pub(crate) const RECEIPT_INDEX_TMP: &str = "receipts.index.tmp";
+
 /// The paths of one store.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -309,12 +313,12 @@ impl Layout {
 
     /// The persisted receipt index (derived; see `receipts`).
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["receipts.index"])
+        self.in_session(id, &[RECEIPT_INDEX])
     }
 
     /// The receipt index's staging file.
     pub fn receipt_index_tmp(&self, id: &SessionId) -> PathBuf {
-        let tmp = self.in_session(id, &["receipts.index.tmp"]);
+        let tmp = self.in_session(id, &[RECEIPT_INDEX_TMP]);
         debug_assert!(
             tmp.parent().and_then(Path::file_name) == Some(OsStr::new(id.as_str())),
             "a staging file lies beside what it replaces: one rename in one directory"

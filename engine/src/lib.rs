@@ -50,7 +50,7 @@ pub use faultfs;
 pub use id::InvalidId;
 pub use layout::{SegmentNo, SessionId};
 pub use lifecycle::{Applied, Lifecycle};
-pub use receipts::Known;
+pub use receipts::{INDEX_BLOCKS, Known};
 pub use record::Record;
 pub use request::{Accepted, Key, SendRequest};
 pub use store::{Config, Page, SessionSummary, Signature, Store};

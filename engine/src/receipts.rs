@@ -274,6 +274,23 @@ impl Header {
     }
 }
 
+/// The receipt index's format as a simulated machine is told it (see
+/// [`faultfs::SimFs::set_checked_blocks`]): a lookup refuses a block through
+/// [`block_accepted`] alone, and a refused block ends the run's use (it is dropped and rebuilt
+/// from the log) with nothing more of its bytes read, so every version of a block it refuses
+/// leads it to the same reads and writes.
+pub const INDEX_BLOCKS: faultfs::CheckedBlocks = faultfs::CheckedBlocks {
+    names: &[crate::layout::RECEIPT_INDEX, crate::layout::RECEIPT_INDEX_TMP],
+    block_bytes: BLOCK_BYTES as u64,
+    accepts: block_accepted,
+};
+
+/// Whether a lookup accepts `bytes` as block `index` of a run: the header for block 0, a data
+/// block after it.
+fn block_accepted(index: u64, bytes: &[u8]) -> bool {
+    if index == 0 { Header::decode(bytes).is_some() } else { decode_block(bytes).is_some() }
+}
+
 /// A data block: its records, if its checksum holds.
 fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     if bytes.len() < BLOCK_BYTES {

@@ -57,8 +57,8 @@ pub use kill::{KILL_AT_ENV, KILL_TRACE_ENV, KillFile, KillFs, KillPoint};
 pub use plan::{Fault, FaultPlan};
 pub use real::{RealFile, RealFs};
 pub use sim::{
-    CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media,
-    Observed, REBOOT_CLOCK_MS, ReadMark, Rules, SimFile, SimFs, chunk_bytes,
+    CheckedBlocks, CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image,
+    ImageNode, Media, Observed, REBOOT_CLOCK_MS, ReadMark, Rules, SimFile, SimFs, chunk_bytes,
 };
 pub use trace::{OpKind, Trace, TraceEntry};
 

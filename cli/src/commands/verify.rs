@@ -501,10 +501,8 @@ fn how_far(args: &SweepArgs, report: &Report) -> String {
 
 /// How the power-loss images were chosen: exhaustive (reduced or not) or sampled, and where.
 fn enumeration_line(report: &Report) -> String {
-    let (exhaustive, reduced, sampled) =
-        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
-            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
-        });
+    let sweep::Enumeration { exhaustive, reduced, classes, sampled, .. } =
+        report.total_enumeration();
     let sampled_in: Vec<String> = report
         .enumeration
         .iter()
@@ -512,7 +510,7 @@ fn enumeration_line(report: &Report) -> String {
         .map(|(scenario, counts)| format!("{scenario} {}", counts.sampled))
         .collect();
     format!(
-        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive; {reduced} of them after leaving out pieces no image tells apart), {sampled} sampled{}",
+        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive; {reduced} of them after leaving out pieces no image tells apart), {classes} with an image of every class a checked file's reader tells apart, {sampled} sampled{}",
         if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
     )
 }

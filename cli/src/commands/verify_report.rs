@@ -102,6 +102,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
             "scenario": scenario,
             "exhaustive": e.exhaustive,
             "reduced": e.reduced,
+            "classes": e.classes,
             "sampled": e.sampled,
             "pendingPiecesMax": e.pieces_max,
         })).collect::<Vec<_>>(),
@@ -168,6 +169,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
         let counts = Enumeration {
             exhaustive: u64_of(counts, "exhaustive")?,
             reduced: u64_of(counts, "reduced")?,
+            classes: u64_of(counts, "classes")?,
             sampled: u64_of(counts, "sampled")?,
             pieces_max: usize::try_from(u64_of(counts, "pendingPiecesMax")?)?,
         };
@@ -294,12 +296,9 @@ fn merge_sweeps(documents: &[(String, Value)]) -> anyhow::Result<Merged> {
         "merged {count} shards of seed {seed}: {} of {} crash points, {} images judged, {} stood for by a judged one\n",
         report.crash_points, report.planned_points, report.images, report.equivalent
     );
-    let (exhaustive, reduced, sampled) =
-        report.enumeration.values().fold((0, 0, 0), |(e, r, s), counts| {
-            (e + counts.exhaustive, r + counts.reduced, s + counts.sampled)
-        });
+    let Enumeration { exhaustive, reduced, classes, sampled, .. } = report.total_enumeration();
     text.push_str(&format!(
-        "power-loss crashes: {exhaustive} exhaustive ({reduced} reduced), {sampled} sampled\n"
+        "power-loss crashes: {exhaustive} exhaustive ({reduced} reduced), {classes} by class, {sampled} sampled\n"
     ));
     text.push_str(&format!("violations: {}\n", report.violations.len()));
     for violation in &report.violations {

@@ -53,6 +53,10 @@ pub const EXHAUSTIVE_PIECES_MAX: usize = 12;
 /// of every subset of its pending pieces, however many pieces there are.
 pub const EXHAUSTIVE_IMAGES_MAX: usize = 1 << 18;
 
+/// The most versions of one block a power loss sorts into the classes its reader tells apart
+/// (see [`Builder::block_outcomes`]); beyond them, the file's pieces are sampled.
+const BLOCK_VERSIONS_MAX: usize = 1 << 16;
+
 /// Cap on the cut positions tried per write in one torn family, so one huge write cannot
 /// dominate a sweep.
 const TORN_CUTS_PER_FAMILY_MAX: usize = 64;
@@ -111,6 +115,23 @@ pub struct Image {
     pub(crate) boot: u64,
     /// The medium of the machine that crashed, which the rebuilt one keeps.
     pub(crate) media: Media,
+    /// The checked-block format declared on the machine that crashed, which the rebuilt one
+    /// keeps.
+    pub(crate) checked_blocks: Option<CheckedBlocks>,
+}
+
+/// A file format whose reader checks every block whole, declared to a [`super::SimFs`] (see
+/// [`super::SimFs::set_checked_blocks`]) so that a power loss keeps one of the versions of a
+/// block the reader refuses alike.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckedBlocks {
+    /// The names of the files in the format (the published name and its staging name).
+    pub names: &'static [&'static str],
+    /// The size of a block (a whole number of chunks); block `i` starts at `i` times it.
+    pub block_bytes: u64,
+    /// Whether the reader accepts `bytes`, a file's bytes in block `i` (fewer than a block at
+    /// the file's end), as block `i`.
+    pub accepts: fn(u64, &[u8]) -> bool,
 }
 
 impl PartialEq for Image {
@@ -240,6 +261,9 @@ pub struct CrashImages {
     /// zeros past the file's durable end, on a zero-tail medium): each halves the subsets an
     /// exhaustive enumeration needs, and loses none of the images.
     pub reduced_pieces: usize,
+    /// Groups of pieces (each a file's, in a [`CheckedBlocks`] format) enumerated block by
+    /// block, one outcome kept per class of a block the reader tells apart.
+    pub checked_groups: usize,
 }
 
 /// What survives of one piece in one image.
@@ -444,6 +468,8 @@ struct Builder<'a> {
     seen: HashSet<[u8; 32]>,
     images: Vec<Image>,
     generated: usize,
+    /// Groups enumerated block by block (see [`Builder::block_outcomes`]).
+    checked_groups: usize,
 }
 
 pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
@@ -459,6 +485,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 exhaustive: true,
                 pending_pieces: 0,
                 reduced_pieces: 0,
+                checked_groups: 0,
             }
         }
         CrashMode::ProcessKill => {
@@ -470,6 +497,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 exhaustive: true,
                 pending_pieces: 0,
                 reduced_pieces: 0,
+                checked_groups: 0,
             }
         }
         CrashMode::PowerLoss => {
@@ -498,6 +526,7 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 exhaustive,
                 pending_pieces: count,
                 reduced_pieces: pieces.reduced,
+                checked_groups: builder.checked_groups,
             }
         }
     }
@@ -524,6 +553,7 @@ impl<'a> Builder<'a> {
             seen: HashSet::new(),
             images: Vec::new(),
             generated: 0,
+            checked_groups: 0,
         }
     }
 
@@ -665,28 +695,22 @@ impl<'a> Builder<'a> {
     /// yields the same set of images without materializing `2^n` of them.
     fn every_subset(&mut self) -> bool {
         let groups = groups(self.state, &self.pieces.list);
-        if groups.iter().any(|group| group.len() > self.state.group_pieces_max) {
-            return false;
-        }
         let mut outcomes: Vec<Vec<Outcome>> = Vec::with_capacity(groups.len());
         for group in &groups {
-            // Outcomes told apart by their entries and their files' hashes.
-            let mut seen: HashSet<(DirEntries, FileHashes)> = HashSet::new();
-            let mut distinct = Vec::new();
-            for mask in 0u32..(1u32 << group.len()) {
-                let mut choices = vec![Choice::Skip; self.pieces.len()];
-                for (bit, &piece) in group.iter().enumerate() {
-                    if mask & (1 << bit) != 0 {
-                        *choices.get_mut(piece).expect("a choice per piece") = Choice::Apply;
-                    }
+            let distinct = if let Some(distinct) = self.block_outcomes(group) {
+                self.checked_groups += 1;
+                distinct
+            } else if group.len() <= self.state.group_pieces_max {
+                let mut distinct = Distinct::default();
+                for mask in 0u32..(1u32 << group.len()) {
+                    let mut choices = vec![Choice::Skip; self.pieces.len()];
+                    set_bits(&mut choices, group, mask);
+                    distinct.add(self.state, self.pieces, &choices);
                 }
-                let changed = Changed::gather(self.state, self.pieces, &choices);
-                let files = changed.hashed_files(self.state);
-                let hashes = files.iter().map(|(ino, (_, hash))| (*ino, *hash)).collect();
-                if seen.insert((changed.entries.clone(), hashes)) {
-                    distinct.push(Outcome { entries: changed.entries, files });
-                }
-            }
+                distinct.outcomes
+            } else {
+                return false;
+            };
             assert!(
                 distinct
                     .first()
@@ -718,6 +742,148 @@ impl<'a> Builder<'a> {
             }
         }
         true
+    }
+
+    /// The outcomes of `group`, the data pieces of one file in the declared [`CheckedBlocks`]
+    /// format, one per class of the images of its subsets (`None` when the group is no such
+    /// file's, or its pieces leave too many versions of a block).
+    ///
+    /// A file's length is the last surviving length piece's (or the durable one), and its
+    /// bytes in one chunk depend only on that length and on the last surviving piece of that
+    /// chunk (each piece writes its whole chunk as it stood after its write, and covers it, so
+    /// no stale byte shows there), or on none surviving. So for each length, each chunk's
+    /// distinct contents are found, one surviving piece each, and a block's versions are the
+    /// combinations of its chunks'. These are sorted into the classes the reader tells apart
+    /// (each version it accepts; one class for all it refuses), the first version reached
+    /// standing for its class (the block as if none of its pieces survived comes first); the
+    /// outcomes are the combinations of the blocks' classes. Every image of every subset of
+    /// the pieces is thus one of the outcomes' images but for the bytes of blocks the reader
+    /// refuses in both.
+    fn block_outcomes(&self, group: &[usize]) -> Option<Vec<Outcome>> {
+        let (state, pieces) = (self.state, self.pieces);
+        let checked = state.checked_blocks?;
+        let kind = |index: usize| &pieces.list.get(index).expect("a group holds pieces").kind;
+        let (PieceKind::Chunk { ino, .. } | PieceKind::Size { ino, .. }) = *kind(*group.first()?)
+        else {
+            return None;
+        };
+        if !names_of(state, ino).any(|name| checked.names.contains(&name)) {
+            return None;
+        }
+        // Each length the file can end with (the durable one first), and a length piece that
+        // leaves it.
+        let mut lengths: Vec<(u64, Option<usize>)> = vec![(durable_content(state, ino).1, None)];
+        for &index in group {
+            if let PieceKind::Size { len, .. } = kind(index)
+                && lengths.iter().all(|(known, _)| known != len)
+            {
+                lengths.push((*len, Some(index)));
+            }
+        }
+        let bytes_with = |choices: &[Choice]| -> Vec<u8> {
+            let changed = Changed::gather(state, pieces, choices);
+            let mut files = changed.files(state);
+            files
+                .find(|(changed, _)| *changed == ino)
+                .map_or_else(|| durable_content(state, ino).0, |(_, bytes)| bytes)
+        };
+        let mut distinct = Distinct::default();
+        for &(len, length_piece) in &lengths {
+            let mut base = vec![Choice::Skip; pieces.len()];
+            if let Some(index) = length_piece {
+                *base.get_mut(index).expect("a choice per piece") = Choice::Apply;
+            }
+            let file = bytes_with(&base);
+            assert_eq!(file.len() as u64, len, "the length pieces chosen leave this length");
+            // The chunk pieces inside the file's length, by block and chunk (those past it
+            // change no byte of the file).
+            let mut blocks: BTreeMap<u64, BTreeMap<u64, Vec<usize>>> = BTreeMap::new();
+            for &index in group {
+                if let PieceKind::Chunk { start, .. } = kind(index)
+                    && *start < len
+                {
+                    let block = blocks.entry(start / checked.block_bytes).or_default();
+                    block.entry(*start).or_default().push(index);
+                }
+            }
+            let mut classes: Vec<Vec<Vec<usize>>> = Vec::with_capacity(blocks.len());
+            for (&block, chunks) in &blocks {
+                let standing =
+                    self.block_classes(checked, block, chunks, (&base, &file), &bytes_with)?;
+                classes.push(standing);
+            }
+            let product = classes.iter().try_fold(1usize, |product, standing| {
+                product.checked_mul(standing.len()).filter(|&n| n <= EXHAUSTIVE_IMAGES_MAX)
+            })?;
+            for combination in 0..product {
+                let mut rest = combination;
+                let mut choices = base.clone();
+                for standing in &classes {
+                    let kept = standing.get(rest % standing.len()).expect("modulo the length");
+                    rest /= standing.len();
+                    for &index in kept {
+                        *choices.get_mut(index).expect("a choice per piece") = Choice::Apply;
+                    }
+                }
+                distinct.add(state, pieces, &choices);
+            }
+        }
+        Some(distinct.outcomes)
+    }
+
+    /// The classes of versions of block `block` the reader tells apart, each as the chunk
+    /// pieces that leave the version standing for it (the first reached, none first), given
+    /// the choices `base` of the length pieces and the file's bytes `file` with them alone;
+    /// `chunks` are the block's chunk pieces, by chunk. `None` when its versions are too many.
+    fn block_classes(
+        &self,
+        checked: CheckedBlocks,
+        block: u64,
+        chunks: &BTreeMap<u64, Vec<usize>>,
+        (base, file): (&[Choice], &[u8]),
+        bytes_with: &dyn Fn(&[Choice]) -> Vec<u8>,
+    ) -> Option<Vec<Vec<usize>>> {
+        let lo = to_usize(block * checked.block_bytes);
+        let hi = to_usize((block + 1) * checked.block_bytes).min(file.len());
+        // Each chunk's distinct contents, each with the one piece that leaves it (none first).
+        let mut options: Vec<(usize, Vec<ChunkContent>)> = Vec::new();
+        for (&start, chunk_pieces) in chunks {
+            let at = to_usize(start);
+            let end = (at + to_usize(chunk_bytes())).min(file.len());
+            let mut contents: Vec<ChunkContent> = vec![(span(file, at, end).to_vec(), None)];
+            for &index in chunk_pieces {
+                let mut choices = base.to_vec();
+                *choices.get_mut(index).expect("a choice per piece") = Choice::Apply;
+                let bytes = bytes_with(&choices);
+                let content = span(&bytes, at, end).to_vec();
+                if contents.iter().all(|(known, _)| *known != content) {
+                    contents.push((content, Some(index)));
+                }
+            }
+            options.push((at - lo, contents));
+        }
+        let versions = options.iter().try_fold(1usize, |product, (_, contents)| {
+            product.checked_mul(contents.len()).filter(|&n| n <= BLOCK_VERSIONS_MAX)
+        })?;
+        let mut told_apart: HashSet<Option<[u8; 32]>> = HashSet::new();
+        let mut standing = Vec::new();
+        let mut bytes = span(file, lo, hi).to_vec();
+        for version in 0..versions {
+            let mut rest = version;
+            let mut kept = Vec::new();
+            for (at, contents) in &options {
+                let (content, piece) = contents.get(rest % contents.len()).expect("modulo");
+                rest /= contents.len();
+                span_mut(&mut bytes, *at, at + content.len()).copy_from_slice(content);
+                kept.extend(piece);
+            }
+            let class = (checked.accepts)(block, &bytes).then(|| Sha256::digest(&bytes).into());
+            if told_apart.insert(class) {
+                standing.push(kept);
+            }
+        }
+        assert!(standing.first().is_some_and(Vec::is_empty), "a block's first version keeps none");
+        Some(standing)
     }
 
     /// The image whose directories hold `entries` (the durable ones elsewhere) and whose files
@@ -833,6 +999,7 @@ fn walk<'a>(
         hash,
         boot: 0,
         media: Media::ZeroTails,
+        checked_blocks: None,
     }
 }
 
@@ -850,6 +1017,66 @@ type FileHashes = Vec<(Ino, [u8; 32])>;
 struct Outcome {
     entries: DirEntries,
     files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
+}
+
+/// A group's distinct outcomes, in the order first reached, told apart by their entries and
+/// their files' hashes.
+#[derive(Default)]
+struct Distinct {
+    seen: HashSet<(DirEntries, FileHashes)>,
+    outcomes: Vec<Outcome>,
+}
+
+impl Distinct {
+    /// Adds the outcome of applying the pieces `choices` keeps, unless an equal one is in.
+    fn add(&mut self, state: &State, pieces: &Pieces, choices: &[Choice]) {
+        let changed = Changed::gather(state, pieces, choices);
+        let files = changed.hashed_files(state);
+        let hashes = files.iter().map(|(ino, (_, hash))| (*ino, *hash)).collect();
+        if self.seen.insert((changed.entries.clone(), hashes)) {
+            self.outcomes.push(Outcome { entries: changed.entries, files });
+        }
+        debug_assert_eq!(self.seen.len(), self.outcomes.len(), "one outcome per distinct one");
+    }
+}
+
+/// One content a chunk of a checked file may hold, and the one piece that leaves it (none: the
+/// chunk as the length pieces alone leave it).
+type ChunkContent = (Vec<u8>, Option<usize>);
+
+/// Keeps (applies) the pieces `group` names whose bit is set in `mask`, the first piece lowest.
+fn set_bits(choices: &mut [Choice], group: &[usize], mask: u32) {
+    debug_assert!(group.len() < 32, "a mask holds a bit per piece");
+    for (bit, &piece) in group.iter().enumerate() {
+        if mask & (1 << bit) != 0 {
+            *choices.get_mut(piece).expect("a choice per piece") = Choice::Apply;
+        }
+    }
+}
+
+/// The names a file has or may have in an image: its entries in every directory, durable or
+/// not, and the names pending changes give it.
+fn names_of(state: &State, ino: Ino) -> impl Iterator<Item = &str> {
+    let entries = state.inodes.values().filter_map(|inode| match &inode.node {
+        Node::Dir(dir) => Some(dir.volatile.iter().chain(dir.durable.iter())),
+        Node::File(_) | Node::Symlink(_) | Node::Special => None,
+    });
+    let pending = state.pending.iter().filter_map(|pending| match pending {
+        Pending::Names { changes } => {
+            Some(changes.iter().map(|change| (&change.name, change.target)))
+        }
+        Pending::Data { .. } => None,
+    });
+    entries
+        .flatten()
+        .filter(move |(_, target)| **target == ino)
+        .map(|(name, _)| name.as_str())
+        .chain(
+            pending
+                .flatten()
+                .filter(move |(_, target)| *target == Some(ino))
+                .map(|(name, _)| name.as_str()),
+        )
 }
 
 /// The independent groups of `pieces` (indices into it, in order; groups ordered by their
@@ -1098,9 +1325,12 @@ fn stale_fill(buf: &mut [u8], durable: usize, covered: Option<&Vec<(usize, usize
         covered.is_none_or(|ranges| ranges.iter().all(|(lo, hi)| lo <= hi)),
         "a covered range is a range"
     );
-    for (position, byte) in buf.iter_mut().enumerate().skip(durable) {
-        let written = covered
-            .is_some_and(|ranges| ranges.iter().any(|(lo, hi)| (*lo..*hi).contains(&position)));
+    let mut written = vec![false; buf.len().saturating_sub(durable)];
+    for &(lo, hi) in covered.into_iter().flatten() {
+        let (lo, hi) = (lo.max(durable) - durable, hi.min(buf.len()).saturating_sub(durable));
+        written.get_mut(lo..hi).into_iter().flatten().for_each(|written| *written = true);
+    }
+    for ((position, byte), written) in buf.iter_mut().enumerate().skip(durable).zip(&written) {
         if !written {
             *byte = *STALE.get(position % STALE.len()).expect("an index modulo the length");
         }

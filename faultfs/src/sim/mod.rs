@@ -51,7 +51,8 @@ use std::time::{Duration, SystemTime};
 
 pub use file::SimFile;
 pub use image::{
-    CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image, ImageNode, Media,
+    CheckedBlocks, CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image,
+    ImageNode, Media,
 };
 use path::{child_path, normalize, split_image_path};
 use process::next_machine;
@@ -246,6 +247,8 @@ pub(crate) struct State {
     /// Whether a power loss leaves out the chunk pieces no image can tell apart (see
     /// [`SimFs::set_zero_chunk_reduction`]).
     reduce_zero_chunks: bool,
+    /// A file format whose blocks its reader checks whole (see [`SimFs::set_checked_blocks`]).
+    checked_blocks: Option<CheckedBlocks>,
 }
 
 /// The files reachable on a machine at one moment, by inode, with a name of each (see
@@ -309,6 +312,7 @@ impl SimFs {
             read_since_mark: None,
             exposed: false,
             reduce_zero_chunks: true,
+            checked_blocks: None,
         };
         assert!(
             state.pending.is_empty() && state.trace.entries().is_empty() && state.inodes.len() == 1,
@@ -337,6 +341,7 @@ impl SimFs {
             state.clock_ms = REBOOT_CLOCK_MS;
             state.boot = image.boot;
             state.media = image.media;
+            state.checked_blocks = image.checked_blocks;
             state.processes = BTreeMap::from([(PROCESS_ID_DEFAULT, REBOOT_CLOCK_MS)]);
             for (path, node) in image.nodes() {
                 let components = split_image_path(path);
@@ -458,6 +463,22 @@ impl SimFs {
         self.lock().reduce_zero_chunks = on;
     }
 
+    /// Declares the files named `checked.names` to be in a format whose reader checks each block
+    /// whole (`None`: no such format). A power loss enumerates the pending pieces of such a file
+    /// block by block, and keeps, per block, one outcome per class the reader tells apart: each distinct block it accepts, and one for all it refuses. That is
+    /// sound when the reader refuses a block through `checked.accepts` alone and reads nothing
+    /// else of a refused block's bytes (the images of one class then lead to the same reads and
+    /// writes). Machines rebuilt from this one's images keep the declaration.
+    pub fn set_checked_blocks(&self, checked: Option<CheckedBlocks>) {
+        if let Some(checked) = checked {
+            assert!(
+                checked.block_bytes > 0 && checked.block_bytes % chunk_bytes() == 0,
+                "a checked block is a whole number of chunks"
+            );
+        }
+        self.lock().checked_blocks = checked;
+    }
+
     /// Sets how many seeded samples a power-loss crash adds beyond its structured families.
     pub fn set_sampled_images(&self, count: usize) {
         let mut state = self.lock();
@@ -510,6 +531,7 @@ impl SimFs {
         for image in &mut crash.images {
             image.boot = state.boot + 1;
             image.media = state.media;
+            image.checked_blocks = state.checked_blocks;
         }
         assert!(
             mode == CrashMode::PowerLoss || crash.images.len() == 1,

@@ -1,6 +1,6 @@
 //! Injected faults (EIO, ENOSPC, short writes) at a boundary, and what must follow them.
 
-use faultfs::{CrashMode, FaultPlan, SimFs};
+use faultfs::{CrashMode, FaultPlan};
 
 use super::options::Options;
 use super::point::{Sequence, Source, digest_of, judge_sequence, token_base};
@@ -22,8 +22,7 @@ pub(crate) fn fault_point(
     report: &mut Report,
 ) {
     let seed = options.seed;
-    let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
-    fs.set_media(options.media);
+    let fs = run::machine(FaultPlan::fault_at(seed, k, fault), options.media);
     let (run, store) = run::execute_with(&fs, scenario, seed);
     let boundary = boundaries.get(k as usize).cloned().unwrap_or_else(|| "end".to_owned());
     if let Some(name) = boundaries.get(k as usize) {

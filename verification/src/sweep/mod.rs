@@ -54,6 +54,7 @@ use faultfs::{CrashMode, FaultPlan, SimFs};
 
 pub use check::{RULES, rules_named};
 pub use options::{Options, cores};
+pub use point::{crash_in_phase, judge_rebooted};
 pub use replay::{Replay, replay};
 pub use report::{Cell, CellKey, Enumeration, Progress, Reach, Report, Violation, merge};
 pub use scenario::{Scenario, Step};

@@ -42,8 +42,7 @@ pub(crate) fn sweep_point(
     report: &mut Report,
 ) {
     let seed = options.seed;
-    let fs = SimFs::new(FaultPlan::crash_at(seed, k));
-    fs.set_media(options.media);
+    let fs = run::machine(FaultPlan::crash_at(seed, k), options.media);
     let run = execute(&fs, scenario, seed);
     let run_digest = digest_of(&run);
     report.crash_points += 1;
@@ -564,6 +563,36 @@ fn settle<V: Clone + PartialEq + std::fmt::Debug>(
             });
             false
         }
+    }
+}
+
+/// The last phase after a crash of `run` that left `image`, judged alone (no reduction, nothing
+/// remembered): its violations, and the hash of the trace of every op it issued, so that two
+/// images can be shown to lead the engine to the same writes and the same verdict.
+pub fn judge_rebooted(
+    scenario: &Scenario,
+    seed: u64,
+    run: &run::Execution,
+    image: &faultfs::Image,
+) -> (Vec<String>, String) {
+    let fs = SimFs::from_image(image, FaultPlan::none(seed));
+    let verdict = judge_last(fs.clone(), scenario, run, seed);
+    (verdict, fs.trace().hash_hex())
+}
+
+/// The phase after a crash of `run` that left `image`, crashed before its op `j`: the run as
+/// it stood then and the halted machine (`None` when the phase ends before op `j`).
+pub fn crash_in_phase(
+    scenario: &Scenario,
+    seed: u64,
+    run: &run::Execution,
+    image: &faultfs::Image,
+    j: u64,
+) -> Option<(run::Execution, SimFs)> {
+    let fs = SimFs::from_image(image, FaultPlan::crash_at(seed, j));
+    match phase::check_image(fs, scenario, run, seed) {
+        Ok(_) => None,
+        Err(halted) => Some((*halted.run, halted.fs)),
     }
 }
 

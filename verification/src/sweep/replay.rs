@@ -31,8 +31,7 @@ pub fn replay(token: &Token) -> Result<Replay, String> {
         Some(fault) => FaultPlan::fault_at(seed, token.k, fault),
         None => FaultPlan::crash_at(seed, token.k),
     };
-    let fs = SimFs::new(plan);
-    fs.set_media(token.media);
+    let fs = run::machine(plan, token.media);
     let (mut run, store) = run::execute_with(&fs, &scenario, seed);
     drop(store);
     if token.fault.is_some() {

@@ -168,6 +168,10 @@ pub struct Enumeration {
     /// Of those, the crashes at which pending pieces no image can tell apart were left out
     /// (all-zero chunks past a file's durable end: see `faultfs`'s crash images).
     pub reduced: u64,
+    /// Crashes whose images are one per class of the pending subsets' images: the subsets of
+    /// a file in a checked-block format too many to enumerate, one image stands for every
+    /// version of a block its reader refuses (see `faultfs::SimFs::set_checked_blocks`).
+    pub classes: u64,
     /// Crashes with too many pending pieces: structured families and seeded samples.
     pub sampled: u64,
     /// The most pending pieces seen at one crash.
@@ -177,7 +181,9 @@ pub struct Enumeration {
 impl Report {
     pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
         let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
-        if crash.exhaustive {
+        if crash.exhaustive && crash.checked_groups > 0 {
+            entry.classes += 1;
+        } else if crash.exhaustive {
             entry.exhaustive += 1;
             entry.reduced += u64::from(crash.reduced_pieces > 0);
         } else {
@@ -188,6 +194,19 @@ impl Report {
 }
 
 impl Report {
+    /// The power-loss crashes of every scenario, counted together.
+    pub fn total_enumeration(&self) -> Enumeration {
+        let mut total = Enumeration::default();
+        for counts in self.enumeration.values() {
+            total.exhaustive += counts.exhaustive;
+            total.reduced += counts.reduced;
+            total.classes += counts.classes;
+            total.sampled += counts.sampled;
+            total.pieces_max = total.pieces_max.max(counts.pieces_max);
+        }
+        total
+    }
+
     /// Adds `part` (the report of later crash points) to this one: counts add up, violations
     /// follow in order, at most [`VIOLATIONS_KEPT_PER_CELL`] kept per cell across both.
     pub fn absorb(&mut self, part: Report) {
@@ -223,6 +242,7 @@ impl Report {
             into.exhaustive += counts.exhaustive;
             into.sampled += counts.sampled;
             into.reduced += counts.reduced;
+            into.classes += counts.classes;
             into.pieces_max = into.pieces_max.max(counts.pieces_max);
         }
     }

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use faultfs::{CrashMode, SimFs};
+use faultfs::{CrashMode, FaultPlan, Media, SimFs};
 use spex_engine::env::{ManualClock, SeededIds};
 use spex_engine::{
     Adapter, Config, Error, Key, Lifecycle, Message, SendRequest, SessionId, Store, Triple,
@@ -20,6 +20,15 @@ use super::scenario::{OPERATION, Scenario, Step};
 
 /// The root of the simulated store.
 pub const ROOT: &str = "/store";
+
+/// A new simulated machine running `plan` on `media`, told the format of the engine's checked
+/// files (see [`spex_engine::INDEX_BLOCKS`]).
+pub fn machine(plan: FaultPlan, media: Media) -> SimFs {
+    let fs = SimFs::new(plan);
+    fs.set_media(media);
+    fs.set_checked_blocks(Some(spex_engine::INDEX_BLOCKS));
+    fs
+}
 
 /// The store configuration a scenario runs with.
 pub(crate) fn config(scenario: &Scenario) -> Config {

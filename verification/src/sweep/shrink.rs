@@ -96,14 +96,12 @@ fn find(scenario: &Scenario, like: &Token, boundary: &str) -> Option<(Token, Vec
         };
         let images = match like.fault {
             None => {
-                let fs = SimFs::new(FaultPlan::crash_at(seed, k));
-                fs.set_media(like.media);
+                let fs = run::machine(FaultPlan::crash_at(seed, k), like.media);
                 execute(&fs, scenario, seed);
                 fs.crash(like.mode).images.len()
             }
             Some(fault) => {
-                let fs = SimFs::new(FaultPlan::fault_at(seed, k, fault));
-                fs.set_media(like.media);
+                let fs = run::machine(FaultPlan::fault_at(seed, k, fault), like.media);
                 drop(run::execute_with(&fs, scenario, seed));
                 fs.crash(CrashMode::PowerLoss).images.len()
             }
@@ -136,8 +134,7 @@ fn closest_image(token: &Token) -> Result<Option<(Token, Vec<String>, u64)>, Str
         return Ok(None);
     }
     let scenario = scenario::named(&token.scenario).ok_or("unknown scenario")?;
-    let fs = SimFs::new(FaultPlan::crash_at(token.seed, token.k));
-    fs.set_media(token.media);
+    let fs = run::machine(FaultPlan::crash_at(token.seed, token.k), token.media);
     let run = execute(&fs, &scenario, token.seed);
     let kill = fs.crash(CrashMode::ProcessKill).images.remove(0);
     let mut best: Option<(Token, Vec<String>, u64)> = None;
