@@ -510,7 +510,7 @@ fn enumeration_line(report: &Report) -> String {
         .map(|(scenario, counts)| format!("{scenario} {}", counts.sampled))
         .collect();
     format!(
-        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive; {reduced} of them after leaving out pieces no image tells apart), {classes} with an image of every class a checked file's reader tells apart, {sampled} sampled{}",
+        "power-loss crashes: {exhaustive} with every image of the pending writes (exhaustive), {classes} with an image of every class a checked file's reader tells apart ({reduced} of both after leaving out pieces no image tells apart), {sampled} sampled{}",
         if sampled_in.is_empty() { String::new() } else { format!(" ({})", sampled_in.join(", ")) }
     )
 }

@@ -298,7 +298,7 @@ fn merge_sweeps(documents: &[(String, Value)]) -> anyhow::Result<Merged> {
     );
     let Enumeration { exhaustive, reduced, classes, sampled, .. } = report.total_enumeration();
     text.push_str(&format!(
-        "power-loss crashes: {exhaustive} exhaustive ({reduced} reduced), {classes} by class, {sampled} sampled\n"
+        "power-loss crashes: {exhaustive} exhaustive, {classes} by class ({reduced} of both reduced), {sampled} sampled\n"
     ));
     text.push_str(&format!("violations: {}\n", report.violations.len()));
     for violation in &report.violations {

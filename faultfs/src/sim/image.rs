@@ -54,7 +54,8 @@ pub const EXHAUSTIVE_PIECES_MAX: usize = 12;
 pub const EXHAUSTIVE_IMAGES_MAX: usize = 1 << 18;
 
 /// The most versions of one block a power loss sorts into the classes its reader tells apart
-/// (see [`Builder::block_outcomes`]); beyond them, the file's pieces are sampled.
+/// (see [`Builder::block_outcomes`]); beyond them, the file's pieces are enumerated as any
+/// file's are (every subset, or sampled past the group bound).
 const BLOCK_VERSIONS_MAX: usize = 1 << 16;
 
 /// Cap on the cut positions tried per write in one torn family, so one huge write cannot
@@ -253,7 +254,8 @@ pub struct CrashImages {
     pub images: Vec<Image>,
     /// Images generated before deduplication.
     pub generated: usize,
-    /// Whether every subset of the pending pieces was produced.
+    /// Whether every subset of the pending pieces was produced (for a file in a
+    /// [`CheckedBlocks`] format: an image of every class of them its reader tells apart).
     pub exhaustive: bool,
     /// Pending pieces at the crash point (those left out as indistinguishable not counted).
     pub pending_pieces: usize,
@@ -470,6 +472,9 @@ struct Builder<'a> {
     generated: usize,
     /// Groups enumerated block by block (see [`Builder::block_outcomes`]).
     checked_groups: usize,
+    /// The files in the declared [`CheckedBlocks`] format: those a name in it links, now, durably
+    /// or by a pending change.
+    checked_files: BTreeSet<Ino>,
 }
 
 pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
@@ -554,6 +559,7 @@ impl<'a> Builder<'a> {
             images: Vec::new(),
             generated: 0,
             checked_groups: 0,
+            checked_files: checked_files(state),
         }
     }
 
@@ -767,7 +773,7 @@ impl<'a> Builder<'a> {
         else {
             return None;
         };
-        if !names_of(state, ino).any(|name| checked.names.contains(&name)) {
+        if !self.checked_files.contains(&ino) {
             return None;
         }
         // Each length the file can end with (the durable one first), and a length piece that
@@ -1054,29 +1060,25 @@ fn set_bits(choices: &mut [Choice], group: &[usize], mask: u32) {
     }
 }
 
-/// The names a file has or may have in an image: its entries in every directory, durable or
-/// not, and the names pending changes give it.
-fn names_of(state: &State, ino: Ino) -> impl Iterator<Item = &str> {
+/// The files a name of the declared [`CheckedBlocks`] format links in any directory, durably or
+/// not, or that a pending change gives such a name (none when no format is declared).
+fn checked_files(state: &State) -> BTreeSet<Ino> {
+    let Some(checked) = state.checked_blocks else { return BTreeSet::new() };
+    let named = |name: &String| checked.names.contains(&name.as_str());
     let entries = state.inodes.values().filter_map(|inode| match &inode.node {
         Node::Dir(dir) => Some(dir.volatile.iter().chain(dir.durable.iter())),
         Node::File(_) | Node::Symlink(_) | Node::Special => None,
     });
     let pending = state.pending.iter().filter_map(|pending| match pending {
-        Pending::Names { changes } => {
-            Some(changes.iter().map(|change| (&change.name, change.target)))
-        }
+        Pending::Names { changes } => Some(changes.iter()),
         Pending::Data { .. } => None,
     });
     entries
         .flatten()
-        .filter(move |(_, target)| **target == ino)
-        .map(|(name, _)| name.as_str())
-        .chain(
-            pending
-                .flatten()
-                .filter(move |(_, target)| *target == Some(ino))
-                .map(|(name, _)| name.as_str()),
-        )
+        .filter(|(name, _)| named(name))
+        .map(|(_, ino)| *ino)
+        .chain(pending.flatten().filter(|change| named(&change.name)).filter_map(|c| c.target))
+        .collect()
 }
 
 /// The independent groups of `pieces` (indices into it, in order; groups ordered by their

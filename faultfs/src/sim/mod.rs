@@ -465,8 +465,8 @@ impl SimFs {
 
     /// Declares the files named `checked.names` to be in a format whose reader checks each block
     /// whole (`None`: no such format). A power loss enumerates the pending pieces of such a file
-    /// block by block, and keeps, per block, one outcome per class the reader tells apart: each distinct block it accepts, and one for all it refuses. That is
-    /// sound when the reader refuses a block through `checked.accepts` alone and reads nothing
+    /// block by block, and keeps, per block, one outcome per class the reader tells apart: each
+    /// distinct block it accepts, and one for all it refuses. That is sound when the reader refuses a block through `checked.accepts` alone and reads nothing
     /// else of a refused block's bytes (the images of one class then lead to the same reads and
     /// writes). Machines rebuilt from this one's images keep the declaration.
     pub fn set_checked_blocks(&self, checked: Option<CheckedBlocks>) {

@@ -165,12 +165,13 @@ pub struct Reach {
 pub struct Enumeration {
     /// Crashes whose every pending subset was an image.
     pub exhaustive: u64,
-    /// Of those, the crashes at which pending pieces no image can tell apart were left out
-    /// (all-zero chunks past a file's durable end: see `faultfs`'s crash images).
+    /// Of those and of the crashes by class, the crashes at which pending pieces no image can
+    /// tell apart were left out (all-zero chunks past a file's durable end: see `faultfs`'s
+    /// crash images).
     pub reduced: u64,
-    /// Crashes whose images are one per class of the pending subsets' images: the subsets of
-    /// a file in a checked-block format too many to enumerate, one image stands for every
-    /// version of a block its reader refuses (see `faultfs::SimFs::set_checked_blocks`).
+    /// Crashes whose images are one per class of the pending subsets' images: for a file in a
+    /// checked-block format, one image stands for every version of a block its reader refuses
+    /// (see `faultfs::SimFs::set_checked_blocks`).
     pub classes: u64,
     /// Crashes with too many pending pieces: structured families and seeded samples.
     pub sampled: u64,
@@ -181,10 +182,12 @@ pub struct Enumeration {
 impl Report {
     pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
         let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
-        if crash.exhaustive && crash.checked_groups > 0 {
-            entry.classes += 1;
-        } else if crash.exhaustive {
-            entry.exhaustive += 1;
+        if crash.exhaustive {
+            if crash.checked_groups > 0 {
+                entry.classes += 1;
+            } else {
+                entry.exhaustive += 1;
+            }
             entry.reduced += u64::from(crash.reduced_pieces > 0);
         } else {
             entry.sampled += 1;
