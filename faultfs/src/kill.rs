@@ -68,6 +68,10 @@ impl FromStr for KillPoint {
         if name.is_empty() {
             return Err(format!("kill point {s:?}: the boundary name is empty"));
         }
+        debug_assert!(
+            !name.contains('#') && occurrence >= 1,
+            "a boundary's kill point is its name and an occurrence from 1"
+        );
         Ok(KillPoint::Boundary { name: name.to_owned(), occurrence })
     }
 }
@@ -93,6 +97,7 @@ impl KillState {
     /// Counts one mutating op; aborts the process if it is the kill point.
     fn before(&self, boundary: Boundary, op: OpKind, path: &Path) {
         assert!(op != OpKind::Read && op != OpKind::Metadata, "only a mutating op is a kill point");
+        debug_assert!(path.file_name().is_some(), "a mutating op names an entry: {path:?}");
         let index = self.ops.fetch_add(1, Ordering::SeqCst);
         let occurrence = {
             let mut counts = self.boundary_counts.lock().unwrap_or_else(PoisonError::into_inner);
@@ -201,32 +206,51 @@ impl<F: Fs> Fs for KillFs<F> {
     }
 
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert_ne!(from, to, "a rename moves a file between two names");
         self.state.before(boundary, OpKind::Rename, to);
         self.inner.rename(from, to, boundary)
     }
 
     fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert_ne!(from, to, "a hard link gives a file a second name");
         self.state.before(boundary, OpKind::HardLink, to);
         self.inner.hard_link(from, to, boundary)
     }
 
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::RemoveFile, path);
-        self.inner.remove_file(path, boundary)
+        self.inner.remove_file(path, boundary)?;
+        debug_assert!(
+            self.inner.metadata(path).is_err(),
+            "a removed file's name is gone at once: {path:?}"
+        );
+        Ok(())
     }
 
     fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::CreateDir, path);
-        self.inner.create_dir(path, boundary)
+        self.inner.create_dir(path, boundary)?;
+        debug_assert!(
+            self.inner.read_dir(path).is_ok_and(|entries| entries.is_empty()),
+            "a directory created is there, empty: {path:?}"
+        );
+        Ok(())
     }
 
     fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::RemoveDir, path);
-        self.inner.remove_dir(path, boundary)
+        self.inner.remove_dir(path, boundary)?;
+        debug_assert!(
+            self.inner.metadata(path).is_err(),
+            "a removed directory's name is gone at once: {path:?}"
+        );
+        Ok(())
     }
 
     fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        let before = self.op_count();
         self.state.before(boundary, OpKind::SyncDir, path);
+        debug_assert!(self.op_count() > before, "a sync is counted as an op before it runs");
         self.inner.sync_dir(path, boundary)
     }
 
@@ -244,7 +268,9 @@ impl<F: Fs> Fs for KillFs<F> {
     }
 
     fn process_id(&self) -> u32 {
-        self.inner.process_id()
+        let pid = self.inner.process_id();
+        assert_ne!(pid, 0, "a running process has an id");
+        pid
     }
 
     fn machine_id(&self) -> u64 {
@@ -294,7 +320,12 @@ impl<T: File> File for KillFile<T> {
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
         self.state.before(boundary, OpKind::SetLen, self.inner.path());
-        self.inner.set_len(len, boundary)
+        self.inner.set_len(len, boundary)?;
+        debug_assert!(
+            self.inner.len().is_ok_and(|now| now == len),
+            "a file cut or extended has the length asked"
+        );
+        Ok(())
     }
 
     fn sync_data(&self, boundary: Boundary) -> Result<()> {

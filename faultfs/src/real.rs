@@ -76,19 +76,23 @@ impl Fs for RealFs {
     }
 
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert_ne!(from, to, "a rename moves a file between two names");
         fs::rename(from, to).map_err(context(OpKind::Rename, to, Some(boundary)))
     }
 
     fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert_ne!(from, to, "a hard link gives a file a second name");
         fs::hard_link(from, to).map_err(context(OpKind::HardLink, to, Some(boundary)))
     }
 
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert!(path.file_name().is_some(), "a removal names an entry: {path:?}");
         fs::remove_file(path).map_err(context(OpKind::RemoveFile, path, Some(boundary)))
     }
 
     fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt as _;
+        debug_assert!(path.file_name().is_some(), "a new directory is an entry: {path:?}");
         fs::DirBuilder::new().mode(DIR_MODE).create(path).map_err(context(
             OpKind::CreateDir,
             path,
@@ -97,6 +101,7 @@ impl Fs for RealFs {
     }
 
     fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert!(path.file_name().is_some(), "a removal names an entry: {path:?}");
         fs::remove_dir(path).map_err(context(OpKind::RemoveDir, path, Some(boundary)))
     }
 
@@ -108,6 +113,10 @@ impl Fs for RealFs {
             .custom_flags(open_flags() | directory_flag())
             .open(path)
             .map_err(on_error())?;
+        debug_assert!(
+            dir.metadata().is_ok_and(|metadata| metadata.is_dir()),
+            "a directory sync opened a directory"
+        );
         dir.sync_all().map_err(on_error())
     }
 
@@ -146,7 +155,9 @@ impl Fs for RealFs {
     }
 
     fn process_id(&self) -> u32 {
-        std::process::id()
+        let pid = std::process::id();
+        assert_ne!(pid, 0, "a running process has an id");
+        pid
     }
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
@@ -266,6 +277,7 @@ impl File for RealFile {
     fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
         let on_error = || context(OpKind::Append, &self.path, Some(boundary));
         let end = self.file.metadata().map_err(on_error())?.len();
+        assert!(end.checked_add(data.len() as u64).is_some(), "an append ends inside u64");
         self.file.write_all_at(data, end).map_err(on_error())
     }
 
@@ -296,7 +308,12 @@ impl File for RealFile {
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
-        self.file.set_len(len).map_err(context(OpKind::SetLen, &self.path, Some(boundary)))
+        self.file.set_len(len).map_err(context(OpKind::SetLen, &self.path, Some(boundary)))?;
+        debug_assert!(
+            self.len().is_ok_and(|now| now == len),
+            "a file cut or extended has the length asked"
+        );
+        Ok(())
     }
 
     fn sync_data(&self, boundary: Boundary) -> Result<()> {

@@ -215,5 +215,10 @@ impl Drop for SimFile {
         if state.locks.get(&self.ino) == Some(&self.handle) {
             state.locks.remove(&self.ino);
         }
+        debug_assert_ne!(
+            state.locks.get(&self.ino),
+            Some(&self.handle),
+            "closing a file releases its lock"
+        );
     }
 }

@@ -422,7 +422,9 @@ impl SimFs {
 
     /// Advances the logical clock by `ms` milliseconds.
     pub fn advance_clock(&self, ms: u64) {
-        self.lock().clock_ms += ms;
+        let mut state = self.lock();
+        assert!(state.clock_ms.checked_add(ms).is_some(), "the clock never wraps around");
+        state.clock_ms += ms;
     }
 
     /// Declares the directories at `paths` ephemeral: no change to them or to a file named in
@@ -810,6 +812,10 @@ impl State {
             .volatile
             .get(*from_name)
             .ok_or_else(|| io_error(op, from, boundary, io::ErrorKind::NotFound))?;
+        debug_assert!(
+            matches!(op, OpKind::Rename | OpKind::HardLink),
+            "only a rename or a hard link names two paths"
+        );
         Ok(TwoPaths { from_dir, from_name, ino, to_dir, to_name })
     }
 
@@ -871,6 +877,11 @@ impl State {
         if options.truncate && options.write {
             self.set_len(ino, 0);
         }
+        debug_assert!(
+            !(options.truncate && options.write)
+                || matches!(&self.inode(ino).node, Node::File(file) if file.volatile.is_empty()),
+            "a truncating open leaves its file empty"
+        );
         Ok(())
     }
 
@@ -943,6 +954,7 @@ impl State {
     fn new_inode(&mut self, node: Node) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
+        debug_assert!(ino > ROOT_INO, "only the root is made without an inode number drawn");
         let previous = self.inodes.insert(ino, Inode { node, modified_ms: self.clock_ms });
         assert!(previous.is_none(), "inode {ino} is new: inode numbers are never reused");
         ino

@@ -54,6 +54,10 @@ impl State {
 
     /// [`State::resolve`], the last component not followed.
     pub(super) fn lookup_components<'a>(&'a self, components: &[&'a str]) -> Option<Ino> {
+        debug_assert!(
+            components.iter().all(|name| !name.is_empty() && !name.contains('/')),
+            "a path is looked up one component at a time"
+        );
         self.resolve(components, false)
     }
 
@@ -94,6 +98,10 @@ pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
             }
         }
     }
+    debug_assert!(
+        components.iter().all(|name| !name.is_empty() && *name != "." && *name != ".."),
+        "a normalized path holds names only"
+    );
     Ok(components)
 }
 

@@ -20,7 +20,8 @@ impl SimFs {
         {
             let mut state = self.lock();
             let now = state.clock_ms;
-            state.processes.entry(pid).or_insert(now);
+            let started = *state.processes.entry(pid).or_insert(now);
+            debug_assert!(started <= now, "a process running as {pid} started by now");
         }
         SimFs { state: SyncArc::clone(&self.state), process_id: pid }
     }
@@ -30,11 +31,13 @@ impl SimFs {
     pub fn kill_process(&self, pid: u32) {
         let mut state = self.lock();
         state.processes.remove(&pid);
+        debug_assert!(!state.processes.contains_key(&pid), "a killed process runs no more");
     }
 
     /// Registers a running process `pid` started at `start_ms` (e.g. a reused pid).
     pub fn spawn_process(&self, pid: u32, start_ms: u64) {
         let mut state = self.lock();
+        assert_ne!(pid, 0, "a process has an id");
         state.processes.insert(pid, start_ms);
     }
 }
