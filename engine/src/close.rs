@@ -197,6 +197,7 @@ impl<F: Fs> Store<F> {
             },
         });
         let line = line.to_string();
+        debug_assert!(!line.contains('\n'), "a ledger line is one line");
         Ok(line)
     }
 

@@ -41,8 +41,14 @@ pub fn request_digest(operation: &str, key: &str) -> String {
     frame(&mut hasher, b"spex.request-digest.v1");
     frame(&mut hasher, operation.as_bytes());
     frame(&mut hasher, key.as_bytes());
+    let digest = hex::encode(hasher.finalize());
+    debug_assert!(is_hex_digest(&digest), "a request digest is 64 lowercase hex digits");
+    digest
+}
 
-    hex::encode(hasher.finalize())
+/// Whether `text` is a digest as receipts store it: 64 lowercase hex digits.
+fn is_hex_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The request a payload hash covers.
@@ -71,8 +77,9 @@ pub fn payload_hash(operation: &str, request_digest: &str, payload: &Payload<'_>
         .attributes
         .map(|map| serde_json::to_vec(map).expect("a JSON map always serializes"));
     frame_optional(&mut hasher, attributes.as_deref());
-
-    hex::encode(hasher.finalize())
+    let hash = hex::encode(hasher.finalize());
+    debug_assert!(is_hex_digest(&hash), "a payload hash is 64 lowercase hex digits");
+    hash
 }
 
 #[cfg(test)]

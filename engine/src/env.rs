@@ -78,7 +78,8 @@ impl ManualClock {
 
     /// Moves the clock forward.
     pub fn advance_ms(&self, ms: u64) {
-        self.now_ms.fetch_add(ms, Ordering::SeqCst);
+        let before = self.now_ms.fetch_add(ms, Ordering::SeqCst);
+        assert!(before.checked_add(ms).is_some(), "a manual clock never wraps around");
     }
 }
 

@@ -84,6 +84,7 @@ impl Drop for Leading<'_> {
             for ticket in self.tickets.drain(..) {
                 group.answered.insert(ticket, Answer::Alone);
             }
+            debug_assert!(!group.leading, "a failed leader leaves the group to a new one");
         }
         self.groups.changed.notify_all();
     }

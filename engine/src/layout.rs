@@ -389,7 +389,10 @@ impl Layout {
 
     /// The record lock.
     pub fn session_lock(&self, id: &SessionId) -> PathBuf {
-        self.session_locks_dir().join(format!("{id}.lock"))
+        let dir = self.session_locks_dir();
+        let lock = dir.join(format!("{id}.lock"));
+        debug_assert_eq!(lock.parent(), Some(dir.as_path()), "a lock is one name in its directory");
+        lock
     }
 
     /// Directory of delivery locks.
@@ -399,7 +402,10 @@ impl Layout {
 
     /// The delivery lock.
     pub fn delivery_lock(&self, id: &SessionId) -> PathBuf {
-        self.delivery_locks_dir().join(format!("{id}.lock"))
+        let dir = self.delivery_locks_dir();
+        let lock = dir.join(format!("{id}.lock"));
+        debug_assert_eq!(lock.parent(), Some(dir.as_path()), "a lock is one name in its directory");
+        lock
     }
 
     /// Directory of revoked-sender markers.
@@ -409,7 +415,14 @@ impl Layout {
 
     /// A revoked sender's marker.
     pub fn revoked(&self, id: &SessionId) -> PathBuf {
-        self.revoked_dir().join(id.as_str())
+        let dir = self.revoked_dir();
+        let marker = dir.join(id.as_str());
+        debug_assert_eq!(
+            marker.parent(),
+            Some(dir.as_path()),
+            "a marker is one name in its directory"
+        );
+        marker
     }
 
     /// The close ledger.

@@ -150,7 +150,9 @@ impl<F: Fs> Drop for LockGuard<'_, F> {
             // An error path is already being reported; a lock left behind is recovered as stale.
             let mut holding = holding();
             let _ = self.fs.remove_file(&self.path, self.remove);
-            holding.remove(&(self.fs.machine_id(), self.fs.process_id(), self.path.clone()));
+            let key = (self.fs.machine_id(), self.fs.process_id(), self.path.clone());
+            holding.remove(&key);
+            debug_assert!(!holding.contains(&key), "a dropped guard's lock is held no more");
         }
     }
 }
@@ -237,6 +239,10 @@ pub(crate) fn acquire<'a, F: Fs>(
         }
         clock.sleep_ms(delay_ms);
         delay_ms = (delay_ms * 2).min(RETRY_DELAY_MS_MAX);
+        debug_assert!(
+            (1..=RETRY_DELAY_MS_MAX).contains(&delay_ms),
+            "a waiter backs off, within the bound"
+        );
     }
 }
 
@@ -332,7 +338,14 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
         Some(start_ms) if start_ms > seen.modified_ms + PID_REUSE_SLACK_MS => {
             Ok(Holder::Stale(seen))
         }
-        Some(_) => Ok(Holder::Alive(pid)),
+        Some(_) => {
+            debug_assert!(
+                pid != fs.process_id()
+                    || holding.contains(&(fs.machine_id(), pid, path.to_path_buf())),
+                "this process's own lock is alive only while one of its threads holds it"
+            );
+            Ok(Holder::Alive(pid))
+        }
     }
 }
 

@@ -317,15 +317,21 @@ fn publish<F: Fs>(files: SessionFiles<'_, F>, empty: bool, steps: &Boundaries) -
     let (layout, id) = (files.layout, files.id);
     let dir = layout.session_dir(id);
     if empty {
-        return atomic::remove(
+        atomic::remove(
             files.fs,
             &dir,
             &layout.queue(id),
             steps.queue.remove,
             steps.queue.dir_sync,
-        );
+        )?;
+    } else {
+        atomic::publish(files.fs, &dir, &layout.queue_tmp(id), &layout.queue(id), &steps.queue)?;
     }
-    atomic::publish(files.fs, &dir, &layout.queue_tmp(id), &layout.queue(id), &steps.queue)
+    debug_assert!(
+        files.fs.exists(&layout.queue(id)).is_ok_and(|there| there != empty),
+        "a published queue is there exactly when something is owed"
+    );
+    Ok(())
 }
 
 /// Replaces the queue durably (removing the file when it empties).

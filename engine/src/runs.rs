@@ -314,7 +314,10 @@ pub fn runs_dir(layout: &Layout) -> PathBuf {
 
 /// `<root>/runs/<id>.ndjson`.
 pub fn run_log(layout: &Layout, id: &SessionId) -> PathBuf {
-    runs_dir(layout).join(format!("{}.ndjson", id.as_str()))
+    let dir = runs_dir(layout);
+    let log = dir.join(format!("{}.ndjson", id.as_str()));
+    debug_assert_eq!(log.parent(), Some(dir.as_path()), "a run log is one name in runs/");
+    log
 }
 
 /// Appends `line` to session `id`'s run log (see the module header): under the file's lock, one

@@ -408,6 +408,7 @@ fn restore_debt(entries: &mut Vec<Entry>, known: &crate::receipts::Known) -> boo
     // Without frozen delivery bytes (the existing implementation's August 2026 receipts) there
     // is nothing to restore from.
     let Some(delivery) = &known.receipt.delivery else { return false };
+    let owed = entries.len();
     entries.push(Entry {
         mid: known.mid.clone(),
         text: delivery.text.clone(),
@@ -418,6 +419,11 @@ fn restore_debt(entries: &mut Vec<Entry>, known: &crate::receipts::Known) -> boo
             request_digest: known.receipt.request_digest.clone(),
         }),
     });
+    debug_assert!(
+        entries.len() == owed + 1
+            && entries.iter().filter(|entry| entry.mid == known.mid).count() == 1,
+        "a restored debt is owed once, from its receipt"
+    );
     true
 }
 

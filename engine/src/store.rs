@@ -286,8 +286,16 @@ impl<F: Fs> Store<F> {
         path: &Path,
         steps: &lock::LockBoundaries,
     ) -> Result<LockGuard<'_, F>> {
-        lock::acquire(&self.fs, self.clock.as_ref(), path, self.config.lock_wait_ms, steps)
-            .inspect_err(|error| self.poison_on_io(id, error))
+        let guard =
+            lock::acquire(&self.fs, self.clock.as_ref(), path, self.config.lock_wait_ms, steps)
+                .inspect_err(|error| self.poison_on_io(id, error))?;
+        debug_assert!(
+            path.file_name().is_some_and(|name| {
+                name.to_str().is_some_and(|name| name.strip_suffix(".lock") == Some(id.as_str()))
+            }),
+            "a session's lock is named for the session"
+        );
+        Ok(guard)
     }
 
     pub(crate) fn check_poison(&self, id: &SessionId) -> Result<()> {

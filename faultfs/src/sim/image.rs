@@ -776,16 +776,6 @@ impl<'a> Builder<'a> {
         if !self.checked_files.contains(&ino) {
             return None;
         }
-        // Each length the file can end with (the durable one first), and a length piece that
-        // leaves it.
-        let mut lengths: Vec<(u64, Option<usize>)> = vec![(durable_content(state, ino).1, None)];
-        for &index in group {
-            if let PieceKind::Size { len, .. } = kind(index)
-                && lengths.iter().all(|(known, _)| known != len)
-            {
-                lengths.push((*len, Some(index)));
-            }
-        }
         let bytes_with = |choices: &[Choice]| -> Vec<u8> {
             let changed = Changed::gather(state, pieces, choices);
             let mut files = changed.files(state);
@@ -794,7 +784,7 @@ impl<'a> Builder<'a> {
                 .map_or_else(|| durable_content(state, ino).0, |(_, bytes)| bytes)
         };
         let mut distinct = Distinct::default();
-        for &(len, length_piece) in &lengths {
+        for (len, length_piece) in self.lengths(group, ino) {
             let mut base = vec![Choice::Skip; pieces.len()];
             if let Some(index) = length_piece {
                 *base.get_mut(index).expect("a choice per piece") = Choice::Apply;
@@ -818,23 +808,57 @@ impl<'a> Builder<'a> {
                     self.block_classes(checked, block, chunks, (&base, &file), &bytes_with)?;
                 classes.push(standing);
             }
-            let product = classes.iter().try_fold(1usize, |product, standing| {
-                product.checked_mul(standing.len()).filter(|&n| n <= EXHAUSTIVE_IMAGES_MAX)
-            })?;
-            for combination in 0..product {
-                let mut rest = combination;
-                let mut choices = base.clone();
-                for standing in &classes {
-                    let kept = standing.get(rest % standing.len()).expect("modulo the length");
-                    rest /= standing.len();
-                    for &index in kept {
-                        *choices.get_mut(index).expect("a choice per piece") = Choice::Apply;
-                    }
-                }
-                distinct.add(state, pieces, &choices);
-            }
+            self.combine_classes(&mut distinct, &base, &classes)?;
         }
         Some(distinct.outcomes)
+    }
+
+    /// Each length file `ino` (whose pieces are `group`) can end with, the durable one first,
+    /// and a length piece that leaves it.
+    fn lengths(&self, group: &[usize], ino: Ino) -> Vec<(u64, Option<usize>)> {
+        let mut lengths: Vec<(u64, Option<usize>)> =
+            vec![(durable_content(self.state, ino).1, None)];
+        for &index in group {
+            if let Some(PieceKind::Size { len, .. }) =
+                self.pieces.list.get(index).map(|piece| &piece.kind)
+                && lengths.iter().all(|(known, _)| known != len)
+            {
+                lengths.push((*len, Some(index)));
+            }
+        }
+        debug_assert!(
+            lengths.iter().skip(1).all(|(_, piece)| piece.is_some()),
+            "every length but the durable one is left by a length piece"
+        );
+        lengths
+    }
+
+    /// Adds to `distinct` the outcome of every combination of the blocks' `classes` (each class
+    /// as the chunk pieces that leave it) over the length choices `base`; `None` when they are
+    /// too many.
+    fn combine_classes(
+        &self,
+        distinct: &mut Distinct,
+        base: &[Choice],
+        classes: &[Vec<Vec<usize>>],
+    ) -> Option<()> {
+        let product = classes.iter().try_fold(1usize, |product, standing| {
+            product.checked_mul(standing.len()).filter(|&n| n <= EXHAUSTIVE_IMAGES_MAX)
+        })?;
+        for combination in 0..product {
+            let mut rest = combination;
+            let mut choices = base.to_vec();
+            for standing in classes {
+                let kept = standing.get(rest % standing.len()).expect("modulo the length");
+                rest /= standing.len();
+                for &index in kept {
+                    *choices.get_mut(index).expect("a choice per piece") = Choice::Apply;
+                }
+            }
+            distinct.add(self.state, self.pieces, &choices);
+        }
+        debug_assert!(!distinct.outcomes.is_empty(), "the combinations hold the durable outcome");
+        Some(())
     }
 
     /// The classes of versions of block `block` the reader tells apart, each as the chunk
@@ -1088,22 +1112,7 @@ fn checked_files(state: &State) -> BTreeSet<Ino> {
 /// links it: a lock or staging file created and removed since the last barrier) are in no
 /// group: whether they survive changes no image.
 fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
-    let mut nameable: BTreeSet<Ino> = state
-        .inodes
-        .values()
-        .filter_map(|inode| match &inode.node {
-            Node::Dir(dir) => Some(dir.durable.values().copied()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    for piece in pieces {
-        if let PieceKind::Names { pending, .. } = &piece.kind
-            && let Some(Pending::Names { changes }) = state.pending.get(*pending)
-        {
-            nameable.extend(changes.iter().filter_map(|change| change.target));
-        }
-    }
+    let nameable = nameable(state, pieces);
     #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
     enum Object {
         File(Ino),
@@ -1111,16 +1120,6 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
     }
     // Union-find over pieces: each object remembers the first piece that touched it.
     let mut parent: Vec<usize> = (0..pieces.len()).collect();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        let up = |parent: &[usize], i: usize| *parent.get(i).expect("a piece's parent is a piece");
-        while up(parent, i) != i {
-            let grand = up(parent, up(parent, i));
-            *parent.get_mut(i).expect("a piece") = grand;
-            i = grand;
-        }
-        debug_assert_eq!(parent.get(i), Some(&i), "a root is its own parent");
-        i
-    }
     let mut owner: BTreeMap<Object, usize> = BTreeMap::new();
     for (index, piece) in pieces.iter().enumerate() {
         let objects: Vec<Object> = match &piece.kind {
@@ -1158,6 +1157,41 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
         "a piece is in one group at most"
     );
     groups
+}
+
+/// The files a name can reach after a crash: those a durable entry names, and those a pending
+/// name change would (a file no name can reach is in no image, and its pieces in no group).
+fn nameable(state: &State, pieces: &[Piece]) -> BTreeSet<Ino> {
+    let mut nameable: BTreeSet<Ino> = state
+        .inodes
+        .values()
+        .filter_map(|inode| match &inode.node {
+            Node::Dir(dir) => Some(dir.durable.values().copied()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for piece in pieces {
+        if let PieceKind::Names { pending, .. } = &piece.kind
+            && let Some(Pending::Names { changes }) = state.pending.get(*pending)
+        {
+            nameable.extend(changes.iter().filter_map(|change| change.target));
+        }
+    }
+    debug_assert!(!nameable.contains(&ROOT_INO), "no entry names the root");
+    nameable
+}
+
+/// The root of piece `i`'s group in the union-find `parent`, halving the path on the way.
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    let up = |parent: &[usize], i: usize| *parent.get(i).expect("a piece's parent is a piece");
+    while up(parent, i) != i {
+        let grand = up(parent, up(parent, i));
+        *parent.get_mut(i).expect("a piece") = grand;
+        i = grand;
+    }
+    debug_assert_eq!(parent.get(i), Some(&i), "a root is its own parent");
+    i
 }
 
 /// What a set of surviving pieces changed: directories' entries and files' bytes, the rest is
