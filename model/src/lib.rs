@@ -348,7 +348,14 @@ impl Model {
     /// The state after `op` completed and was acknowledged. A refused op changes nothing.
     pub fn apply(&self, op: &Op) -> Model {
         let mut next = self.clone();
-        match (op, self.expect(op)) {
+        next.apply_mut(op);
+        next
+    }
+
+    /// [`Model::apply`], in place.
+    pub fn apply_mut(&mut self, op: &Op) {
+        let next = self;
+        match (op, next.expect(op)) {
             (Op::Create { id, triple }, Expect::Ok) => {
                 next.sessions.insert(
                     id.clone(),
@@ -381,8 +388,10 @@ impl Model {
                 next.session_mut(to).replay(key, original);
             }
             (Op::DrainHead { id }, Expect::Ok) => {
-                let closed = &self.closed;
-                next.session_mut(id).drain_head(closed);
+                let Model { sessions, closed } = next;
+                let session =
+                    sessions.get_mut(id).expect("ops are applied only to sessions that exist");
+                session.drain_head(closed);
             }
             (Op::BeginLaunch { id, triple }, Expect::Ok) => {
                 let session = next.session_mut(id);
@@ -405,7 +414,6 @@ impl Model {
             }
             _ => {}
         }
-        next
     }
 
     /// Every state allowed after `op` was interrupted by a crash and the store recovered.
@@ -459,7 +467,9 @@ impl Model {
                 candidates.push(appended.clone());
             }
         }
-        candidates.push(sends.iter().fold(self.clone(), |model, op| model.apply(op)));
+        let mut all = self.clone();
+        sends.iter().for_each(|op| all.apply_mut(op));
+        candidates.push(all);
         candidates.dedup();
         candidates
     }
@@ -516,7 +526,7 @@ impl Model {
                 }
                 candidates.push(batch);
             }
-            state = state.apply(&drain);
+            state.apply_mut(&drain);
         }
         candidates.dedup();
         candidates

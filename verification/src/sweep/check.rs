@@ -25,8 +25,8 @@ use spex_engine::Store;
 use spex_model::{self as model, Mid, Model};
 
 use super::decode;
-use super::run::{Answer, Execution, candidates, hash, sid};
-use super::scenario::{OPERATION, Scenario, Step};
+use super::run::{Answer, Execution, hash, sid};
+use super::scenario::{OPERATION, Step};
 
 /// The oracle's rules, as every violation of one begins.
 pub const RULES: [&str; 8] = [
@@ -174,8 +174,8 @@ fn keys_of(
 /// Checks a store rebooted from a crash image, opened and recovered.
 pub(crate) fn check_recovered<F: Fs>(
     store: &Store<F>,
-    scenario: &Scenario,
     run: &Execution,
+    allowed: &[Model],
 ) -> Vec<String> {
     let mut violations = Vec::new();
     let observed = match project(store, run) {
@@ -185,7 +185,6 @@ pub(crate) fn check_recovered<F: Fs>(
             return violations;
         }
     };
-    let allowed = candidates(scenario, run);
     if !allowed.iter().any(|candidate| candidate.admits(&observed)) {
         violations.push(format!(
             "rule 7 (model refinement): the recovered state is none of the {} the model allows: {}",

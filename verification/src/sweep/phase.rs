@@ -21,7 +21,7 @@ use spex_engine::Store;
 use spex_model::Model;
 
 use super::check::{check_activity_index, check_drained, check_recovered, check_retry, project};
-use super::run::{Answer, Execution, open, perform, sid, snapshot_store};
+use super::run::{Answer, Execution, candidates, open, perform, sid, snapshot_store};
 use super::scenario::{Scenario, Step};
 
 /// What another sender says after every recovery.
@@ -121,8 +121,14 @@ impl Recovered {
     /// (`SimFs::visible_digest`), the run, and the store handle's memory, which holds nothing
     /// the machine does not give: no poisoned session (nothing failed), no batch in progress,
     /// no id drawn (only a send draws one), and no receipt index yet (recovery reads none).
-    pub(crate) fn judge_rest(self, scenario: &Scenario, run: &Execution) -> Vec<String> {
-        let violations = judge_recovered(&self.store, scenario, run, &mut run.continued(scenario));
+    pub(crate) fn judge_rest(
+        self,
+        scenario: &Scenario,
+        run: &Execution,
+        allowed: &[Model],
+    ) -> Vec<String> {
+        let mut next = run.continued_from(allowed.to_vec());
+        let violations = judge_recovered(&self.store, scenario, run, allowed, &mut next);
         assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
         violations
     }
@@ -134,11 +140,12 @@ pub(crate) fn check_store<F: Fs>(
     scenario: &Scenario,
     run: &Execution,
 ) -> (Vec<String>, Execution) {
-    let mut next = run.continued(scenario);
+    let allowed = candidates(scenario, run);
+    let mut next = run.continued_from(allowed.clone());
     if let Err(error) = recover_all(store, run) {
         return (vec![error], next);
     }
-    let violations = judge_recovered(store, scenario, run, &mut next);
+    let violations = judge_recovered(store, scenario, run, &allowed, &mut next);
     (violations, next)
 }
 
@@ -148,9 +155,10 @@ fn judge_recovered<F: Fs>(
     store: &Store<F>,
     scenario: &Scenario,
     run: &Execution,
+    allowed: &[Model],
     next: &mut Execution,
 ) -> Vec<String> {
-    let mut violations = check_recovered(store, scenario, run);
+    let mut violations = check_recovered(store, run, allowed);
     if violations.is_empty() {
         violations.extend(continue_workload(store, scenario, run, next));
     }

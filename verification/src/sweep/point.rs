@@ -6,9 +6,11 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write as _;
+use std::rc::Rc;
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
+use spex_model::Model;
 
 use super::options::Options;
 use super::phase;
@@ -495,8 +497,9 @@ fn judge_to_end(
         Ok(recovered) => recovered,
         Err(violations) => return violations,
     };
+    let allowed = allowed_after(scenario, run, run_digest, seed);
     if !report.reduce {
-        return recovered.judge_rest(scenario, run);
+        return recovered.judge_rest(scenario, run, &allowed);
     }
     let key: [u8; 32] = {
         let mut hasher = judgement_key(scenario, seed);
@@ -514,13 +517,50 @@ fn judge_to_end(
     }
     let fs = recovered.fs.clone();
     let mark = fs.mark_reads();
-    let verdict = recovered.judge_rest(scenario, run);
+    let verdict = recovered.judge_rest(scenario, run, &allowed);
     let ran = Continuation { verdict, read: fs.read_since(&mark) };
     let what = "the judgement after recovery to one machine";
     if settle(&CONTINUATIONS, CONTINUATIONS_KEPT_MAX, key, known, &ran, what, report) {
         report.shared += 1;
     }
     ran.verdict
+}
+
+/// Most runs whose allowed states a thread keeps; past it, it forgets them all.
+const ALLOWED_KEPT_MAX: usize = 256;
+
+thread_local! {
+    /// This thread's states allowed after a run's crash, by a digest of (scenario, seed, run).
+    static ALLOWED: RefCell<HashMap<[u8; 32], Rc<Vec<Model>>>> = RefCell::default();
+}
+
+/// The states `run` (its digest `run_digest`) allows after its crash (`run::candidates`): a
+/// function of the scenario and the run alone, which every image of a crash point is judged
+/// against, so it is worked out once per run a thread judges against.
+fn allowed_after(
+    scenario: &Scenario,
+    run: &run::Execution,
+    run_digest: &[u8; 32],
+    seed: u64,
+) -> Rc<Vec<Model>> {
+    let key: [u8; 32] = {
+        let mut hasher = judgement_key(scenario, seed);
+        hasher.update(run_digest);
+        hasher.finalize().into()
+    };
+    if let Some(known) = ALLOWED.with(|kept| kept.borrow().get(&key).cloned()) {
+        debug_assert!(!known.is_empty(), "a run allows some state after its crash");
+        return known;
+    }
+    let allowed = Rc::new(run::candidates(scenario, run));
+    ALLOWED.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.len() >= ALLOWED_KEPT_MAX {
+            kept.clear();
+        }
+        kept.insert(key, Rc::clone(&allowed));
+    });
+    allowed
 }
 
 /// The start of the key of a judgement this thread remembers: what every such judgement

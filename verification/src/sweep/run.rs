@@ -180,6 +180,13 @@ impl Execution {
     /// The run that goes on after a crash of `self`: everything acknowledged stays owed to the
     /// checker, and the allowed states are every state the crash allowed.
     pub(crate) fn continued(&self, scenario: &Scenario) -> Execution {
+        self.continued_from(candidates(scenario, self))
+    }
+
+    /// [`Execution::continued`], given the states this run allows after its crash
+    /// (`candidates` of it).
+    pub(crate) fn continued_from(&self, allowed: Vec<Model>) -> Execution {
+        debug_assert!(!allowed.is_empty(), "a run allows some state after its crash");
         Execution {
             model: self.model.clone(),
             in_flight: None,
@@ -194,7 +201,7 @@ impl Execution {
             created: self.created.clone(),
             keys: self.keys.clone(),
             watermarks: BTreeMap::new(),
-            base: Some(candidates(scenario, self)),
+            base: Some(allowed),
             continuing: None,
         }
     }
@@ -581,7 +588,7 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
     let expect = run.model.expect(&model_op(step, Mid::Any));
     match (step, answer, &expect) {
         (Step::Send { to, from, .. }, Answer::Accepted { mid, replayed: false }, Expect::Ok) => {
-            run.model = run.model.apply(&model_op(step, Mid::Known(mid.clone())));
+            run.model.apply_mut(&model_op(step, Mid::Known(mid.clone())));
             run.acked.push(((*to).to_owned(), mid.clone(), from.map(str::to_owned)));
         }
         (
@@ -589,7 +596,7 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             Answer::Accepted { mid, replayed: true },
             Expect::Replay(original),
         ) if *original == Mid::Known(mid.clone()) || *original == Mid::Any => {
-            run.model = run.model.apply(&model_op(step, Mid::Known(mid.clone())));
+            run.model.apply_mut(&model_op(step, Mid::Known(mid.clone())));
             run.acked.push(((*to).to_owned(), mid.clone(), from.map(str::to_owned)));
         }
         (Step::Drain { id }, Answer::Drained(stopped), Expect::Ok) => {
@@ -598,7 +605,7 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             }
             let owed = run.model.sessions.get(*id).map_or(0, |session| session.owed.len());
             for _ in 0..owed {
-                run.model = run.model.apply(&model_op(step, Mid::Any));
+                run.model.apply_mut(&model_op(step, Mid::Any));
             }
         }
         (Step::DrainRefusing { id }, Answer::Drained(stopped), Expect::Ok) => {
@@ -615,7 +622,7 @@ pub(crate) fn advance(run: &mut Execution, step: &Step, answer: &Answer) {
             Answer::Done,
             Expect::Ok,
         ) => {
-            run.model = run.model.apply(&model_op(step, Mid::Any));
+            run.model.apply_mut(&model_op(step, Mid::Any));
         }
         (
             _,
@@ -650,7 +657,7 @@ fn advance_refused_drain(run: &mut Execution, step: &Step, id: &str, stopped: Op
             .count()
     });
     for _ in 0..revoked_heads {
-        run.model = run.model.apply(&model_op(step, Mid::Any));
+        run.model.apply_mut(&model_op(step, Mid::Any));
     }
     if stopped.is_some() != (owed > revoked_heads) {
         run.violations.push(format!("refused drain of {id}: stopped {stopped:?} with {owed} owed"));
