@@ -169,6 +169,45 @@ pub(crate) struct Inode {
     modified_ms: u64,
 }
 
+/// Every inode of a machine, by number. Numbers are handed out in order from the root's and
+/// never reused (an unlinked inode stays, unreachable: an open handle may still use it), so
+/// the table is a vector indexed by number.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Inodes(Vec<Inode>);
+
+impl Inodes {
+    /// Adds inode `ino`, the next number: `None`, as a map's insert of a new key.
+    fn insert(&mut self, ino: Ino, inode: Inode) -> Option<Inode> {
+        assert_eq!(ino, self.0.len() as Ino, "inode numbers are handed out in order");
+        self.0.push(inode);
+        None
+    }
+
+    pub(crate) fn get(&self, ino: &Ino) -> Option<&Inode> {
+        self.0.get(usize::try_from(*ino).ok()?)
+    }
+
+    fn get_mut(&mut self, ino: &Ino) -> Option<&mut Inode> {
+        self.0.get_mut(usize::try_from(*ino).ok()?)
+    }
+
+    fn contains_key(&self, ino: &Ino) -> bool {
+        self.get(ino).is_some()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = Ino> + '_ {
+        (0..self.0.len()).map(|ino| ino as Ino)
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Inode> {
+        self.0.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// A change to one inode's bytes, pending until that inode is synced.
 #[derive(Clone, Debug)]
 pub(crate) enum DataChange {
@@ -208,7 +247,7 @@ pub(crate) enum Pending {
 
 #[derive(Clone, Debug)]
 pub(crate) struct State {
-    inodes: BTreeMap<Ino, Inode>,
+    inodes: Inodes,
     next_ino: Ino,
     pending: Vec<Pending>,
     trace: Trace,
@@ -286,7 +325,7 @@ enum Verdict {
 impl SimFs {
     /// An empty filesystem (just `/`) running `plan`.
     pub fn new(plan: FaultPlan) -> Self {
-        let mut inodes = BTreeMap::new();
+        let mut inodes = Inodes::default();
         inodes.insert(ROOT_INO, Inode { node: Node::Dir(DirNode::default()), modified_ms: 0 });
         let state = State {
             inodes,
@@ -906,7 +945,7 @@ impl State {
     fn check(&self) {
         assert!(matches!(self.inode(ROOT_INO).node, Node::Dir(_)), "the root is a directory");
         assert!(
-            self.inodes.keys().all(|&ino| ino < self.next_ino),
+            self.inodes.keys().all(|ino| ino < self.next_ino),
             "inode numbers are handed out in order"
         );
         for inode in self.inodes.values() {
