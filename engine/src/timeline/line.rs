@@ -109,11 +109,17 @@ pub struct Triple {
 impl Triple {
     /// A normalized triple: the proposal is dropped unless awaiting, an empty note is none.
     pub fn new(status: Status, proposal: Option<Proposal>, note: Option<String>) -> Triple {
-        Triple {
+        let triple = Triple {
             status,
             proposal: if status == Status::Awaiting { proposal } else { None },
             note: note.filter(|note| !note.is_empty()),
-        }
+        };
+        debug_assert!(
+            triple.proposal.is_none() || triple.status == Status::Awaiting,
+            "only an awaiting triple proposes"
+        );
+        debug_assert!(triple.note.as_deref() != Some(""), "an empty note is none");
+        triple
     }
 
     /// The display word of this triple.

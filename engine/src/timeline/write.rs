@@ -287,6 +287,7 @@ fn unterminated_cut<T: File>(file: &T, len: u64) -> Result<u64> {
         }
         pos -= 1;
     }
+    debug_assert!(pos == 0 || byte[0] == b'\n', "what a cut keeps ends at a line's end");
     Ok(pos)
 }
 

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Ino, Node, SimFs, Verdict, fault_error, io_error, span, span_mut, to_usize};
+use super::{Ino, Node, SimFs, Verdict, fault_error, io_error, shown, span, span_mut, to_usize};
 use crate::{Boundary, Error, Fault, File, OpKind, Result};
 
 /// An open file of a [`SimFs`].
@@ -33,7 +33,7 @@ impl SimFile {
         });
         let detail = format!("@{offset}+{}", data.len());
         let op_index = state.op_count;
-        let verdict = state.begin(boundary, op, self.path.display().to_string(), detail)?;
+        let verdict = state.begin(boundary, op, shown(&self.path), detail)?;
         if !self.writable {
             return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
         }
@@ -69,7 +69,7 @@ impl SimFile {
 
     fn sync_op(&self, op: OpKind, boundary: Boundary) -> Result<()> {
         let mut state = self.fs.lock();
-        let verdict = state.begin(boundary, op, self.path.display().to_string(), String::new())?;
+        let verdict = state.begin(boundary, op, shown(&self.path), String::new())?;
         match verdict {
             Verdict::Proceed => {
                 if state.rules.sync_makes_durable {
@@ -158,8 +158,7 @@ impl File for SimFile {
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
         let op = OpKind::SetLen;
         let mut state = self.fs.lock();
-        let verdict =
-            state.begin(boundary, op, self.path.display().to_string(), format!("len={len}"))?;
+        let verdict = state.begin(boundary, op, shown(&self.path), format!("len={len}"))?;
         if !self.writable {
             return Err(io_error(op, &self.path, boundary, io::ErrorKind::PermissionDenied));
         }

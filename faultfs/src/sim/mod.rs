@@ -726,12 +726,7 @@ impl SimFs {
         let mut state = self.lock();
         let components = normalize(path, OpKind::Open)?;
         if options.mutates() {
-            let verdict = state.begin(
-                boundary,
-                OpKind::Open,
-                path.display().to_string(),
-                open_detail(options),
-            )?;
+            let verdict = state.begin(boundary, OpKind::Open, shown(path), open_detail(options))?;
             // An injected fault takes precedence over the op's own outcome, and changes nothing.
             if let Verdict::Fail(fault) = verdict {
                 return Err(fault_error(fault, OpKind::Open, path, boundary));
@@ -834,7 +829,7 @@ impl State {
     ) -> Result<TwoPaths<'p>> {
         let from_components = normalize(from, op)?;
         let to_components = normalize(to, op)?;
-        let target = format!("{} -> {}", from.display(), to.display());
+        let target = [shown(from), shown(to)].join(" -> ");
         if let Verdict::Fail(fault) = self.begin(boundary, op, target, String::new())? {
             return Err(fault_error(fault, op, to, boundary));
         }
@@ -1260,9 +1255,7 @@ impl Fs for SimFs {
         let op = OpKind::CreateDir;
         let mut state = self.lock();
         let components = normalize(path, op)?;
-        if let Verdict::Fail(fault) =
-            state.begin(boundary, op, path.display().to_string(), String::new())?
-        {
+        if let Verdict::Fail(fault) = state.begin(boundary, op, shown(path), String::new())? {
             return Err(fault_error(fault, op, path, boundary));
         }
         let (name, parents) = components
@@ -1289,9 +1282,7 @@ impl Fs for SimFs {
         let op = OpKind::SyncDir;
         let mut state = self.lock();
         let components = normalize(path, op)?;
-        if let Verdict::Fail(fault) =
-            state.begin(boundary, op, path.display().to_string(), String::new())?
-        {
+        if let Verdict::Fail(fault) = state.begin(boundary, op, shown(path), String::new())? {
             // A failed directory fsync leaves its changes pending: they may or may not survive.
             return Err(fault_error(fault, op, path, boundary));
         }
@@ -1422,9 +1413,7 @@ impl SimFs {
     fn unlink(&self, path: &Path, boundary: Boundary, op: OpKind) -> Result<()> {
         let mut state = self.lock();
         let components = normalize(path, op)?;
-        if let Verdict::Fail(fault) =
-            state.begin(boundary, op, path.display().to_string(), String::new())?
-        {
+        if let Verdict::Fail(fault) = state.begin(boundary, op, shown(path), String::new())? {
             return Err(fault_error(fault, op, path, boundary));
         }
         let (name, parents) = components
@@ -1468,6 +1457,12 @@ fn open_detail(options: OpenOptions) -> String {
     }
     assert!(!flags.is_empty() || !options.mutates(), "a mutating open says how");
     flags.join(",")
+}
+
+/// A path as a trace entry names it: the text `Path::display` shows (both replace what is not
+/// UTF-8 alike), without the formatting machinery (every mutating op names its path).
+pub(crate) fn shown(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
 }
 
 fn io_error(op: OpKind, path: &Path, boundary: Boundary, kind: io::ErrorKind) -> Error {
@@ -1527,6 +1522,15 @@ pub(crate) fn to_usize(value: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace names a path as it displays, a name that is not UTF-8 included.
+    #[test]
+    fn a_path_is_shown_as_it_displays() {
+        let odd = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"/a/\xff\xfeb");
+        for path in [Path::new("/store/sessions/s/timeline"), Path::new(odd), Path::new("")] {
+            assert_eq!(shown(path), path.display().to_string());
+        }
+    }
 
     /// A machine whose directory names an inode that does not exist (a bug of the simulation)
     /// is refused the moment a crash would hand it out.
