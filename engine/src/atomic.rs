@@ -140,5 +140,9 @@ pub(crate) fn read<F: Fs>(fs: &F, path: &Path) -> Result<Option<Vec<u8>>> {
         });
     }
     let bytes = file.read_to_end()?;
+    debug_assert!(
+        bytes.len() as u64 <= STATE_FILE_BYTES_MAX.max(len),
+        "a state file is read within its bound (or as long as it was when measured)"
+    );
     Ok(Some(bytes))
 }

@@ -125,6 +125,12 @@ impl<F: Fs> Store<F> {
 
     /// The commit's directory syncs: `.closing` (the new name) and `sessions` (the old one).
     fn sync_commit(&self, steps: &Boundaries) -> Result<()> {
+        // The rename left `sessions` for `.closing`: both names must be durable.
+        debug_assert_ne!(
+            self.layout.closing_dir(),
+            self.layout.sessions_dir(),
+            "a commit moves a session between two directories"
+        );
         self.fs.sync_dir(&self.layout.closing_dir(), steps.close.commit_sync_closing)?;
         self.fs.sync_dir(&self.layout.sessions_dir(), steps.close.commit_sync_sessions)?;
         Ok(())
@@ -255,7 +261,12 @@ impl<F: Fs> Store<F> {
     /// lines after them are a torn tail: an unsynced close line a power loss cut, never
     /// acknowledged; they are left out, and the next closer cuts them off.
     pub fn closures(&self) -> Result<Vec<Closure>> {
-        Ok(self.read_ledger()?.closures)
+        let ledger = self.read_ledger()?;
+        debug_assert!(
+            ledger.closures.is_empty() || ledger.sound_len > 0,
+            "a close is read from the sound part of the ledger"
+        );
+        Ok(ledger.closures)
     }
 
     fn read_ledger(&self) -> Result<Ledger> {
@@ -324,6 +335,10 @@ impl<F: Fs> Store<F> {
 
     /// Whether `line` is a `close-authorized` line naming `id` (a check of what is appended).
     fn parses_as_close(line: &[u8], id: &SessionId) -> bool {
+        debug_assert!(
+            line.iter().filter(|&&byte| byte == b'\n').count() <= 1,
+            "a close is checked one line at a time"
+        );
         serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|value| {
             value.get("action").and_then(serde_json::Value::as_str) == Some(CLOSE_AUTHORIZED)
                 && value.pointer("/target/id").and_then(serde_json::Value::as_str)

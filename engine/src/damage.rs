@@ -92,8 +92,12 @@ impl Damage {
         let sessions = layout.sessions_dir();
         let inside = self.path.strip_prefix(&sessions).ok()?;
         let name = inside.components().next()?.as_os_str().to_str()?;
-
-        crate::layout::SessionId::new(name).is_ok().then_some(name)
+        let id = crate::layout::SessionId::new(name).is_ok().then_some(name);
+        debug_assert!(
+            id.is_none_or(|id| self.path.starts_with(sessions.join(id))),
+            "damage belongs to the session whose directory holds it"
+        );
+        id
     }
 
     /// Whether this damage is a warning (the store reads whole) rather than damage that loses or
@@ -135,12 +139,14 @@ pub(crate) fn note(damage: Damage) {
     let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let place = (damage.path.clone(), damage.offset);
     noted.entry(place.clone()).or_insert(damage);
+    debug_assert!(noted.contains_key(&place), "damage is noted once per place");
 }
 
 /// The damage reads noted since the last call, in place order.
 pub fn take_noted() -> Vec<Damage> {
     let mut noted = NOTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let taken: Vec<Damage> = std::mem::take(&mut *noted).into_values().collect();
+    debug_assert!(noted.is_empty(), "what is taken is noted no more");
     taken
 }
 

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 
 fn frame(hasher: &mut Sha256, field: &[u8]) {
     hasher.update((field.len() as u64).to_be_bytes());
+
     hasher.update(field);
 }
 
@@ -47,7 +48,7 @@ pub fn request_digest(operation: &str, key: &str) -> String {
 }
 
 /// Whether `text` is a digest as receipts store it: 64 lowercase hex digits.
-fn is_hex_digest(text: &str) -> bool {
+pub(crate) fn is_hex_digest(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
 }
 

@@ -201,6 +201,10 @@ impl<F: Fs> Store<F> {
                 report.stopped = batch.stop;
                 return Ok(());
             }
+            debug_assert!(
+                batch.deliver.iter().all(|entry| !report.delivered.contains(&entry.mid)),
+                "a drain delivers a message once"
+            );
             let mut delivered = 0;
             let mut refused = None;
             for entry in &batch.deliver {
@@ -312,6 +316,8 @@ impl<F: Fs> Store<F> {
         if unkeyed.is_empty() {
             return Ok(());
         }
+        debug_assert!(unkeyed.len() <= batch.deliver.len(), "the unkeyed heads are the batch's");
+
         let sent_mid = |line: &Line| match line {
             Line::Sent(event, _) => event.mid.clone(),
             _ => None,
@@ -384,6 +390,7 @@ impl<F: Fs> Store<F> {
             request_digest: dispatch.request_digest.clone(),
             mid: delivered.mid.clone(),
         });
+        debug_assert!(!line.is_public(), "a settlement is a private line");
         Some(line)
     }
 
@@ -448,10 +455,12 @@ fn deliver<F: Fs>(
         attributes: entry.attributes.as_ref(),
     };
     let attempts_max = adapter.attempts_max().unwrap_or(store.config.drain_attempts_max).max(1);
+    assert!(attempts_max >= 1, "a head is offered to the adapter at least once");
     let mut last_error = String::new();
     for attempt in 1..=attempts_max {
         match adapter.deliver(&message) {
             Ok(()) => return Ok(()),
+
             Err(error) => {
                 last_error = error;
                 if attempt < attempts_max {
@@ -489,5 +498,9 @@ fn fence(entry: &Entry, known: Option<&Known>) -> std::result::Result<bool, Drai
     if delivery.attributes != entry.attributes {
         return differs("attributes");
     }
+    debug_assert!(
+        known.mid == entry.mid && delivery.text == entry.text,
+        "the fence passes an entry only as its receipt froze it"
+    );
     Ok(known.settled)
 }

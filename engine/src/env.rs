@@ -86,12 +86,14 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> UnixMs {
         // Every reading moves time forward by a millisecond, so timestamps stay distinct.
-
-        self.now_ms.fetch_add(1, Ordering::SeqCst)
+        let now = self.now_ms.fetch_add(1, Ordering::SeqCst);
+        debug_assert!(now < u64::MAX, "a manual clock never wraps around");
+        now
     }
 
     fn sleep_ms(&self, ms: u64) {
-        self.now_ms.fetch_add(ms, Ordering::SeqCst);
+        let before = self.now_ms.fetch_add(ms, Ordering::SeqCst);
+        debug_assert!(before.checked_add(ms).is_some(), "a manual clock never wraps around");
         yield_now();
     }
 }
@@ -105,7 +107,13 @@ pub struct SeededIds {
 impl SeededIds {
     /// Ids derived from `seed`.
     pub fn new(seed: u64) -> SeededIds {
-        SeededIds { rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)) }
+        let ids = SeededIds { rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)) };
+        debug_assert_eq!(
+            crate::sync::lock(&ids.rng).get_word_pos(),
+            0,
+            "a seeded source starts at its seed's first word"
+        );
+        ids
     }
 }
 
@@ -139,6 +147,10 @@ pub fn format_ts(ms: UnixMs) -> String {
 pub fn parse_ts(ts: &str) -> Option<UnixMs> {
     let at: jiff::Timestamp = ts.parse().ok()?;
     let ms = u64::try_from(at.as_millisecond()).ok()?;
+    debug_assert!(
+        at.as_millisecond() == ms as i64 && at >= jiff::Timestamp::UNIX_EPOCH,
+        "a store time is at or after the epoch"
+    );
     Some(ms)
 }
 

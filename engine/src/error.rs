@@ -167,7 +167,9 @@ pub enum Error {
 impl Error {
     /// Whether this error comes from a simulated crash (the process is gone).
     pub fn is_crash(&self) -> bool {
-        matches!(self, Error::Io(error) if error.is_crash())
+        let crash = matches!(self, Error::Io(error) if error.is_crash());
+        debug_assert!(!(crash && self.is_no_space()), "a crash is no full disk");
+        crash
     }
 
     /// Whether the underlying failure is "no space left on device".

@@ -65,12 +65,14 @@ impl SessionId {
 
 impl fmt::Display for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(!self.0.contains('/'), "a session id prints as one path name");
         f.pad(&self.0)
     }
 }
 
 impl fmt::Debug for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(!self.0.is_empty(), "a session id is never empty: only `new` makes one");
         write!(f, "SessionId({})", self.0)
     }
 }

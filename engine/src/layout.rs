@@ -171,7 +171,9 @@ impl SegmentNo {
     /// The numbered segment a cursor's or position's segment key names: `None` for the legacy
     /// key (0) and for a number no segment's name can hold (a forged or damaged cursor).
     pub fn from_key(key: u64) -> Option<SegmentNo> {
-        (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key))
+        let no = (1..=SegmentNo::MAX.0).contains(&key).then_some(SegmentNo(key));
+        debug_assert!(no.is_none_or(|no| no.0 == key), "a key names its own segment");
+        no
     }
 
     /// The segment's file name.
@@ -252,6 +254,7 @@ impl Layout {
     pub fn new(root: impl Into<PathBuf>) -> Layout {
         let root = root.into();
         let sessions = root.join("sessions");
+        debug_assert_eq!(sessions.parent(), Some(root.as_path()), "sessions/ is in the root");
         Layout { root, sessions }
     }
 
@@ -262,6 +265,7 @@ impl Layout {
 
     /// `<root>/sessions`.
     pub fn sessions_dir(&self) -> PathBuf {
+        debug_assert!(self.sessions.starts_with(&self.root), "sessions/ is in the root");
         self.sessions.clone()
     }
 
@@ -286,6 +290,7 @@ impl Layout {
         path.push(&self.sessions);
         path.push(id.as_str());
         for name in names {
+            debug_assert!(!name.contains('/') && !name.starts_with(".."), "{name:?} is one name");
             path.push(name);
         }
         debug_assert_eq!(
@@ -298,7 +303,12 @@ impl Layout {
 
     /// The record.
     pub fn record(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["session.json"])
+        let path = self.in_session(id, &["session.json"]);
+        debug_assert!(
+            path.ends_with("session.json"),
+            "a session's file is one name in its directory"
+        );
+        path
     }
 
     /// The record's staging file.
@@ -313,7 +323,12 @@ impl Layout {
 
     /// The persisted receipt index (derived; see `receipts`).
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &[RECEIPT_INDEX])
+        let path = self.in_session(id, &[RECEIPT_INDEX]);
+        debug_assert!(
+            path.ends_with(RECEIPT_INDEX),
+            "a session's file is one name in its directory"
+        );
+        path
     }
 
     /// The receipt index's staging file.
@@ -328,12 +343,19 @@ impl Layout {
 
     /// The legacy first segment.
     pub fn legacy_segment(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["timeline.ndjson"])
+        let path = self.in_session(id, &["timeline.ndjson"]);
+        debug_assert!(
+            path.ends_with("timeline.ndjson"),
+            "a session's file is one name in its directory"
+        );
+        path
     }
 
     /// The directory of numbered segments.
     pub fn timeline_dir(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["timeline"])
+        let path = self.in_session(id, &["timeline"]);
+        debug_assert!(path.ends_with("timeline"), "a session's file is one name in its directory");
+        path
     }
 
     /// A numbered segment.
@@ -345,16 +367,20 @@ impl Layout {
     /// The segment a cursor's or position's key names: the legacy segment for 0, else the
     /// numbered one; `None` for a key no segment's name can hold (it names no file).
     pub fn segment_of_key(&self, id: &SessionId, key: u64) -> Option<PathBuf> {
-        if key == 0 {
+        let path = if key == 0 {
             Some(self.legacy_segment(id))
         } else {
             SegmentNo::from_key(key).map(|no| self.segment(id, no))
-        }
+        };
+        debug_assert!(key > SegmentNo::MAX.0 || path.is_some(), "a key a name holds names a file");
+        path
     }
 
     /// The drain adapter spec of a session created by this engine (one line).
     pub fn adapter(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["adapter"])
+        let path = self.in_session(id, &["adapter"]);
+        debug_assert!(path.ends_with("adapter"), "a session's file is one name in its directory");
+        path
     }
 
     /// The adapter spec's staging file.
@@ -369,7 +395,12 @@ impl Layout {
 
     /// The delivery queue.
     pub fn queue(&self, id: &SessionId) -> PathBuf {
-        self.in_session(id, &["pending.json"])
+        let path = self.in_session(id, &["pending.json"]);
+        debug_assert!(
+            path.ends_with("pending.json"),
+            "a session's file is one name in its directory"
+        );
+        path
     }
 
     /// The delivery queue's staging file.
@@ -384,7 +415,9 @@ impl Layout {
 
     /// Directory of record locks.
     pub fn session_locks_dir(&self) -> PathBuf {
-        self.root.join(".session-locks")
+        let path = self.root.join(".session-locks");
+        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        path
     }
 
     /// The record lock.
@@ -397,7 +430,9 @@ impl Layout {
 
     /// Directory of delivery locks.
     pub fn delivery_locks_dir(&self) -> PathBuf {
-        self.root.join(".delivery-locks")
+        let path = self.root.join(".delivery-locks");
+        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        path
     }
 
     /// The delivery lock.
@@ -410,7 +445,9 @@ impl Layout {
 
     /// Directory of revoked-sender markers.
     pub fn revoked_dir(&self) -> PathBuf {
-        self.root.join(".revoked-senders")
+        let path = self.root.join(".revoked-senders");
+        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        path
     }
 
     /// A revoked sender's marker.
@@ -427,7 +464,9 @@ impl Layout {
 
     /// The close ledger.
     pub fn close_ledger(&self) -> PathBuf {
-        self.root.join("session-close-ledger.ndjson")
+        let path = self.root.join("session-close-ledger.ndjson");
+        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        path
     }
 
     /// The close ledger's lock (in the record-lock directory; no session id starts with `.`).
@@ -441,7 +480,9 @@ impl Layout {
 
     /// Directory of sessions being closed.
     pub fn closing_dir(&self) -> PathBuf {
-        self.root.join(".closing")
+        let path = self.root.join(".closing");
+        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        path
     }
 
     /// A session being closed.

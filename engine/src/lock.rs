@@ -117,6 +117,7 @@ impl<'a, F: Fs> LockGuard<'a, F> {
     /// Whether taking this lock replaced a stale one: its holder died holding it, so whatever it
     /// wrote may be visible without being durable (a kill is not a sync).
     pub(crate) fn took_over(&self) -> bool {
+        debug_assert!(self.held, "only a held lock was taken over (or not)");
         self.took_over
     }
 
@@ -350,6 +351,11 @@ fn inspect<F: Fs>(fs: &F, path: &Path) -> Result<Holder> {
 }
 
 fn read_seen<F: Fs>(fs: &F, path: &Path) -> Result<Option<Observed>> {
+    debug_assert!(
+        path.extension().is_some_and(|extension| extension == "lock"),
+        "only a lock file is read for its holder"
+    );
+
     let not_found = |error: &faultfs::Error| error.io_kind() == Some(std::io::ErrorKind::NotFound);
     let file = match fs.open(path, OpenOptions::read(), Boundary::new("read")) {
         Ok(file) => file,

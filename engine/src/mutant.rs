@@ -167,7 +167,10 @@ impl Mutant {
 
     /// Parses a kebab-case name.
     pub fn parse(name: &str) -> Option<Mutant> {
-        Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name)
+        let mutant =
+            Mutant::ALL.into_iter().chain(Mutant::CONCURRENCY).find(|mutant| mutant.name() == name);
+        debug_assert!(mutant.is_none_or(|mutant| mutant.name() == name), "a name parses to itself");
+        mutant
     }
 }
 
@@ -180,6 +183,7 @@ thread_local! {
 #[cfg(feature = "mutants")]
 pub fn select(mutant: Option<Mutant>) {
     SELECTED.with(|selected| selected.set(mutant));
+    debug_assert_eq!(selected(), mutant, "a thread runs the variant selected on it");
 }
 
 /// The mutant selected on the calling thread (so a sweep can select it on its workers too).

@@ -262,7 +262,9 @@ pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<QueueFile> {
 /// Whether the session has a queue file at all (the existing implementation's "owes
 /// delivery": true even when the file is empty or damaged).
 pub(crate) fn exists<F: Fs>(files: SessionFiles<'_, F>) -> Result<bool> {
-    Ok(files.fs.exists(&files.layout.queue(files.id))?)
+    let path = files.layout.queue(files.id);
+    debug_assert!(path.starts_with(files.layout.session_dir(files.id)), "the session's own queue");
+    Ok(files.fs.exists(&path)?)
 }
 
 /// The queue for a writer: corrupt (naming the file) when damaged, so that nothing a reader
@@ -270,7 +272,10 @@ pub(crate) fn exists<F: Fs>(files: SessionFiles<'_, F>) -> Result<bool> {
 pub(crate) fn read_for_write<F: Fs>(files: SessionFiles<'_, F>) -> Result<Vec<Entry>> {
     let file = read(files)?;
     match file.damage {
-        None => Ok(file.entries),
+        None => {
+            debug_assert!(file.entries.iter().all(valid), "a writer builds on valid entries only");
+            Ok(file.entries)
+        }
         Some(reason) => Err(Error::Corrupt {
             path: files.layout.queue(files.id),
             offset: 0,
@@ -345,6 +350,10 @@ pub(crate) fn write<F: Fs>(
     }
     let (layout, id) = (files.layout, files.id);
     let bytes = encode(entries);
+    debug_assert!(
+        parse_sound(&bytes).is_some_and(|decoded| decoded.len() == entries.len()),
+        "a written queue reads back whole, on the fast path"
+    );
     atomic::replace(
         files.fs,
         &layout.session_dir(id),

@@ -166,21 +166,27 @@ type Digest32 = [u8; 32];
 
 /// The `len` bytes at `at` of `bytes`, when it holds them.
 fn field(bytes: &[u8], at: usize, len: usize) -> Option<&[u8]> {
-    bytes.get(at..at.checked_add(len)?)
+    let found = bytes.get(at..at.checked_add(len)?);
+    debug_assert!(found.is_none_or(|found| found.len() == len), "a field is as long as asked");
+    found
 }
 
 /// The `len` bytes at `at` of a buffer this module sized from the layout's constants, to be
 /// written (the constants keep every field inside its block: a miss is a bug here).
 fn field_mut(bytes: &mut [u8], at: usize, len: usize) -> &mut [u8] {
+    debug_assert!(at + len <= BLOCK_BYTES, "a field lies inside one block");
     (bytes.get_mut(at..at + len).expect("a field inside the block the layout sized")) as _
 }
 
 /// The little-endian word at `at` of `bytes`, when it holds it.
 fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
+    debug_assert!(at.is_multiple_of(8), "a word is aligned in its block");
     Some(u64::from_le_bytes(field(bytes, at, 8)?.try_into().ok()?))
 }
 
 fn key_digest(operation: &str, request_digest: &str) -> Digest32 {
+    // The NUL between them keeps the key one-to-one.
+    debug_assert!(!operation.contains('\0'), "an operation name holds no NUL");
     let mut hasher = Sha256::new();
     hasher.update(operation.as_bytes());
     hasher.update([0u8]);
@@ -270,6 +276,7 @@ impl Header {
             cursor: Cursor { segment: word(2)?, offset: word(3)?, index: word(4)? },
             pin: String::from_utf8(field(bytes, 49, pin_len)?.to_vec()).ok()?,
         };
+        debug_assert!(header.pin.len() <= 71, "a pin fits its field");
         Some(header)
     }
 }
@@ -288,7 +295,10 @@ pub const INDEX_BLOCKS: faultfs::CheckedBlocks = faultfs::CheckedBlocks {
 /// Whether a lookup accepts `bytes` as block `index` of a run: the header for block 0, a data
 /// block after it.
 fn block_accepted(index: u64, bytes: &[u8]) -> bool {
-    if index == 0 { Header::decode(bytes).is_some() } else { decode_block(bytes).is_some() }
+    let accepted =
+        if index == 0 { Header::decode(bytes).is_some() } else { decode_block(bytes).is_some() };
+    debug_assert!(!accepted || bytes.len() >= BLOCK_BYTES, "only a whole block is accepted");
+    accepted
 }
 
 /// A data block: its records, if its checksum holds.
@@ -309,6 +319,7 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     let records: Vec<Posting> = (0..count)
         .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
         .collect::<Option<_>>()?;
+    debug_assert!((1..=RECORDS_PER_BLOCK).contains(&records.len()), "a block holds 1 to 32");
     Some(records)
 }
 
@@ -436,6 +447,10 @@ impl Run {
         if tail_pin(fs, layout, id, header.cursor)?.as_deref() != Some(header.pin.as_str()) {
             return Ok(None);
         }
+        debug_assert!(
+            header.records <= header.blocks * RECORDS_PER_BLOCK as u64,
+            "an opened run's records fit in its blocks"
+        );
         Ok(Some(Run { header }))
     }
 
@@ -500,6 +515,10 @@ impl Run {
         if records.len() as u64 != self.header.records {
             return Ok(Persisted::Damaged);
         }
+        debug_assert!(
+            records.len() <= self.header.blocks as usize * RECORDS_PER_BLOCK,
+            "a run's records come from its blocks"
+        );
         Ok(Persisted::Sound(records))
     }
 }
@@ -567,6 +586,7 @@ impl Index {
         let run = Run::open(fs, layout, id)?;
         let cursor = run.as_ref().map_or(Cursor::START, |run| run.header.cursor);
         let index = Index { run, cursor, ..Index::default() };
+        debug_assert!(index.folded.is_empty() && index.unpersisted_lines == 0, "nothing folded");
         Ok(index)
     }
 
@@ -595,12 +615,17 @@ impl Index {
                         }
                     }
                     let known = Known { mid, receipt: *receipt, settled: false };
-                    self.folded.insert(key, FoldedReceipt { known, position });
+                    let first = self.folded.insert(key, FoldedReceipt { known, position });
+                    debug_assert!(first.is_none(), "the first receipt for a key is kept");
                 }
                 Line::Settled(settlement) => {
                     let key = (settlement.operation, settlement.request_digest);
                     match self.folded.get_mut(&key) {
                         Some(folded) if folded.known.mid == settlement.mid => {
+                            debug_assert_eq!(
+                                folded.known.receipt.request_digest, key.1,
+                                "a settlement settles the receipt of its key"
+                            );
                             folded.known.settled = true;
                         }
                         Some(_) => {}
@@ -659,7 +684,15 @@ impl Index {
 
     /// Receipts in all (the run's and the folded ones).
     fn receipts(&self) -> u64 {
-        self.run.as_ref().map_or(0, |run| run.header.records) + self.folded.len() as u64
+        let persisted = self.run.as_ref().map_or(0, |run| run.header.records);
+        debug_assert!(
+            (self.run.as_ref()).is_none_or(|run| {
+                run.header.records <= run.header.blocks * RECORDS_PER_BLOCK as u64
+            }),
+            "a run's records fit in its blocks"
+        );
+
+        persisted + self.folded.len() as u64
     }
 
     /// The records of a new run: the old run's (with settlements folded since), merged with the
@@ -871,6 +904,7 @@ impl ReceiptIndexes {
     pub(crate) fn forget(&self, id: &SessionId) {
         let mut indexes = lock(&self.by_session);
         indexes.remove(id);
+        debug_assert!(!indexes.contains_key(id), "a forgotten index is gone");
     }
 }
 

@@ -253,22 +253,28 @@ impl Record {
     }
 
     fn runtime_owned(&self) -> bool {
-        self.fields.get("governed") == Some(&Value::Bool(false))
-            && self.fields.contains_key("runtime_owner")
+        let owned = self.fields.get("governed") == Some(&Value::Bool(false))
+            && self.fields.contains_key("runtime_owner");
+        debug_assert!(!(owned && self.governed()), "a runtime-owned record is no board session");
+        owned
     }
 
     /// A string field, `''` read as none.
     fn text(&self, key: &str) -> Option<&str> {
+        debug_assert!(!key.is_empty(), "a field has a name");
         self.fields.get(key).and_then(Value::as_str).filter(|text| !text.is_empty())
     }
 
     fn flag(&self, key: &str) -> bool {
+        debug_assert!(FROZEN_FLAGS.contains(&key), "a flag is one a launch fence freezes");
         self.fields.get(key).and_then(Value::as_bool).unwrap_or(false)
     }
 
     /// The session id the record names (`session_id`; `id` in this engine's earlier format).
     pub fn session_id(&self) -> Option<&str> {
-        self.text("session_id").or_else(|| self.text("id"))
+        let id = self.text("session_id").or_else(|| self.text("id"));
+        debug_assert!(id.is_none_or(|id| !id.is_empty()), "an empty session id is none");
+        id
     }
 
     /// Whether a board session (`governed`; a record of this engine's earlier format, which
@@ -316,13 +322,20 @@ impl Record {
 
     /// The current (candidate) triple.
     pub fn triple(&self) -> Triple {
-        triple_of(&self.fields)
+        let triple = triple_of(&self.fields);
+        debug_assert_eq!(triple.note.as_deref(), self.text("note"), "the note reads as stored");
+        triple
     }
 
     /// The triple a reader sees: the frozen original while a launch is in flight, else the
     /// current triple.
     pub fn public_triple(&self) -> Triple {
-        self.launch_pending().unwrap_or_else(|| self.triple())
+        let frozen = self.launch_pending();
+        debug_assert!(
+            frozen.is_some() == matches!(self.fence(), Ok(Some(_))),
+            "a reader sees a frozen triple exactly while a valid fence stands"
+        );
+        frozen.unwrap_or_else(|| self.triple())
     }
 
     /// Sets the current triple. The raw status `launch-queued` stays while the status stays
@@ -350,7 +363,14 @@ impl Record {
 
     /// The frozen triple, while a launch is in flight.
     pub fn launch_pending(&self) -> Option<Triple> {
-        self.fence().ok().flatten().map(triple_of)
+        let frozen = self.fence().ok().flatten().map(triple_of);
+        debug_assert!(
+            frozen.is_none()
+                || self.fields.contains_key("launch_readiness_pending")
+                || self.fields.contains_key("launchPending"),
+            "a frozen triple comes from a fence"
+        );
+        frozen
     }
 
     /// Freezes the current public state in a launch fence started at `now_ms`.
@@ -394,32 +414,49 @@ impl Record {
 
     /// The worktree path, if the session has one (`worktree_path`; `worktree` earlier).
     pub fn worktree(&self) -> Option<&str> {
-        self.text("worktree_path").or_else(|| self.text("worktree"))
+        let worktree = self.text("worktree_path").or_else(|| self.text("worktree"));
+        debug_assert!(worktree.is_none_or(|path| !path.is_empty()), "an empty path is none");
+        worktree
     }
 
     /// The harness (`''` reads as `claude`, as the existing reader reads it).
     pub fn harness(&self) -> &str {
-        (self.text("harness").unwrap_or("claude")) as _
+        let harness = self.text("harness").unwrap_or("claude");
+        debug_assert!(!harness.is_empty(), "a session always has a harness");
+        harness
     }
 
     /// The title a person gave the session (`title`), if any and not blank.
     pub fn title(&self) -> Option<&str> {
-        self.fields.get("title").and_then(Value::as_str).filter(|title| !title.trim().is_empty())
+        let title = self.fields.get("title").and_then(Value::as_str);
+        let title = title.filter(|title| !title.trim().is_empty());
+        debug_assert!(
+            title.is_none_or(|title| title.chars().any(|c| !c.is_whitespace())),
+            "a blank title is none"
+        );
+
+        title
     }
 
     /// The harness's own thread id.
     pub fn harness_session_id(&self) -> Option<&str> {
-        self.text("harness_session_id")
+        self.binding("harness_session_id")
     }
 
     /// The launcher profile (`headless`, `pane`), set when a front end launched the harness.
     pub fn launcher(&self) -> Option<&str> {
-        self.text("launcher")
+        self.binding("launcher")
     }
 
     /// The launcher command pinned at creation (`claude`, `/opt/bin/codex`, ...).
     pub fn launch_cmd(&self) -> Option<&str> {
-        self.text("launch_cmd")
+        self.binding("launch_cmd")
+    }
+
+    /// One of the harness binding's keys ([`HARNESS_KEYS`]), `''` read as none.
+    fn binding(&self, key: &str) -> Option<&str> {
+        debug_assert!(HARNESS_KEYS.contains(&key), "a binding key is one of the harness's");
+        self.text(key)
     }
 
     /// Sets one of the harness binding's keys ([`HARNESS_KEYS`]) to `value`; returns whether
@@ -436,12 +473,15 @@ impl Record {
             return Ok(false);
         }
         self.fields.insert(key.to_owned(), value.clone());
+        assert_eq!(self.fields.get(key), Some(&value), "a binding reads back as set");
         Ok(true)
     }
 
     /// The branch.
     pub fn branch(&self) -> Option<&str> {
-        self.text("branch")
+        let branch = self.text("branch");
+        debug_assert!(branch.is_none_or(|name| !name.is_empty()), "an empty branch is none");
+        branch
     }
 
     /// The owner of a queued launch (`launch-queued` only).
@@ -450,15 +490,16 @@ impl Record {
             return None;
         }
 
-        self.fields
-            .get("launch_owner")
-            .and_then(Value::as_str)
+        let owner = (self.fields.get("launch_owner").and_then(Value::as_str))
             .map(str::trim)
-            .filter(|owner| !owner.is_empty())
+            .filter(|owner| !owner.is_empty());
+        debug_assert!(owner.is_none_or(|owner| owner.trim() == owner), "an owner reads trimmed");
+        owner
     }
 
     /// A flag as a public reader sees it (frozen while a launch is in flight).
     fn public_flag(&self, key: &str) -> bool {
+        debug_assert!(FROZEN_FLAGS.contains(&key), "a public flag is one a fence freezes");
         match self.fence() {
             Ok(Some(original)) if original.contains_key(key) => {
                 original.get(key).and_then(Value::as_bool).unwrap_or(false)
@@ -469,12 +510,22 @@ impl Record {
 
     /// Whether the session is archived.
     pub fn archived(&self) -> bool {
-        self.public_flag("archived")
+        let archived = self.public_flag("archived");
+        debug_assert!(
+            !archived || self.fence().is_ok_and(|fence| fence.is_some()) || self.flag("archived"),
+            "unfenced, a record is archived as its own flag says"
+        );
+        archived
     }
 
     /// Whether the session was stopped by a human.
     pub fn stopped(&self) -> bool {
-        self.public_flag("stopped")
+        let stopped = self.public_flag("stopped");
+        debug_assert!(
+            !stopped || self.fence().is_ok_and(|fence| fence.is_some()) || self.flag("stopped"),
+            "unfenced, a record is stopped as its own flag says"
+        );
+        stopped
     }
 
     /// Marks the session archived, with the cold proof the existing board requires.
@@ -509,10 +560,13 @@ impl Record {
 
     /// The board position: a finite numeric `sortkey` (floored), else `createdAt`.
     pub fn board_key(&self) -> i64 {
-        match self.fields.get("sortkey").and_then(Value::as_f64).filter(|key| key.is_finite()) {
+        let sortkey = self.fields.get("sortkey").and_then(Value::as_f64);
+        let key = match sortkey.filter(|key| key.is_finite()) {
             Some(key) => key.floor() as i64,
             None => self.created_at_ms().map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-        }
+        };
+        debug_assert!(sortkey.is_some_and(f64::is_finite) || key >= 0, "a creation time is ≥ 0");
+        key
     }
 
     /// `createdAt` as a store timestamp (UTC, ISO-8601, milliseconds).
@@ -527,7 +581,9 @@ impl Record {
 
     /// The drain adapter spec of this engine's earlier format (kept in the record).
     pub(crate) fn earlier_adapter(&self) -> Option<&str> {
-        self.text("adapter")
+        let spec = self.text("adapter");
+        debug_assert!(spec.is_none_or(|spec| !spec.is_empty()), "an empty spec is none");
+        spec
     }
 
     /// The record as a public reader sees it: while a launch is in flight, the frozen original
@@ -570,14 +626,16 @@ impl Record {
 }
 
 fn empty() -> Value {
-    Value::String(String::new())
+    let none = Value::String(String::new());
+    debug_assert!(none.as_str().is_some_and(str::is_empty), "'' stands for none");
+    none
 }
 
 /// Whether a fence's frozen triple is one the existing reader takes: a known status, a known or
 /// empty (or null) proposal, a text (or null) note; with `absent_ok` (this engine's earlier
 /// format), a missing proposal or note is none.
 fn frozen_triple_valid(original: &Map<String, Value>, absent_ok: bool) -> bool {
-    original.get("status").and_then(Value::as_str).and_then(Status::parse).is_some()
+    let valid = original.get("status").and_then(Value::as_str).and_then(Status::parse).is_some()
         && match original.get("proposal") {
             None => absent_ok,
             Some(Value::Null) => true,
@@ -587,7 +645,9 @@ fn frozen_triple_valid(original: &Map<String, Value>, absent_ok: bool) -> bool {
         && match original.get("note") {
             None => absent_ok,
             Some(note) => matches!(note, Value::String(_) | Value::Null),
-        }
+        };
+    debug_assert!(!valid || absent_ok || original.len() >= 3, "a strict triple has its three keys");
+    valid
 }
 
 /// The value a governed record's key takes when absent.
@@ -628,6 +688,10 @@ pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<Option<Record>> 
         return Ok(None);
     }
     let path = layout.record(id);
+    debug_assert!(
+        path.starts_with(layout.session_dir(id)),
+        "a record is in its session's directory"
+    );
     match atomic::read(fs, &path)? {
         Some(bytes) => Ok(Some(Record::parse(&bytes, &path)?)),
         None => Ok(None),
@@ -666,6 +730,7 @@ pub(crate) fn adapter<F: Fs>(
         Some(bytes) => Some(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()),
         None => record.earlier_adapter().map(str::to_owned),
     };
+    debug_assert!(spec.as_ref().is_none_or(|spec| !spec.ends_with('\n')), "a spec is one line");
     Ok(spec)
 }
 

@@ -162,7 +162,9 @@ impl<F: Fs> Store<F> {
     /// Runs recovery on session `id` under its record lock (every writer does this first; this
     /// entry point lets a maintainer or a harness recover without writing anything else).
     pub fn recover_session(&self, id: &SessionId) -> Result<()> {
-        self.transition(id, &boundaries::RECOVER, |_| Ok(()))
+        self.transition(id, &boundaries::RECOVER, |_| Ok(()))?;
+        debug_assert!(self.check_poison(id).is_ok(), "a recovered session is not poisoned");
+        Ok(())
     }
 
     /// Recovery of one session (see the module header). A missing session is left alone.

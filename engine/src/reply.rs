@@ -68,9 +68,14 @@ impl FromStr for ReplyChannel {
 /// process per turn: `claude`, `codex`). A pane-backed (`tmux:...`, `claude:tmux:...`) or unset
 /// adapter keeps the terminal.
 pub fn adapter_is_headless(spec: Option<&str>) -> bool {
-    spec.is_some_and(|spec| {
+    let headless = spec.is_some_and(|spec| {
         spec.starts_with("exec:") || matches!(spec, "stdout" | "claude" | "codex")
-    })
+    });
+    debug_assert!(
+        !headless || spec.is_some_and(|spec| !spec.contains("tmux:")),
+        "a pane-backed adapter keeps its terminal"
+    );
+    headless
 }
 
 /// What the seam decided.

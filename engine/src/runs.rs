@@ -160,13 +160,18 @@ pub enum RunLine {
 
 impl RunLine {
     fn run(&self) -> Option<&str> {
-        match self {
+        let run = match self {
             RunLine::Start { run, .. }
             | RunLine::Process { run, .. }
             | RunLine::Bound { run, .. }
-            | RunLine::End { run, .. } => Some(run),
+            | RunLine::End { run, .. } => Some(run.as_str()),
             RunLine::Hook { run, .. } => run.as_deref(),
-        }
+        };
+        debug_assert!(
+            run.is_some() || matches!(self, RunLine::Hook { .. }),
+            "only a hook may be unowned"
+        );
+        run
     }
 }
 
@@ -260,6 +265,7 @@ pub struct Run {
 impl Run {
     /// A run known only by its id, until its lines say more.
     fn new(run: &str, session: &str) -> Run {
+        debug_assert!(!run.is_empty(), "a run has an id");
         Run {
             run: run.to_owned(),
             session: session.to_owned(),
@@ -291,6 +297,10 @@ impl Run {
     pub fn turn_finished_by_hooks(&self) -> bool {
         let last_prompt = self.signals.iter().rposition(|signal| is_prompt(&signal.event));
         let last_stop = self.signals.iter().rposition(|signal| is_stop(&signal.event));
+        debug_assert!(
+            last_prompt.is_none() || last_prompt != last_stop,
+            "no signal both prompts and stops"
+        );
         match (last_prompt, last_stop) {
             (Some(prompt), Some(stop)) => stop > prompt,
             (None, Some(_)) => true,
@@ -300,7 +310,9 @@ impl Run {
 }
 
 fn is_prompt(event: &str) -> bool {
-    event == "UserPromptSubmit"
+    let prompt = event == "UserPromptSubmit";
+    debug_assert!(!(prompt && is_stop(event)), "a prompt is no stop");
+    prompt
 }
 
 fn is_stop(event: &str) -> bool {
@@ -309,7 +321,9 @@ fn is_stop(event: &str) -> bool {
 
 /// `<root>/runs`.
 pub fn runs_dir(layout: &Layout) -> PathBuf {
-    layout.root().join("runs")
+    let dir = layout.root().join("runs");
+    debug_assert!(!dir.starts_with(layout.sessions_dir()), "runs outlive their sessions");
+    dir
 }
 
 /// `<root>/runs/<id>.ndjson`.
@@ -570,6 +584,11 @@ pub fn progress(runs: &[Run], declared: &Triple) -> Progress {
     let Some(last) = runs.last() else {
         return Progress::Unknown("no run recorded".to_owned());
     };
+    debug_assert!(
+        runs.iter().all(|run| run.session == last.session),
+        "a session's progress comes from its own runs"
+    );
+
     let settled = || match declared.status {
         Status::Awaiting => Progress::Finished,
         Status::Asking | Status::Parked => Progress::WaitingForInput,

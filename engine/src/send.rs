@@ -180,6 +180,7 @@ impl<F: Fs> Store<F> {
                 reason: "operation and key must be non-empty".to_owned(),
             });
         }
+        debug_assert!(request.text.len() <= TEXT_BYTES_MAX, "a request that passes fits a line");
         Ok(())
     }
 
@@ -456,6 +457,12 @@ fn sent_line(
         from,
         reply_via: composed.note.then(|| "note".to_owned()),
     };
+    debug_assert!(
+        receipt.as_ref().is_none_or(|receipt| {
+            receipt.delivery.as_ref().is_some_and(|delivery| delivery.from == event.from)
+        }),
+        "a receipt freezes the delivery of the line it is on"
+    );
     Line::Sent(event, receipt)
 }
 

@@ -10,7 +10,7 @@
 //!
 //! `Store::open` also finishes closes interrupted after their commit point (see `close`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 
 use faultfs::Fs;
@@ -46,12 +46,17 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
+        let config = Config {
             segment_bytes_max: SEGMENT_BYTES_DEFAULT,
             lock_wait_ms: LOCK_WAIT_MS_DEFAULT,
             drain_attempts_max: 3,
             drain_retry_delay_ms: 200,
-        }
+        };
+        assert!(
+            config.segment_bytes_max > 0 && config.drain_attempts_max > 0,
+            "a segment holds something and a drain tries at least once"
+        );
+        config
     }
 }
 
@@ -153,6 +158,7 @@ impl<F: Fs> Store<F> {
 
     /// Session `id`'s files, for the file-format modules.
     pub(crate) fn files<'a>(&'a self, id: &'a SessionId) -> SessionFiles<'a, F> {
+        debug_assert!(!id.as_str().is_empty(), "a session id names something");
         SessionFiles { fs: &self.fs, layout: &self.layout, id }
     }
 
@@ -176,7 +182,12 @@ impl<F: Fs> Store<F> {
 
     /// Reads a session's record, or `None` if it has none.
     pub(crate) fn read_record(&self, id: &SessionId) -> Result<Option<Record>> {
-        record::read(self.files(id))
+        let record = record::read(self.files(id))?;
+        debug_assert!(
+            record.as_ref().is_none_or(|record| record.session_id().is_some()),
+            "a record read names a session"
+        );
+        Ok(record)
     }
 
     /// Reads a session's record; a missing record is `NoSuchSession`.
@@ -191,6 +202,7 @@ impl<F: Fs> Store<F> {
         record: &Record,
         steps: &atomic::ReplaceBoundaries,
     ) -> Result<()> {
+        debug_assert!(record.session_id().is_some(), "a record written names a session");
         record::write(self.files(id), record, steps)
     }
 
@@ -203,12 +215,22 @@ impl<F: Fs> Store<F> {
     /// Appends `line` to session `id`'s run log (see [`runs::append`]). The session need not exist any
     /// more: a run's end is written even if the session was closed during the run.
     pub fn append_run(&self, id: &SessionId, line: &RunLine) -> Result<()> {
+        debug_assert!(
+            !runs::runs_dir(&self.layout).starts_with(self.layout.sessions_dir()),
+            "a run log outlives its session's directory"
+        );
         runs::append(&self.fs, self.clock.as_ref(), &self.layout, id, line)
     }
 
     /// Session `id`'s runs (see [`runs::runs`]).
     pub fn runs(&self, id: &SessionId) -> Result<(Vec<Run>, usize)> {
-        runs::runs(&self.fs, &self.layout, id)
+        let (runs, skipped) = runs::runs(&self.fs, &self.layout, id)?;
+        debug_assert!(
+            runs.iter().map(|run| run.run.as_str()).collect::<HashSet<_>>().len() == runs.len(),
+            "a run is listed once"
+        );
+
+        Ok((runs, skipped))
     }
 
     /// The current time, as the run log writes it: ISO-8601 UTC and epoch ms.
@@ -240,7 +262,13 @@ impl<F: Fs> Store<F> {
                 request_digest,
             );
         }
-        self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)
+        let found =
+            self.receipts.lookup(&self.fs, &self.layout, id, operation, request_digest, None)?;
+        debug_assert!(
+            found.as_ref().is_none_or(|known| known.receipt.request_digest == request_digest),
+            "a receipt is the one of the key asked about"
+        );
+        Ok(found)
     }
 
     /// The store's layout.
@@ -303,6 +331,7 @@ impl<F: Fs> Store<F> {
         if poisoned.contains(id) {
             return Err(Error::Poisoned { session: id.clone() });
         }
+        debug_assert!(!poisoned.contains(id), "a session that passes is not poisoned");
         Ok(())
     }
 
@@ -378,11 +407,17 @@ impl<F: Fs> Store<F> {
     /// Whether session `id` has a directory: a real one, never a symbolic link (corrupt,
     /// naming it), so that nothing read, written or removed through it is outside the root.
     pub(crate) fn session_dir_exists(&self, id: &SessionId) -> Result<bool> {
-        crate::layout::expect_kind(&self.fs, &self.layout.session_dir(id), faultfs::FileKind::Dir)
+        let dir = self.layout.session_dir(id);
+        debug_assert!(dir.starts_with(self.layout.sessions_dir()), "a session's directory is ours");
+        crate::layout::expect_kind(&self.fs, &dir, faultfs::FileKind::Dir)
     }
 
     /// Fails with `NoSuchSession` unless the session has a record (in a real directory).
     pub(crate) fn require_session(&self, id: &SessionId) -> Result<()> {
+        debug_assert!(
+            self.layout.record(id).parent() == Some(self.layout.session_dir(id).as_path()),
+            "a record is a file of its session's directory"
+        );
         if self.session_dir_exists(id)? && self.fs.exists(&self.layout.record(id))? {
             Ok(())
         } else {
@@ -597,17 +632,22 @@ impl<F: Fs> Store<F> {
     /// The record's signature: its size and modification time (nanoseconds); `None` without a
     /// record.
     pub fn record_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
-        self.file_signature(&self.layout.record(id))
+        let path = self.layout.record(id);
+        debug_assert!(path.starts_with(self.layout.session_dir(id)), "the session's own record");
+        self.file_signature(&path)
     }
 
     /// The delivery queue's signature: its size and modification time (nanoseconds); `None` without a
     /// queue file (nothing owed).
     pub fn queue_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
-        self.file_signature(&self.layout.queue(id))
+        let path = self.layout.queue(id);
+        debug_assert!(path.starts_with(self.layout.session_dir(id)), "the session's own queue");
+        self.file_signature(&path)
     }
 
     /// A file's size and mtime (nanoseconds); `None` when it does not exist.
     fn file_signature(&self, path: &Path) -> Result<Option<(u64, u64)>> {
+        debug_assert!(path.starts_with(self.layout.root()), "a signature of the store's own file");
         match self.fs.metadata(path) {
             Ok(metadata) => Ok(Some((metadata.len, metadata.modified_ns()))),
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
@@ -659,7 +699,12 @@ impl<F: Fs> Store<F> {
     /// may drop unsynced lines a reader saw, and new lines may regrow the log past the cursor).
     /// `None` when the cursor's segment is gone or shorter than the cursor.
     pub fn pin(&self, id: &SessionId, cursor: Cursor) -> Result<Option<String>> {
-        crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)
+        let pin = crate::receipts::tail_pin(&self.fs, &self.layout, id, cursor)?;
+        debug_assert!(
+            pin.as_deref().is_none_or(crate::digest::is_hex_digest),
+            "a pin is a 64-digit hash"
+        );
+        Ok(pin)
     }
 
     /// Every stored line of a session, private ones included (for verification and export).

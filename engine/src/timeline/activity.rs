@@ -25,7 +25,9 @@ pub fn is_activity(event: &Event) -> bool {
 
 /// Whether the stored line `line` is activity (private lines never are).
 pub fn line_is_activity(line: &Line) -> bool {
-    line.public().as_ref().is_some_and(is_activity)
+    let activity = line.public().as_ref().is_some_and(is_activity);
+    debug_assert!(!activity || line.is_public(), "a private line is never activity");
+    activity
 }
 
 /// The in-log projection: the timestamp of the last activity among `events`, if any.

@@ -63,7 +63,9 @@ impl Status {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|status| status.name() == name)
+        let status = Status::ALL.into_iter().find(|status| status.name() == name);
+        debug_assert!(status.is_none_or(|status| status.name() == name), "a name parses to itself");
+        status
     }
 }
 
@@ -91,7 +93,10 @@ impl Proposal {
 
     /// Parses a stored name.
     pub fn parse(name: &str) -> Option<Proposal> {
-        [Proposal::Merge, Proposal::Nothing, Proposal::Close].into_iter().find(|p| p.name() == name)
+        let all = [Proposal::Merge, Proposal::Nothing, Proposal::Close];
+        let proposal = all.into_iter().find(|proposal| proposal.name() == name);
+        debug_assert!(proposal.is_none_or(|p| p.name() == name), "a name parses to itself");
+        proposal
     }
 }
 

@@ -141,6 +141,10 @@ fn numbered_segments<F: Fs>(fs: &F, layout: &Layout, id: &SessionId) -> Result<V
             });
         }
     }
+    debug_assert!(
+        numbered.iter().zip(1..).all(|(no, expected)| no.0 == expected),
+        "the numbered segments run from 1 without a gap"
+    );
     Ok(numbered)
 }
 
@@ -167,6 +171,7 @@ pub(crate) fn segment_len<F: Fs>(fs: &F, segment: &Segment) -> Result<u64> {
 /// acknowledged. The torn tail is therefore the first damaged line whose followers are all
 /// damaged too, up to the end; a damaged line with a sound line after it is corruption.
 fn damaged(body: &[u8]) -> bool {
+    debug_assert!(!body.contains(&b'\n'), "a line is judged without its line end");
     body.contains(&0) || body.len() > LINE_BYTES_MAX || Line::decode_lenient(body).is_none()
 }
 
@@ -244,6 +249,7 @@ fn read_rest<F: Fs>(fs: &F, segment: &Segment, offset: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; usize::try_from(len - offset).unwrap_or(usize::MAX)];
     let filled = file.read_full_at(offset, &mut buf)?;
     buf.truncate(filled);
+    debug_assert!(buf.len() as u64 <= len - offset, "no more read than the segment held");
     Ok(buf)
 }
 
@@ -288,6 +294,7 @@ impl FromStr for Cursor {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
         let cursor = Cursor { index: number(index)?, segment, offset: number(offset)? };
+        debug_assert!(cursor.segment <= SegmentNo::MAX.0, "a cursor names a segment a name holds");
         Ok(cursor)
     }
 }
@@ -340,6 +347,10 @@ impl FromStr for Position {
             return Err(invalid("the segment number has more digits than a segment's name"));
         }
         let position = Position { segment, offset: number(offset)? };
+        debug_assert!(
+            position.segment <= SegmentNo::MAX.0,
+            "a position names a segment a name holds"
+        );
         Ok(position)
     }
 }
@@ -639,7 +650,9 @@ impl<T: File> BackwardLines<T> {
 
     /// Where the lines not yet returned end.
     fn end(&self) -> u64 {
-        self.pos + self.buf.len() as u64
+        let end = self.pos.checked_add(self.buf.len() as u64);
+        debug_assert!(end.is_some(), "a page ends inside a segment's length");
+        end.unwrap_or(u64::MAX)
     }
 
     /// Prepends one block before `pos`.
