@@ -319,7 +319,10 @@ fn decode_block(bytes: &[u8]) -> Option<Vec<Posting>> {
     let records: Vec<Posting> = (0..count)
         .map(|i| Posting::decode(field(bytes, RECORDS_AT + i * POSTING_BYTES, POSTING_BYTES)?))
         .collect::<Option<_>>()?;
-    debug_assert!((1..=RECORDS_PER_BLOCK).contains(&records.len()), "a block holds 1 to 32");
+    debug_assert!(
+        (1..=RECORDS_PER_BLOCK).contains(&records.len()),
+        "a block holds 1 to a block of records"
+    );
     Some(records)
 }
 

@@ -45,19 +45,25 @@ impl Error {
 
     /// The kind of the underlying I/O error, if this is one.
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
-        match self {
+        let kind = match self {
             Error::Io { source, .. } => Some(source.kind()),
             Error::Crashed { .. } => None,
-        }
+        };
+        debug_assert!(kind.is_some() != self.is_crash(), "a crash is no I/O error");
+        kind
     }
 
     /// Whether the underlying error is "no space left on device".
     pub fn is_no_space(&self) -> bool {
-        self.io_kind() == Some(io::ErrorKind::StorageFull)
+        let full = self.io_kind() == Some(io::ErrorKind::StorageFull);
+        debug_assert!(!(full && self.is_crash()), "a full disk is no crash");
+        full
     }
 
     /// Whether this is a simulated crash.
     pub fn is_crash(&self) -> bool {
-        matches!(self, Error::Crashed { .. })
+        let crash = matches!(self, Error::Crashed { .. });
+        debug_assert_ne!(crash, matches!(self, Error::Io { .. }), "a crash or an I/O error");
+        crash
     }
 }

@@ -78,6 +78,10 @@ impl FromStr for KillPoint {
 
 impl fmt::Display for KillPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(
+            !matches!(self, KillPoint::Boundary { occurrence: 0, .. }),
+            "a boundary's occurrences count from 1, as its parser reads them"
+        );
         match self {
             KillPoint::OpIndex(index) => write!(f, "{index}"),
             KillPoint::Boundary { name, occurrence } => write!(f, "{name}#{occurrence}"),
@@ -95,7 +99,7 @@ struct KillState {
 
 impl KillState {
     /// Counts one mutating op; aborts the process if it is the kill point.
-    fn before(&self, boundary: Boundary, op: OpKind, path: &Path) {
+    fn before(&self, boundary: Boundary, op: OpKind, path: &Path) -> u64 {
         assert!(op != OpKind::Read && op != OpKind::Metadata, "only a mutating op is a kill point");
         debug_assert!(path.file_name().is_some(), "a mutating op names an entry: {path:?}");
         let index = self.ops.fetch_add(1, Ordering::SeqCst);
@@ -123,6 +127,7 @@ impl KillState {
             eprintln!("spex: aborting before op {index} at boundary {boundary} ({KILL_AT_ENV})");
             std::process::abort();
         }
+        index
     }
 }
 
@@ -171,8 +176,10 @@ impl<F: Fs> KillFs<F> {
             Err(error) => return Err(format!("{KILL_AT_ENV}: {error}")),
         };
         let trace = std::env::var_os(KILL_TRACE_ENV);
-        KillFs::new(inner, point, trace.as_deref().map(Path::new))
-            .map_err(|error| format!("{KILL_TRACE_ENV}: cannot open trace file: {error}"))
+        let fs = KillFs::new(inner, point, trace.as_deref().map(Path::new))
+            .map_err(|error| format!("{KILL_TRACE_ENV}: cannot open trace file: {error}"))?;
+        debug_assert_eq!(fs.op_count(), 0, "a new wrapper has counted no op");
+        Ok(fs)
     }
 
     /// How many mutating ops have been issued through this wrapper.
@@ -218,23 +225,31 @@ impl<F: Fs> Fs for KillFs<F> {
     }
 
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::RemoveFile, path);
-        self.inner.remove_file(path, boundary)
+        let index = self.state.before(boundary, OpKind::RemoveFile, path);
+        self.inner.remove_file(path, boundary)?;
+        debug_assert!(self.op_count() > index, "an op is counted before it runs");
+        Ok(())
     }
 
     fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::CreateDir, path);
-        self.inner.create_dir(path, boundary)
+        let index = self.state.before(boundary, OpKind::CreateDir, path);
+        self.inner.create_dir(path, boundary)?;
+        debug_assert!(self.op_count() > index, "an op is counted before it runs");
+        Ok(())
     }
 
     fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::RemoveDir, path);
-        self.inner.remove_dir(path, boundary)
+        let index = self.state.before(boundary, OpKind::RemoveDir, path);
+        self.inner.remove_dir(path, boundary)?;
+        debug_assert!(self.op_count() > index, "an op is counted before it runs");
+        Ok(())
     }
 
     fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::SyncDir, path);
-        self.inner.sync_dir(path, boundary)
+        let index = self.state.before(boundary, OpKind::SyncDir, path);
+        self.inner.sync_dir(path, boundary)?;
+        debug_assert!(self.op_count() > index, "an op is counted before it runs");
+        Ok(())
     }
 
     fn read_dir(&self, path: &Path) -> Result<Vec<DirEntry>> {
@@ -267,7 +282,9 @@ impl<F: Fs> Fs for KillFs<F> {
 
 impl<T: File> File for KillFile<T> {
     fn path(&self) -> &Path {
-        self.inner.path()
+        let path = self.inner.path();
+        debug_assert!(!path.as_os_str().is_empty(), "an open file has a path");
+        path
     }
 
     fn append(&self, data: &[u8], boundary: Boundary) -> Result<()> {
@@ -302,18 +319,33 @@ impl<T: File> File for KillFile<T> {
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::SetLen, self.inner.path());
-        self.inner.set_len(len, boundary)
+        let index = self.state.before(boundary, OpKind::SetLen, self.inner.path());
+        self.inner.set_len(len, boundary)?;
+        debug_assert!(
+            self.state.ops.load(Ordering::SeqCst) > index,
+            "an op is counted before it runs"
+        );
+        Ok(())
     }
 
     fn sync_data(&self, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::SyncData, self.inner.path());
-        self.inner.sync_data(boundary)
+        let index = self.state.before(boundary, OpKind::SyncData, self.inner.path());
+        self.inner.sync_data(boundary)?;
+        debug_assert!(
+            self.state.ops.load(Ordering::SeqCst) > index,
+            "an op is counted before it runs"
+        );
+        Ok(())
     }
 
     fn sync_all(&self, boundary: Boundary) -> Result<()> {
-        self.state.before(boundary, OpKind::SyncAll, self.inner.path());
-        self.inner.sync_all(boundary)
+        let index = self.state.before(boundary, OpKind::SyncAll, self.inner.path());
+        self.inner.sync_all(boundary)?;
+        debug_assert!(
+            self.state.ops.load(Ordering::SeqCst) > index,
+            "an op is counted before it runs"
+        );
+        Ok(())
     }
 
     fn try_lock(&self) -> Result<bool> {

@@ -83,12 +83,14 @@ impl Boundary {
 
 impl fmt::Debug for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(!self.0.is_empty(), "a boundary has a name");
         f.pad(self.0)
     }
 }
 
 impl fmt::Display for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(!self.0.is_empty(), "a boundary has a name");
         f.pad(self.0)
     }
 }
@@ -112,32 +114,80 @@ pub struct OpenOptions {
 impl OpenOptions {
     /// Read-only access to an existing file.
     pub const fn read() -> Self {
-        OpenOptions { read: true, write: false, create: false, create_new: false, truncate: false }
+        let options = OpenOptions {
+            read: true,
+            write: false,
+            create: false,
+            create_new: false,
+            truncate: false,
+        };
+        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        options
     }
 
     /// Read and write access to an existing file.
     pub const fn read_write() -> Self {
-        OpenOptions { read: true, write: true, create: false, create_new: false, truncate: false }
+        let options = OpenOptions {
+            read: true,
+            write: true,
+            create: false,
+            create_new: false,
+            truncate: false,
+        };
+        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        options
     }
 
     /// Read and write, creating the file if it is missing.
     pub const fn create() -> Self {
-        OpenOptions { read: true, write: true, create: true, create_new: false, truncate: false }
+        let options = OpenOptions {
+            read: true,
+            write: true,
+            create: true,
+            create_new: false,
+            truncate: false,
+        };
+        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        options
     }
 
     /// Read and write, creating the file and failing if it already exists.
     pub const fn create_new() -> Self {
-        OpenOptions { read: true, write: true, create: false, create_new: true, truncate: false }
+        let options = OpenOptions {
+            read: true,
+            write: true,
+            create: false,
+            create_new: true,
+            truncate: false,
+        };
+        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        options
     }
 
     /// Read and write, creating the file or truncating an existing one to zero length.
     pub const fn create_truncate() -> Self {
-        OpenOptions { read: true, write: true, create: true, create_new: false, truncate: true }
+        let options = OpenOptions {
+            read: true,
+            write: true,
+            create: true,
+            create_new: false,
+            truncate: true,
+        };
+        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        options
     }
 
     /// Whether opening with these options can change storage (and so is a boundary).
     pub const fn mutates(&self) -> bool {
-        self.create || self.create_new || self.truncate
+        let mutates = self.create || self.create_new || self.truncate;
+        debug_assert!(!mutates || self.write, "only a writable open changes storage");
+        mutates
+    }
+
+    /// Whether what these options change needs, and has, write access (as `open(2)` requires
+    /// of `O_CREAT`, `O_EXCL` and `O_TRUNC`), and whether they allow some access at all.
+    const fn consistent(&self) -> bool {
+        self.write || (self.read && !self.create && !self.create_new && !self.truncate)
     }
 }
 
@@ -181,9 +231,12 @@ pub struct Metadata {
 impl Metadata {
     /// The modification time in nanoseconds since the epoch (0 before it, saturating).
     pub fn modified_ns(&self) -> u64 {
-        self.modified
+        let ns = self
+            .modified
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |at| u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
+            .map_or(0, |at| u64::try_from(at.as_nanos()).unwrap_or(u64::MAX));
+        debug_assert!(ns > 0 || self.modified <= std::time::UNIX_EPOCH, "0 is the epoch or before");
+        ns
     }
 }
 
@@ -327,6 +380,7 @@ pub trait File: Send + Sync {
         let mut buf = vec![0u8; len];
         let filled = self.read_full_at(0, &mut buf)?;
         buf.truncate(filled);
+        debug_assert!(buf.len() <= len, "a file is read to the end it had when measured");
         Ok(buf)
     }
 }

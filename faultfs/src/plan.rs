@@ -39,6 +39,7 @@ impl Fault {
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert_eq!(self.name().parse::<Fault>(), Ok(*self), "a fault prints as it parses");
         f.pad(self.name())
     }
 }
@@ -51,6 +52,7 @@ impl FromStr for Fault {
             .into_iter()
             .find(|fault| fault.name() == s)
             .ok_or_else(|| format!("unknown fault {s:?} (expected crash, eio, enospc or short)"))?;
+        debug_assert_eq!(fault.name(), s, "a fault parses from its name");
         Ok(fault)
     }
 }
@@ -91,6 +93,7 @@ impl FaultPlan {
         let fault = *Fault::ALL
             .get(((mixed >> 32) % Fault::ALL.len() as u64) as usize)
             .expect("an index modulo the length");
+        assert!(op_index < op_count, "a random fault hits an op of the run");
         FaultPlan::fault_at(seed, op_index, fault)
     }
 }
@@ -98,7 +101,12 @@ impl FaultPlan {
 impl fmt::Display for FaultPlan {
     /// `seed=<n>` or `seed=<n>,<fault>@<op>`; parsed back by `FromStr`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(
+            self.trigger.is_none_or(|(_, fault)| Fault::ALL.contains(&fault)),
+            "a plan prints a fault its parser knows"
+        );
         write!(f, "seed={}", self.seed)?;
+
         if let Some((op_index, fault)) = self.trigger {
             write!(f, ",{fault}@{op_index}")?;
         }
@@ -132,6 +140,7 @@ impl FromStr for FaultPlan {
             }
         };
         let plan = FaultPlan { seed, trigger: trigger.map(|(fault, op)| (op, fault)) };
+        debug_assert_eq!(plan.trigger.is_some(), trigger_part.is_some(), "a trigger is read whole");
         Ok(plan)
     }
 }

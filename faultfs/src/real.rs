@@ -36,6 +36,7 @@ pub struct RealFile {
 }
 
 fn context(op: OpKind, path: &Path, boundary: Option<Boundary>) -> impl FnOnce(io::Error) -> Error {
+    debug_assert!(!path.as_os_str().is_empty(), "an error names the path it is about");
     let path = path.to_path_buf();
     move |source| Error::Io { op, path, boundary, source }
 }
@@ -106,6 +107,7 @@ impl Fs for RealFs {
     }
 
     fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
+        debug_assert!(!path.as_os_str().is_empty(), "a directory sync names its directory");
         let on_error = || context(OpKind::SyncDir, path, Some(boundary));
         // O_DIRECTORY: anything else in the directory's place fails at once (a FIFO would block).
         let dir = fs::OpenOptions::new()
@@ -157,7 +159,12 @@ impl Fs for RealFs {
     }
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
-        proc_start_ms(pid)
+        let start = proc_start_ms(pid)?;
+        debug_assert!(
+            pid != std::process::id() || start.is_some(),
+            "this process runs: its own start time reads"
+        );
+        Ok(start)
     }
 }
 
@@ -208,7 +215,7 @@ fn not_a_file(kind: FileKind) -> io::Error {
 
 /// The kind of an entry, its links not followed.
 fn kind_of(file_type: &fs::FileType) -> FileKind {
-    if file_type.is_symlink() {
+    let kind = if file_type.is_symlink() {
         FileKind::Symlink
     } else if file_type.is_dir() {
         FileKind::Dir
@@ -216,7 +223,9 @@ fn kind_of(file_type: &fs::FileType) -> FileKind {
         FileKind::File
     } else {
         FileKind::Other
-    }
+    };
+    debug_assert!(file_type.is_symlink() || kind != FileKind::Symlink, "only a link is a link");
+    kind
 }
 
 /// Reads a process's start time from `/proc/<pid>/stat` (field 22, clock ticks since boot) and
@@ -262,11 +271,14 @@ fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
         .and_then(|value| value.trim().parse().ok())
         .ok_or_else(|| malformed("no btime in /proc/stat"))?;
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
-    Ok(Some(boot_secs * 1000 + start_ticks * 1000 / ticks_per_second))
+    let start_ms = boot_secs * 1000 + start_ticks * 1000 / ticks_per_second;
+    debug_assert!(start_ms >= boot_secs * 1000, "a process starts after its machine booted");
+    Ok(Some(start_ms))
 }
 
 impl File for RealFile {
     fn path(&self) -> &Path {
+        debug_assert!(!self.path.as_os_str().is_empty(), "an open file has a path");
         &self.path
     }
 
@@ -304,6 +316,7 @@ impl File for RealFile {
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
+        debug_assert!(i64::try_from(len).is_ok(), "a length fits the kernel's file offset");
         self.file.set_len(len).map_err(context(OpKind::SetLen, &self.path, Some(boundary)))
     }
 

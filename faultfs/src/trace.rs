@@ -70,7 +70,9 @@ impl OpKind {
 
     /// Whether this op is a sync (a barrier).
     pub const fn is_sync(self) -> bool {
-        matches!(self, OpKind::SyncData | OpKind::SyncAll | OpKind::SyncDir)
+        let sync = matches!(self, OpKind::SyncData | OpKind::SyncAll | OpKind::SyncDir);
+        debug_assert!(!(sync && self.is_data_write()), "a barrier writes no data");
+        sync
     }
 
     /// Whether this op writes file data.
@@ -81,6 +83,7 @@ impl OpKind {
 
 impl fmt::Display for OpKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(!self.name().is_empty(), "every op has a printed name");
         f.pad(self.name())
     }
 }
@@ -129,6 +132,10 @@ pub struct Trace {
 impl Trace {
     /// The entries, in issue order.
     pub fn entries(&self) -> &[TraceEntry] {
+        debug_assert!(
+            self.entries.last().is_none_or(|last| last.index as usize >= self.entries.len() - 1),
+            "a trace's entries are numbered among the run's ops"
+        );
         &self.entries
     }
 
@@ -143,6 +150,7 @@ impl Trace {
     }
 
     pub(crate) fn push(&mut self, entry: TraceEntry) {
+        debug_assert!(!entry.outcome.is_empty(), "every op has an outcome");
         assert!(
             self.entries.last().is_none_or(|last| last.index < entry.index),
             "trace entries are in op order"
@@ -157,13 +165,19 @@ impl Trace {
             hasher.update(entry.to_string().as_bytes());
             hasher.update(b"\n");
         }
-
-        hex::encode(hasher.finalize())
+        let hex = hex::encode(hasher.finalize());
+        debug_assert_eq!(hex.len(), 64, "a trace hash is 64 hex digits");
+        hex
     }
 }
 
 impl fmt::Display for Trace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_assert!(
+            self.entries.is_sorted_by_key(|entry| entry.index),
+            "a trace prints in op order"
+        );
+
         for entry in &self.entries {
             writeln!(f, "{entry}")?;
         }

@@ -97,6 +97,7 @@ impl SimFile {
 
 impl File for SimFile {
     fn path(&self) -> &Path {
+        debug_assert!(!self.path.as_os_str().is_empty(), "an open file has a path");
         &self.path
     }
 
@@ -174,11 +175,15 @@ impl File for SimFile {
     }
 
     fn sync_data(&self, boundary: Boundary) -> Result<()> {
-        self.sync_op(OpKind::SyncData, boundary)
+        self.sync_op(OpKind::SyncData, boundary)?;
+        debug_assert!(self.fs.lock().halted.is_none(), "a sync that answers ran on a live machine");
+        Ok(())
     }
 
     fn sync_all(&self, boundary: Boundary) -> Result<()> {
-        self.sync_op(OpKind::SyncAll, boundary)
+        self.sync_op(OpKind::SyncAll, boundary)?;
+        debug_assert!(self.fs.lock().halted.is_none(), "a sync that answers ran on a live machine");
+        Ok(())
     }
 
     fn try_lock(&self) -> Result<bool> {

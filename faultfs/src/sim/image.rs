@@ -188,7 +188,9 @@ impl Image {
 
     /// The content hash as lowercase hex.
     pub fn hash_hex(&self) -> String {
-        hex::encode(self.hash)
+        let hex = hex::encode(self.hash);
+        debug_assert_eq!(hex.len(), 64, "an image hash is 64 hex digits");
+        hex
     }
 
     /// A digest of what a process on a machine rebuilt from this image can observe without
@@ -364,6 +366,7 @@ impl Pieces {
     }
 
     pub(crate) fn len(&self) -> usize {
+        debug_assert!(self.list.is_empty() || self.ops > 0, "pieces come of pending changes");
         self.list.len()
     }
 }
@@ -747,6 +750,7 @@ impl<'a> Builder<'a> {
                 self.images.push(image);
             }
         }
+        debug_assert!(self.images.len() <= self.generated, "each image is a generated one");
         true
     }
 
@@ -913,6 +917,7 @@ impl<'a> Builder<'a> {
             }
         }
         assert!(standing.first().is_some_and(Vec::is_empty), "a block's first version keeps none");
+        debug_assert!(standing.len() <= versions, "a class stands for at least one version");
         Some(standing)
     }
 
@@ -1097,12 +1102,17 @@ fn checked_files(state: &State) -> BTreeSet<Ino> {
         Pending::Names { changes } => Some(changes.iter()),
         Pending::Data { .. } => None,
     });
-    entries
+    let files: BTreeSet<Ino> = entries
         .flatten()
         .filter(|(name, _)| named(name))
         .map(|(_, ino)| *ino)
         .chain(pending.flatten().filter(|change| named(&change.name)).filter_map(|c| c.target))
-        .collect()
+        .collect();
+    debug_assert!(
+        files.iter().all(|ino| matches!(state.inode(*ino).node, Node::File(_))),
+        "a name of a checked format links a file"
+    );
+    files
 }
 
 /// The independent groups of `pieces` (indices into it, in order; groups ordered by their
@@ -1155,6 +1165,10 @@ fn groups(state: &State, pieces: &[Piece]) -> Vec<Vec<usize>> {
     debug_assert!(
         groups.iter().flatten().collect::<BTreeSet<_>>().len() == groups.iter().flatten().count(),
         "a piece is in one group at most"
+    );
+    debug_assert!(
+        groups.iter().all(|group| group.is_sorted() && !group.is_empty()),
+        "a group lists its pieces in issue order"
     );
     groups
 }
@@ -1246,6 +1260,10 @@ impl Changed {
                 };
             }
         }
+        debug_assert!(
+            entries.keys().all(|dir| matches!(state.inode(*dir).node, Node::Dir(_))),
+            "only directories hold names"
+        );
         entries
     }
 
@@ -1258,6 +1276,7 @@ impl Changed {
                 (ino, (Arc::new(bytes), hash))
             })
             .collect();
+        debug_assert_eq!(files.len(), self.contents.len(), "a hash per changed file");
         files
     }
 

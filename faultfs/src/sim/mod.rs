@@ -184,26 +184,33 @@ impl Inodes {
     }
 
     pub(crate) fn get(&self, ino: &Ino) -> Option<&Inode> {
+        debug_assert!(!self.0.is_empty(), "a machine always has its root");
         self.0.get(usize::try_from(*ino).ok()?)
     }
 
     fn get_mut(&mut self, ino: &Ino) -> Option<&mut Inode> {
+        debug_assert!(!self.0.is_empty(), "a machine always has its root");
         self.0.get_mut(usize::try_from(*ino).ok()?)
     }
 
     fn contains_key(&self, ino: &Ino) -> bool {
-        self.get(ino).is_some()
+        let contains = self.get(ino).is_some();
+        debug_assert_eq!(contains, *ino < self.0.len() as Ino, "numbers are dense from the root's");
+        contains
     }
 
     fn keys(&self) -> impl Iterator<Item = Ino> + '_ {
+        debug_assert!(!self.0.is_empty(), "a machine always has its root");
         (0..self.0.len()).map(|ino| ino as Ino)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &Inode> {
+        debug_assert!(!self.0.is_empty(), "a machine always has its root");
         self.0.iter()
     }
 
     fn len(&self) -> usize {
+        debug_assert!(!self.0.is_empty(), "a machine always has its root");
         self.0.len()
     }
 }
@@ -357,6 +364,10 @@ impl SimFs {
             state.pending.is_empty() && state.trace.entries().is_empty() && state.inodes.len() == 1,
             "a new machine holds its root alone, with nothing pending and no history"
         );
+        debug_assert!(
+            state.processes.contains_key(&PROCESS_ID_DEFAULT),
+            "the process that drives a new machine runs on it"
+        );
         SimFs { state: SyncArc::new(Mutex::new(state)), process_id: PROCESS_ID_DEFAULT }
     }
 
@@ -365,6 +376,7 @@ impl SimFs {
     pub fn with_rules(plan: FaultPlan, rules: Rules) -> Self {
         let fs = SimFs::new(plan);
         fs.lock().rules = rules;
+        debug_assert_eq!(fs.lock().rules, rules, "a machine runs the rules it was given");
         fs
     }
 
@@ -443,6 +455,7 @@ impl SimFs {
         state.clock_ms += 1;
         state.processes.remove(&self.process_id);
         state.processes.insert(pid, state.clock_ms);
+        let crashed_machine = state.machine;
         state.trace = Trace::default();
         state.plan = plan;
         state.op_count = 0;
@@ -450,6 +463,7 @@ impl SimFs {
         state.locks = BTreeMap::new();
         state.next_handle = 0;
         state.machine = next_machine();
+        debug_assert_ne!(state.machine, crashed_machine, "a restarted machine has a new id");
         state.boot += 1;
         assert!(
             !state.processes.contains_key(&self.process_id) && state.processes.contains_key(&pid),
@@ -493,7 +507,9 @@ impl SimFs {
 
     /// Sets what the medium shows where a file grew without its data (see [`Media`]).
     pub fn set_media(&self, media: Media) {
-        self.lock().media = media;
+        let mut state = self.lock();
+        state.media = media;
+        debug_assert_eq!(state.media, media, "a machine shows the medium it was given");
     }
 
     /// Whether a power loss leaves out pending chunk pieces that hold only zeros past a file's
@@ -501,7 +517,9 @@ impl SimFs {
     /// the same bytes, so the images are the same set either way, from half as many subsets
     /// per piece. Off, every piece is enumerated (to check the reduction against).
     pub fn set_zero_chunk_reduction(&self, on: bool) {
-        self.lock().reduce_zero_chunks = on;
+        let mut state = self.lock();
+        state.reduce_zero_chunks = on;
+        debug_assert_eq!(state.reduce_zero_chunks, on, "the reduction is as set");
     }
 
     /// Declares the files named `checked.names` to be in a format whose reader checks each block
@@ -524,6 +542,7 @@ impl SimFs {
     pub fn set_sampled_images(&self, count: usize) {
         let mut state = self.lock();
         state.sampled_images = count;
+        debug_assert_eq!(state.sampled_images, count, "the samples are as set");
     }
 
     /// The plan this filesystem runs.
@@ -558,7 +577,9 @@ impl SimFs {
     /// How many data chunks, length changes and name changes are pending (not yet durable).
     pub fn pending_pieces(&self) -> usize {
         let state = self.lock();
-        image::Pieces::collect(&state).len()
+        let pieces = image::Pieces::collect(&state).len();
+        debug_assert!(pieces == 0 || !state.pending.is_empty(), "pieces come of pending changes");
+        pieces
     }
 
     /// The post-crash images at the current point. `ProcessKill` gives one image (everything the
@@ -685,6 +706,7 @@ impl SimFs {
         let read = state.read_since_mark.take().unwrap_or_default();
         let paths: BTreeSet<String> =
             read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect();
+        debug_assert!(paths.len() <= mark.paths.len(), "only files reachable at the mark");
         paths
     }
 
@@ -769,6 +791,7 @@ impl State {
     /// pending change's) names one that exists: a miss is a bug of the simulation, not a state
     /// a machine can be in.
     pub(crate) fn inode(&self, ino: Ino) -> &Inode {
+        debug_assert!(ino < self.next_ino, "inode {ino} was handed out");
         self.inodes.get(&ino).unwrap_or_else(|| panic!("inode {ino} is linked but missing"))
     }
 
@@ -857,16 +880,19 @@ impl State {
     /// directory's entries in name order), with its inode.
     fn each_visible(&self, mut visit: impl FnMut(&str, Ino, &Inode)) {
         let mut stack = vec![(ROOT_INO, String::new())];
+        let mut dirs = 1usize;
         while let Some((dir, prefix)) = stack.pop() {
             for (name, &ino) in &self.dir(dir).volatile {
                 let path = child_path(&prefix, name);
                 let inode = self.inode(ino);
                 visit(&path, ino, inode);
                 if matches!(inode.node, Node::Dir(_)) {
+                    dirs += 1;
                     stack.push((ino, path));
                 }
             }
         }
+        debug_assert!(dirs <= self.inodes.len(), "each directory has one name: the walk ends");
     }
 
     /// The open of the existing inode `ino` at `path`: refused unless a regular file (and
@@ -908,6 +934,7 @@ impl State {
             }
             Node::File(_) => {}
         }
+        debug_assert!(!options.create_new, "an exclusive create never opens what exists");
         if options.truncate && options.write {
             self.set_len(ino, 0);
         }
@@ -995,6 +1022,7 @@ impl State {
     }
 
     fn dir(&self, ino: Ino) -> &DirNode {
+        debug_assert!(ino < self.next_ino, "inode {ino} was handed out");
         match &self.inode(ino).node {
             Node::Dir(dir) => dir,
             Node::File(_) | Node::Symlink(_) | Node::Special => {
@@ -1004,6 +1032,7 @@ impl State {
     }
 
     fn dir_mut(&mut self, ino: Ino) -> &mut DirNode {
+        debug_assert!(ino < self.next_ino, "inode {ino} was handed out");
         match &mut self.inodes.get_mut(&ino).expect("resolved inodes exist").node {
             Node::Dir(dir) => dir,
             Node::File(_) | Node::Symlink(_) | Node::Special => {
@@ -1013,6 +1042,7 @@ impl State {
     }
 
     fn file_mut(&mut self, ino: Ino) -> &mut FileNode {
+        debug_assert!(ino != ROOT_INO, "the root is no file");
         match &mut self.inodes.get_mut(&ino).expect("open files keep their inode").node {
             Node::File(file) => file,
             Node::Dir(_) | Node::Symlink(_) | Node::Special => {
@@ -1215,6 +1245,9 @@ impl Fs for SimFs {
         if from_dir == to_dir && from_name == to_name {
             return Ok(());
         }
+        let (from_count, to_count) =
+            (state.dir(from_dir).volatile.len(), state.dir(to_dir).volatile.len());
+        let replaces = state.dir(to_dir).volatile.contains_key(to_name);
         state.bind(vec![
             NameChange { dir: from_dir, name: from_name.to_owned(), target: None },
             NameChange { dir: to_dir, name: to_name.to_owned(), target: Some(ino) },
@@ -1223,6 +1256,15 @@ impl Fs for SimFs {
             !state.dir(from_dir).volatile.contains_key(from_name)
                 && state.dir(to_dir).volatile.get(to_name) == Some(&ino),
             "a rename moves the name: gone from its source, at its destination"
+        );
+        debug_assert!(
+            if from_dir == to_dir {
+                state.dir(to_dir).volatile.len() == to_count - usize::from(replaces)
+            } else {
+                state.dir(from_dir).volatile.len() == from_count - 1
+                    && state.dir(to_dir).volatile.len() == to_count + usize::from(!replaces)
+            },
+            "a rename adds no name but its destination, and removes what it replaces"
         );
         Ok(())
     }
@@ -1248,7 +1290,9 @@ impl Fs for SimFs {
     }
 
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        self.unlink(path, boundary, OpKind::RemoveFile)
+        self.unlink(path, boundary, OpKind::RemoveFile)?;
+        debug_assert!(self.lock().halted.is_none(), "an op that answers ran on a live machine");
+        Ok(())
     }
 
     fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
@@ -1275,7 +1319,9 @@ impl Fs for SimFs {
     }
 
     fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        self.unlink(path, boundary, OpKind::RemoveDir)
+        self.unlink(path, boundary, OpKind::RemoveDir)?;
+        debug_assert!(self.lock().halted.is_none(), "an op that answers ran on a live machine");
+        Ok(())
     }
 
     fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
@@ -1290,6 +1336,7 @@ impl Fs for SimFs {
         if state.rules.sync_makes_durable {
             state.sync_dir(dir);
         }
+        debug_assert!(state.halted.is_none(), "an op that answers ran on a live machine");
         Ok(())
     }
 
@@ -1344,16 +1391,23 @@ impl Fs for SimFs {
     }
 
     fn process_id(&self) -> u32 {
+        debug_assert_ne!(self.process_id, 0, "a running process has an id");
         self.process_id
     }
 
     fn machine_id(&self) -> u64 {
-        self.lock().machine
+        let machine = self.lock().machine;
+        debug_assert_ne!(machine, 0, "a simulated machine is never the real one (0)");
+        machine
     }
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
         let state = self.lock();
         let start = state.processes.get(&pid).copied();
+        debug_assert!(
+            start.is_none_or(|start| start <= state.clock_ms),
+            "a process started by now"
+        );
         Ok(start)
     }
 }
@@ -1374,7 +1428,12 @@ impl SimFs {
     /// [`SimFs::symlink`]): every open of it is refused, metadata and listings show
     /// [`FileKind::Other`], removal removes it.
     pub fn mkfifo(&self, path: &Path) -> Result<()> {
-        self.plant(path, Node::Special, Boundary::new("mkfifo"))
+        self.plant(path, Node::Special, Boundary::new("mkfifo"))?;
+        debug_assert!(
+            self.metadata(path).is_ok_and(|metadata| metadata.kind == FileKind::Other),
+            "a planted FIFO lists as a special file"
+        );
+        Ok(())
     }
 
     /// Puts `node` at `path`, durable at once (the setup of [`SimFs::symlink`] and
@@ -1441,6 +1500,10 @@ impl SimFs {
         }
         state.bind(vec![NameChange { dir: parent, name: (*name).to_owned(), target: None }]);
         assert!(!state.dir(parent).volatile.contains_key(*name), "a removed name is gone");
+        debug_assert!(
+            state.inodes.contains_key(&ino),
+            "an unlinked inode stays for its open files"
+        );
         Ok(())
     }
 }
@@ -1462,10 +1525,13 @@ fn open_detail(options: OpenOptions) -> String {
 /// A path as a trace entry names it: the text `Path::display` shows (both replace what is not
 /// UTF-8 alike), without the formatting machinery (every mutating op names its path).
 pub(crate) fn shown(path: &Path) -> String {
-    path.to_string_lossy().into_owned()
+    let shown = path.to_string_lossy().into_owned();
+    debug_assert!(shown.len() >= path.as_os_str().len(), "a shown path drops no byte");
+    shown
 }
 
 fn io_error(op: OpKind, path: &Path, boundary: Boundary, kind: io::ErrorKind) -> Error {
+    debug_assert_ne!(kind, io::ErrorKind::Other, "a simulated failure has the kind a kernel gives");
     Error::io(op, path, Some(boundary), io::Error::from(kind))
 }
 
@@ -1484,14 +1550,15 @@ fn fault_error(fault: Fault, op: OpKind, path: &Path, boundary: Boundary) -> Err
 /// The bytes `lo..hi` of `buf`, which its caller made hold them (a buffer grown to a write's
 /// end, a chunk inside its snapshot): a miss is a bug of the simulation.
 pub(crate) fn span(buf: &[u8], lo: usize, hi: usize) -> &[u8] {
+    debug_assert!(lo <= hi, "a span runs forward");
     (buf.get(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {}", buf.len())))
         as _
 }
 
 /// The bytes `lo..hi` of `buf`, to be written (see [`span`]).
 pub(crate) fn span_mut(buf: &mut [u8], lo: usize, hi: usize) -> &mut [u8] {
+    debug_assert!(lo <= hi, "a span runs forward");
     let len = buf.len();
-
     (buf.get_mut(lo..hi).unwrap_or_else(|| panic!("bytes {lo}..{hi} of a buffer of {len}"))) as _
 }
 

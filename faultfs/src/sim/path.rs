@@ -49,6 +49,7 @@ impl State {
             !follow_last || !matches!(self.inode(ino).node, Node::Symlink(_)),
             "a resolution that follows links ends on something else"
         );
+        debug_assert!(followed <= SYMLINKS_FOLLOWED_MAX, "a resolution follows links within bound");
         Some(ino)
     }
 
@@ -72,12 +73,17 @@ impl State {
         let ino = self
             .resolve(components, true)
             .ok_or_else(|| io_error(op, path, boundary, io::ErrorKind::NotFound))?;
-        match self.inode(ino).node {
+        let found = match self.inode(ino).node {
             Node::Dir(_) => Ok(ino),
             Node::File(_) | Node::Symlink(_) | Node::Special => {
                 Err(io_error(op, path, boundary, io::ErrorKind::NotADirectory))
             }
-        }
+        };
+        debug_assert!(
+            !components.is_empty() || found.as_ref().is_ok_and(|ino| *ino == ROOT_INO),
+            "no component names the root"
+        );
+        found
     }
 }
 
