@@ -217,6 +217,26 @@ pub fn default_root(spexcode_home: Option<&Path>, home: &Path, project: &Path) -
     base.join("projects").join(encoded)
 }
 
+/// Whether `path` lies inside the directory `dir`, compared as bytes: the layout builds every
+/// path by pushing names onto its root, so a byte prefix ending at a separator is containment
+/// (no component parsing on the paths every step names).
+pub(crate) fn lies_in(path: &Path, dir: &Path) -> bool {
+    let (path, dir) = (path.as_os_str().as_encoded_bytes(), dir.as_os_str().as_encoded_bytes());
+    debug_assert!(!dir.is_empty(), "a directory has a name");
+    path.len() > dir.len()
+        && path.starts_with(dir)
+        && (dir.ends_with(b"/") || path.get(dir.len()) == Some(&b'/'))
+}
+
+/// Whether the last name of `path` is `name`, compared as bytes (see [`lies_in`]).
+pub(crate) fn ends_in(path: &Path, name: &str) -> bool {
+    let (path, name) = (path.as_os_str().as_encoded_bytes(), name.as_bytes());
+    debug_assert!(!name.is_empty() && !name.contains(&b'/'), "a name is one component");
+    path.ends_with(name)
+        && path.len() > name.len()
+        && path.get(path.len() - name.len() - 1) == Some(&b'/')
+}
+
 /// One session's files on one filesystem: what the file-format modules (the record, the queue,
 /// the receipt index, the run log) read and write, with no store around them.
 #[derive(Debug)]
@@ -305,7 +325,7 @@ impl Layout {
     pub fn record(&self, id: &SessionId) -> PathBuf {
         let path = self.in_session(id, &["session.json"]);
         debug_assert!(
-            path.ends_with("session.json"),
+            ends_in(&path, "session.json"),
             "a session's file is one name in its directory"
         );
         path
@@ -325,7 +345,7 @@ impl Layout {
     pub fn receipt_index(&self, id: &SessionId) -> PathBuf {
         let path = self.in_session(id, &[RECEIPT_INDEX]);
         debug_assert!(
-            path.ends_with(RECEIPT_INDEX),
+            ends_in(&path, RECEIPT_INDEX),
             "a session's file is one name in its directory"
         );
         path
@@ -345,7 +365,7 @@ impl Layout {
     pub fn legacy_segment(&self, id: &SessionId) -> PathBuf {
         let path = self.in_session(id, &["timeline.ndjson"]);
         debug_assert!(
-            path.ends_with("timeline.ndjson"),
+            ends_in(&path, "timeline.ndjson"),
             "a session's file is one name in its directory"
         );
         path
@@ -354,7 +374,7 @@ impl Layout {
     /// The directory of numbered segments.
     pub fn timeline_dir(&self, id: &SessionId) -> PathBuf {
         let path = self.in_session(id, &["timeline"]);
-        debug_assert!(path.ends_with("timeline"), "a session's file is one name in its directory");
+        debug_assert!(ends_in(&path, "timeline"), "a session's file is one name in its directory");
         path
     }
 
@@ -379,7 +399,7 @@ impl Layout {
     /// The drain adapter spec of a session created by this engine (one line).
     pub fn adapter(&self, id: &SessionId) -> PathBuf {
         let path = self.in_session(id, &["adapter"]);
-        debug_assert!(path.ends_with("adapter"), "a session's file is one name in its directory");
+        debug_assert!(ends_in(&path, "adapter"), "a session's file is one name in its directory");
         path
     }
 
@@ -397,7 +417,7 @@ impl Layout {
     pub fn queue(&self, id: &SessionId) -> PathBuf {
         let path = self.in_session(id, &["pending.json"]);
         debug_assert!(
-            path.ends_with("pending.json"),
+            ends_in(&path, "pending.json"),
             "a session's file is one name in its directory"
         );
         path
@@ -416,7 +436,7 @@ impl Layout {
     /// Directory of record locks.
     pub fn session_locks_dir(&self) -> PathBuf {
         let path = self.root.join(".session-locks");
-        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        debug_assert!(lies_in(&path, &self.root), "one name in the root");
         path
     }
 
@@ -431,7 +451,7 @@ impl Layout {
     /// Directory of delivery locks.
     pub fn delivery_locks_dir(&self) -> PathBuf {
         let path = self.root.join(".delivery-locks");
-        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        debug_assert!(lies_in(&path, &self.root), "one name in the root");
         path
     }
 
@@ -446,7 +466,7 @@ impl Layout {
     /// Directory of revoked-sender markers.
     pub fn revoked_dir(&self) -> PathBuf {
         let path = self.root.join(".revoked-senders");
-        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        debug_assert!(lies_in(&path, &self.root), "one name in the root");
         path
     }
 
@@ -465,7 +485,7 @@ impl Layout {
     /// The close ledger.
     pub fn close_ledger(&self) -> PathBuf {
         let path = self.root.join("session-close-ledger.ndjson");
-        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        debug_assert!(lies_in(&path, &self.root), "one name in the root");
         path
     }
 
@@ -481,7 +501,7 @@ impl Layout {
     /// Directory of sessions being closed.
     pub fn closing_dir(&self) -> PathBuf {
         let path = self.root.join(".closing");
-        debug_assert_eq!(path.parent(), Some(self.root.as_path()), "one name in the root");
+        debug_assert!(lies_in(&path, &self.root), "one name in the root");
         path
     }
 

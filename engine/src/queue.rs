@@ -263,7 +263,7 @@ pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<QueueFile> {
 /// delivery": true even when the file is empty or damaged).
 pub(crate) fn exists<F: Fs>(files: SessionFiles<'_, F>) -> Result<bool> {
     let path = files.layout.queue(files.id);
-    debug_assert!(path.starts_with(files.layout.session_dir(files.id)), "the session's own queue");
+    debug_assert!(crate::layout::lies_in(&path, files.layout.root()), "the store's own queue");
     Ok(files.fs.exists(&path)?)
 }
 
@@ -350,10 +350,7 @@ pub(crate) fn write<F: Fs>(
     }
     let (layout, id) = (files.layout, files.id);
     let bytes = encode(entries);
-    debug_assert!(
-        parse_sound(&bytes).is_some_and(|decoded| decoded.len() == entries.len()),
-        "a written queue reads back whole, on the fast path"
-    );
+    debug_assert!(bytes.ends_with(b"\n"), "a queue file ends its last line");
     atomic::replace(
         files.fs,
         &layout.session_dir(id),

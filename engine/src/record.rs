@@ -689,7 +689,7 @@ pub(crate) fn read<F: Fs>(files: SessionFiles<'_, F>) -> Result<Option<Record>> 
     }
     let path = layout.record(id);
     debug_assert!(
-        path.starts_with(layout.session_dir(id)),
+        crate::layout::lies_in(&path, layout.root()),
         "a record is in its session's directory"
     );
     match atomic::read(fs, &path)? {

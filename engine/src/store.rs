@@ -408,17 +408,21 @@ impl<F: Fs> Store<F> {
     /// naming it), so that nothing read, written or removed through it is outside the root.
     pub(crate) fn session_dir_exists(&self, id: &SessionId) -> Result<bool> {
         let dir = self.layout.session_dir(id);
-        debug_assert!(dir.starts_with(self.layout.sessions_dir()), "a session's directory is ours");
+        debug_assert!(
+            crate::layout::lies_in(&dir, self.layout.root()),
+            "a session's directory is ours"
+        );
         crate::layout::expect_kind(&self.fs, &dir, faultfs::FileKind::Dir)
     }
 
     /// Fails with `NoSuchSession` unless the session has a record (in a real directory).
     pub(crate) fn require_session(&self, id: &SessionId) -> Result<()> {
+        let record = self.layout.record(id);
         debug_assert!(
-            self.layout.record(id).parent() == Some(self.layout.session_dir(id).as_path()),
+            crate::layout::ends_in(&record, "session.json"),
             "a record is a file of its session's directory"
         );
-        if self.session_dir_exists(id)? && self.fs.exists(&self.layout.record(id))? {
+        if self.session_dir_exists(id)? && self.fs.exists(&record)? {
             Ok(())
         } else {
             Err(Error::NoSuchSession { id: id.clone() })
@@ -633,7 +637,7 @@ impl<F: Fs> Store<F> {
     /// record.
     pub fn record_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
         let path = self.layout.record(id);
-        debug_assert!(path.starts_with(self.layout.session_dir(id)), "the session's own record");
+        debug_assert!(crate::layout::lies_in(&path, self.layout.root()), "the store's own record");
         self.file_signature(&path)
     }
 
@@ -641,13 +645,16 @@ impl<F: Fs> Store<F> {
     /// queue file (nothing owed).
     pub fn queue_signature(&self, id: &SessionId) -> Result<Option<(u64, u64)>> {
         let path = self.layout.queue(id);
-        debug_assert!(path.starts_with(self.layout.session_dir(id)), "the session's own queue");
+        debug_assert!(crate::layout::lies_in(&path, self.layout.root()), "the store's own queue");
         self.file_signature(&path)
     }
 
     /// A file's size and mtime (nanoseconds); `None` when it does not exist.
     fn file_signature(&self, path: &Path) -> Result<Option<(u64, u64)>> {
-        debug_assert!(path.starts_with(self.layout.root()), "a signature of the store's own file");
+        debug_assert!(
+            crate::layout::lies_in(path, self.layout.root()),
+            "a signature of a store file"
+        );
         match self.fs.metadata(path) {
             Ok(metadata) => Ok(Some((metadata.len, metadata.modified_ns()))),
             Err(error) if error.io_kind() == Some(std::io::ErrorKind::NotFound) => Ok(None),
