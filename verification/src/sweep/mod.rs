@@ -36,6 +36,7 @@ pub(crate) mod check;
 pub(crate) mod decode;
 mod faults;
 pub mod generate;
+mod memo;
 mod options;
 mod parallel;
 pub(crate) mod phase;

@@ -3,15 +3,15 @@
 //! at every op of the phase, the first commands after a kill and a crash inside their
 //! takeovers), each image judged once per run and recorded in its cell of the matrix.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
-use std::rc::Rc;
+use std::sync::{Arc, LazyLock};
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
 use sha2::{Digest, Sha256};
 use spex_model::Model;
 
+use super::memo::Memo;
 use super::options::Options;
 use super::phase;
 use super::report::{CellKey, Place, Report, record};
@@ -290,18 +290,18 @@ fn judge_image_to_end(
         let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
         return (verdict, machine.observed());
     }
-    let known = JUDGEMENTS.with(|kept| kept.borrow().get(&key).cloned());
+    let known = JUDGEMENTS.get(&key);
     if let Some(known) = &known
         && !report.verify
     {
         report.reused += 1;
-        return known.clone();
+        return Judged::clone(known);
     }
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
     let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
     let judged = (verdict, machine.observed());
     let what = "one image judged against one run";
-    if settle(&JUDGEMENTS, JUDGEMENTS_KEPT_MAX, key, known, &judged, what, report) {
+    if settle(&JUDGEMENTS, key, known, &judged, what, report) {
         report.reused += 1;
     }
     judged
@@ -458,24 +458,14 @@ struct Continuation {
 /// A judgement's verdict and what it observed of the image judged.
 type Judged = (Vec<String>, faultfs::Observed);
 
-/// Most judgements of an image against a run a thread keeps; past it, it forgets them all.
-const JUDGEMENTS_KEPT_MAX: usize = 65_536;
+/// The judgements of an image against a run every worker has run, by a digest of (scenario,
+/// seed, the engine variant, image, boot, medium, run): see [`judge_image_to_end`].
+static JUDGEMENTS: LazyLock<Memo<Judged>> = LazyLock::new(|| Memo::new(131_072));
 
-thread_local! {
-    /// This thread's judgements of an image against a run, by a digest of (scenario, seed,
-    /// the engine variant, image, boot, medium, run): see [`judge_image_to_end`].
-    static JUDGEMENTS: RefCell<HashMap<[u8; 32], Judged>> = RefCell::default();
-}
-
-/// Most continuations a thread keeps; past it, it forgets them all and starts over.
-const CONTINUATIONS_KEPT_MAX: usize = 16_384;
-
-thread_local! {
-    /// This thread's continuations, by a digest of (scenario, seed, the engine variant, machine
-    /// after recovery, run). Across crash points too: the points of one transition share a run
-    /// until it answers, and their images mostly recover to the machines of their neighbours'.
-    static CONTINUATIONS: RefCell<HashMap<[u8; 32], Continuation>> = RefCell::default();
-}
+/// The continuations every worker has run, by a digest of (scenario, seed, the engine variant,
+/// machine after recovery, run). Across crash points too: the points of one transition share a
+/// run until it answers, and their images mostly recover to the machines of their neighbours'.
+static CONTINUATIONS: LazyLock<Memo<Continuation>> = LazyLock::new(|| Memo::new(32_768));
 
 /// The last phase of a sequence on `fs` against `run` (its digest `run_digest`), as
 /// [`judge_last`] judges it, with what follows recovery run once per machine that recovery
@@ -507,7 +497,7 @@ fn judge_to_end(
         hasher.update(run_digest);
         hasher.finalize().into()
     };
-    let known = CONTINUATIONS.with(|kept| kept.borrow().get(&key).cloned());
+    let known = CONTINUATIONS.get(&key);
     if let Some(known) = &known
         && !report.verify
     {
@@ -520,19 +510,15 @@ fn judge_to_end(
     let verdict = recovered.judge_rest(scenario, run, &allowed);
     let ran = Continuation { verdict, read: fs.read_since(&mark) };
     let what = "the judgement after recovery to one machine";
-    if settle(&CONTINUATIONS, CONTINUATIONS_KEPT_MAX, key, known, &ran, what, report) {
+    if settle(&CONTINUATIONS, key, known, &ran, what, report) {
         report.shared += 1;
     }
     ran.verdict
 }
 
-/// Most runs whose allowed states a thread keeps; past it, it forgets them all.
-const ALLOWED_KEPT_MAX: usize = 256;
-
-thread_local! {
-    /// This thread's states allowed after a run's crash, by a digest of (scenario, seed, run).
-    static ALLOWED: RefCell<HashMap<[u8; 32], Rc<Vec<Model>>>> = RefCell::default();
-}
+/// The states allowed after a run's crash, by a digest of (scenario, seed, the engine variant,
+/// run).
+static ALLOWED: LazyLock<Memo<Vec<Model>>> = LazyLock::new(|| Memo::new(1_024));
 
 /// The states `run` (its digest `run_digest`) allows after its crash (`run::candidates`): a
 /// function of the scenario and the run alone, which every image of a crash point is judged
@@ -542,24 +528,18 @@ fn allowed_after(
     run: &run::Execution,
     run_digest: &[u8; 32],
     seed: u64,
-) -> Rc<Vec<Model>> {
+) -> Arc<Vec<Model>> {
     let key: [u8; 32] = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(run_digest);
         hasher.finalize().into()
     };
-    if let Some(known) = ALLOWED.with(|kept| kept.borrow().get(&key).cloned()) {
+    if let Some(known) = ALLOWED.get(&key) {
         debug_assert!(!known.is_empty(), "a run allows some state after its crash");
         return known;
     }
-    let allowed = Rc::new(run::candidates(scenario, run));
-    ALLOWED.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        if kept.len() >= ALLOWED_KEPT_MAX {
-            kept.clear();
-        }
-        kept.insert(key, Rc::clone(&allowed));
-    });
+    let allowed = Arc::new(run::candidates(scenario, run));
+    ALLOWED.insert(key, Arc::clone(&allowed));
     allowed
 }
 
@@ -576,31 +556,23 @@ fn judgement_key(scenario: &Scenario, seed: u64) -> Sha256 {
 
 /// After a judgement ran (`ran`, keyed `key`) where `memo` held `known` under that key (or
 /// nothing): a known one it disagrees with is a broken reduction, reported as `what` went two
-/// ways; a new one is remembered (past `max` kept, the memo forgets them all and starts over).
-/// Whether it agreed with a known one.
+/// ways; a new one is remembered. Whether it agreed with a known one.
 fn settle<V: Clone + PartialEq + std::fmt::Debug>(
-    memo: &'static std::thread::LocalKey<RefCell<HashMap<[u8; 32], V>>>,
-    max: usize,
+    memo: &Memo<V>,
     key: [u8; 32],
-    known: Option<V>,
+    known: Option<Arc<V>>,
     ran: &V,
     what: &str,
     report: &mut Report,
 ) -> bool {
     match known {
-        Some(known) if known != *ran => {
+        Some(known) if *known != *ran => {
             report.unequal_stand_ins.push(format!("{what} went {known:?} once and {ran:?} again"));
             false
         }
         Some(_) => true,
         None => {
-            memo.with(|kept| {
-                let mut kept = kept.borrow_mut();
-                if kept.len() >= max {
-                    kept.clear();
-                }
-                kept.insert(key, ran.clone());
-            });
+            memo.insert(key, Arc::new(ran.clone()));
             false
         }
     }
