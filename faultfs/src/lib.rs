@@ -40,6 +40,7 @@
 //! why it must exist, and a miss is a bug of the simulation, said as such.
 #![deny(clippy::indexing_slicing)]
 
+mod digest;
 mod error;
 mod kill;
 pub mod litmus;
@@ -52,6 +53,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::SystemTime;
 
+pub use digest::{Digest, Hasher, digest};
 pub use error::{Error, Result};
 pub use kill::{KILL_AT_ENV, KILL_TRACE_ENV, KillFile, KillFs, KillPoint};
 pub use plan::{Fault, FaultPlan};

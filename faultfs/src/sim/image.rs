@@ -28,15 +28,15 @@
 //!   kept (so the torn end reads as zeros or a partial line);
 //! - sampled: seeded random subsets.
 //!
-//! Images are deduplicated by a SHA-256 over their paths, kinds and contents.
+//! Images are deduplicated by a digest (`crate::digest`) over their paths, kinds and contents.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use crate::digest::{Digest, Hasher, digest};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use sha2::{Digest, Sha256};
 
 use super::path::child_path;
 use super::{
@@ -108,10 +108,10 @@ pub enum ImageNode {
 #[derive(Clone)]
 pub struct Image {
     nodes: BTreeMap<String, ImageNode>,
-    /// The SHA-256 of each node's content (a file's bytes, a link's target; zeros for the
+    /// The digest of each node's content (a file's bytes, a link's target; zeros for the
     /// rest), in the order of `nodes`.
-    contents: Vec<[u8; 32]>,
-    hash: [u8; 32],
+    contents: Vec<Digest>,
+    hash: Digest,
     /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
     pub(crate) boot: u64,
     /// The medium of the machine that crashed, which the rebuilt one keeps.
@@ -171,7 +171,7 @@ impl Image {
     }
 
     /// The content hash that identifies this image.
-    pub fn hash(&self) -> [u8; 32] {
+    pub fn hash(&self) -> Digest {
         self.hash
     }
 
@@ -189,7 +189,7 @@ impl Image {
     /// The content hash as lowercase hex.
     pub fn hash_hex(&self) -> String {
         let hex = hex::encode(self.hash);
-        debug_assert_eq!(hex.len(), 64, "an image hash is 64 hex digits");
+        debug_assert_eq!(hex.len(), 32, "an image hash is 32 hex digits");
         hex
     }
 
@@ -200,9 +200,9 @@ impl Image {
     /// deterministic program through the same steps: it sees the same thing at every step.
     ///
     /// [`SimFs::observed`]: super::SimFs::observed
-    pub fn digest_within(&self, read: &BTreeSet<String>) -> [u8; 32] {
+    pub fn digest_within(&self, read: &BTreeSet<String>) -> Digest {
         debug_assert_eq!(self.contents.len(), self.nodes.len(), "one content hash per node");
-        let mut hasher = Sha256::new();
+        let mut hasher = Hasher::new();
         hasher.update(self.boot.to_le_bytes());
         hasher.update([u8::from(self.media == Media::StaleTails)]);
         for ((path, node), content) in self.nodes.iter().zip(&self.contents) {
@@ -224,7 +224,7 @@ impl Image {
                 ImageNode::Special => hasher.update([0, 3]),
             }
         }
-        hasher.finalize().into()
+        hasher.finish()
     }
 }
 
@@ -465,12 +465,12 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
 struct Builder<'a> {
     state: &'a State,
     pieces: &'a Pieces,
-    durable_hashes: BTreeMap<Ino, [u8; 32]>,
+    durable_hashes: BTreeMap<Ino, Digest>,
     /// The data pieces (chunks and lengths) of each file, in issue order.
     by_file: BTreeMap<Ino, Vec<usize>>,
     /// A file's bytes and their hash, by the file and the choices of its pieces.
     outcomes: HashMap<(Ino, Vec<Choice>), FileBytes>,
-    seen: HashSet<[u8; 32]>,
+    seen: HashSet<Digest>,
     images: Vec<Image>,
     generated: usize,
     /// Groups enumerated block by block (see [`Builder::block_outcomes`]).
@@ -684,7 +684,7 @@ impl<'a> Builder<'a> {
                     );
                 }
                 let bytes = final_bytes(state, ino, buf, len, Some(&covered));
-                let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                let hash: Digest = digest(&bytes);
                 (Arc::new(bytes), hash)
             });
             files.insert(ino, outcome.clone());
@@ -899,7 +899,7 @@ impl<'a> Builder<'a> {
         let versions = options.iter().try_fold(1usize, |product, (_, contents)| {
             product.checked_mul(contents.len()).filter(|&n| n <= BLOCK_VERSIONS_MAX)
         })?;
-        let mut told_apart: HashSet<Option<[u8; 32]>> = HashSet::new();
+        let mut told_apart: HashSet<Option<Digest>> = HashSet::new();
         let mut standing = Vec::new();
         let mut bytes = span(file, lo, hi).to_vec();
         for version in 0..versions {
@@ -911,7 +911,7 @@ impl<'a> Builder<'a> {
                 span_mut(&mut bytes, *at, at + content.len()).copy_from_slice(content);
                 kept.extend(piece);
             }
-            let class = (checked.accepts)(block, &bytes).then(|| Sha256::digest(&bytes).into());
+            let class = (checked.accepts)(block, &bytes).then(|| digest(&bytes));
             if told_apart.insert(class) {
                 standing.push(kept);
             }
@@ -927,7 +927,7 @@ impl<'a> Builder<'a> {
     fn assemble(
         &mut self,
         entries: &BTreeMap<Ino, BTreeMap<String, Ino>>,
-        files: &BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
+        files: &BTreeMap<Ino, (Arc<Vec<u8>>, Digest)>,
     ) -> Option<Image> {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
@@ -939,9 +939,8 @@ impl<'a> Builder<'a> {
         let mut content = |ino, file: &FileNode| match files.get(&ino) {
             Some((bytes, hash)) => (Arc::clone(bytes), *hash),
             None => {
-                let hash = *durable_hashes
-                    .entry(ino)
-                    .or_insert_with(|| Sha256::digest(file.durable.as_slice()).into());
+                let hash =
+                    *durable_hashes.entry(ino).or_insert_with(|| digest(file.durable.as_slice()));
                 (Arc::clone(&file.durable), hash)
             }
         };
@@ -953,7 +952,7 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// The SHA-256 that identifies the image reached from the root through `entries_of` each
+/// The digest that identifies the image reached from the root through `entries_of` each
 /// directory, each file's content hashing to what `content_hash` gives, computed without
 /// building the image. Each directory's entries are hashed in name order, each a marker, its
 /// name (length first), its kind and its content's hash (a directory's: its entries, then an
@@ -961,10 +960,10 @@ impl<'a> Builder<'a> {
 fn tree_hash<'a>(
     state: &'a State,
     entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
-    mut content_hash: impl FnMut(Ino, &'a FileNode) -> [u8; 32],
-) -> [u8; 32] {
+    mut content_hash: impl FnMut(Ino, &'a FileNode) -> Digest,
+) -> Digest {
     assert!(matches!(state.inode(ROOT_INO).node, Node::Dir(_)), "the root is a directory");
-    let mut hasher = Sha256::new();
+    let mut hasher = Hasher::new();
     let mut open = vec![entries_of(ROOT_INO).iter()];
     while let Some(entries) = open.last_mut() {
         let Some((name, &ino)) = entries.next() else {
@@ -986,12 +985,12 @@ fn tree_hash<'a>(
             }
             Node::Symlink(target) => {
                 hasher.update([2]);
-                hasher.update(Sha256::digest(target.as_bytes()));
+                hasher.update(digest(target.as_bytes()));
             }
             Node::Special => hasher.update([3]),
         }
     }
-    hasher.finalize().into()
+    hasher.finish()
 }
 
 /// The image reached from the root through `entries_of` each directory, each file holding what
@@ -999,8 +998,8 @@ fn tree_hash<'a>(
 fn walk<'a>(
     state: &'a State,
     entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
-    mut content: impl FnMut(Ino, &'a FileNode) -> (Arc<Vec<u8>>, [u8; 32]),
-    hash: [u8; 32],
+    mut content: impl FnMut(Ino, &'a FileNode) -> (Arc<Vec<u8>>, Digest),
+    hash: Digest,
 ) -> Image {
     let mut nodes = BTreeMap::new();
     let mut stack = vec![(ROOT_INO, String::new())];
@@ -1011,23 +1010,23 @@ fn walk<'a>(
             let node = match &state.inode(ino).node {
                 Node::Dir(_) => {
                     stack.push((ino, path.clone()));
-                    (ImageNode::Dir, [0u8; 32])
+                    (ImageNode::Dir, [0; 16])
                 }
                 Node::File(file) => {
                     let (bytes, hash) = content(ino, file);
                     (ImageNode::File(bytes), hash)
                 }
                 Node::Symlink(target) => {
-                    let hash: [u8; 32] = Sha256::digest(target.as_bytes()).into();
+                    let hash: Digest = digest(target.as_bytes());
                     (ImageNode::Symlink(target.clone()), hash)
                 }
-                Node::Special => (ImageNode::Special, [0; 32]),
+                Node::Special => (ImageNode::Special, [0; 16]),
             };
             let previous = nodes.insert(path, node);
             debug_assert!(previous.is_none(), "a path is reached once: the tree has no cycle");
         }
     }
-    let contents: Vec<[u8; 32]> = nodes.values().map(|(_, content)| *content).collect();
+    let contents: Vec<Digest> = nodes.values().map(|(_, content)| *content).collect();
     Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         contents,
@@ -1038,20 +1037,20 @@ fn walk<'a>(
     }
 }
 
-/// A file's bytes in an image, shared, and their SHA-256.
-type FileBytes = (Arc<Vec<u8>>, [u8; 32]);
+/// A file's bytes in an image, shared, and their digest.
+type FileBytes = (Arc<Vec<u8>>, Digest);
 
 /// Directories' entries, by directory.
 type DirEntries = BTreeMap<Ino, BTreeMap<String, Ino>>;
 
 /// Files' content hashes, by file.
-type FileHashes = Vec<(Ino, [u8; 32])>;
+type FileHashes = Vec<(Ino, Digest)>;
 
 /// What one group of pieces leaves in an image: its directories' entries and its files' bytes
 /// (with their hash).
 struct Outcome {
     entries: DirEntries,
-    files: BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])>,
+    files: BTreeMap<Ino, (Arc<Vec<u8>>, Digest)>,
 }
 
 /// A group's distinct outcomes, in the order first reached, told apart by their entries and
@@ -1267,12 +1266,12 @@ impl Changed {
         entries
     }
 
-    /// [`Changed::files`], each shared and with its SHA-256 (what images are told apart by).
-    fn hashed_files(&self, state: &State) -> BTreeMap<Ino, (Arc<Vec<u8>>, [u8; 32])> {
+    /// [`Changed::files`], each shared and with its digest (what images are told apart by).
+    fn hashed_files(&self, state: &State) -> BTreeMap<Ino, (Arc<Vec<u8>>, Digest)> {
         let files: BTreeMap<Ino, FileBytes> = self
             .files(state)
             .map(|(ino, bytes)| {
-                let hash: [u8; 32] = Sha256::digest(&bytes).into();
+                let hash: Digest = digest(&bytes);
                 (ino, (Arc::new(bytes), hash))
             })
             .collect();
@@ -1436,11 +1435,11 @@ fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
 /// The image of everything the kernel accepted: the volatile view.
 fn volatile_image(state: &State) -> Image {
     let entries_of = |dir| &state.dir(dir).volatile;
-    let hash = tree_hash(state, entries_of, |_, file| Sha256::digest(&file.volatile).into());
+    let hash = tree_hash(state, entries_of, |_, file| digest(&file.volatile));
     let image = walk(
         state,
         entries_of,
-        |_, file| (Arc::new(file.volatile.clone()), Sha256::digest(&file.volatile).into()),
+        |_, file| (Arc::new(file.volatile.clone()), digest(&file.volatile)),
         hash,
     );
     debug_assert!(

@@ -36,7 +36,7 @@ mod image;
 mod path;
 mod process;
 
-use sha2::{Digest, Sha256};
+use crate::digest::{Digest, Hasher};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Component, Path};
@@ -633,9 +633,9 @@ impl SimFs {
     /// held. Two machines with the same digest answer every op alike (what is pending rather
     /// than durable is left out: it shows only in a later crash's images). A harness keys what
     /// it concluded from a machine's future on it.
-    pub fn visible_digest(&self) -> [u8; 32] {
+    pub fn visible_digest(&self) -> Digest {
         let state = self.lock();
-        let mut hasher = Sha256::new();
+        let mut hasher = Hasher::new();
         // A file reached again by another name (a hard link) is hashed as the first name's
         // number in the walk: which names share a file shows in what a write through one does.
         let mut files_seen: BTreeMap<Ino, u64> = BTreeMap::new();
@@ -679,7 +679,7 @@ impl SimFs {
             state.processes.contains_key(&self.process_id),
             "the process that looks is running"
         );
-        hasher.finalize().into()
+        hasher.finish()
     }
 
     /// Starts noting which of the files reachable now some read reaches from here on (see

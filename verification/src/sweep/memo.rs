@@ -11,14 +11,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use faultfs::Digest;
+
 /// How many shards a memo's entries are spread over, by the first byte of their key: enough
 /// that workers rarely wait for one another.
 const SHARDS: usize = 16;
 
-/// Entries by a 32-byte digest, at most `max` of them; past it, a shard forgets all of its
+/// Entries by a digest, at most `max` of them; past it, a shard forgets all of its
 /// own and starts over (what was forgotten is judged again, at the cost of the time only).
 pub(crate) struct Memo<V> {
-    shards: [Mutex<HashMap<[u8; 32], Arc<V>>>; SHARDS],
+    shards: [Mutex<HashMap<Digest, Arc<V>>>; SHARDS],
     max: usize,
 }
 
@@ -30,14 +32,14 @@ impl<V> Memo<V> {
     }
 
     /// What is kept under `key`, if anything.
-    pub(crate) fn get(&self, key: &[u8; 32]) -> Option<Arc<V>> {
+    pub(crate) fn get(&self, key: &Digest) -> Option<Arc<V>> {
         let shard = self.shard(key).lock().unwrap_or_else(PoisonError::into_inner);
         shard.get(key).cloned()
     }
 
     /// Keeps `value` under `key` (the first one kept under a key stays: a later one is the
     /// same judgement run again, which the caller has compared).
-    pub(crate) fn insert(&self, key: [u8; 32], value: Arc<V>) {
+    pub(crate) fn insert(&self, key: Digest, value: Arc<V>) {
         let mut shard = self.shard(&key).lock().unwrap_or_else(PoisonError::into_inner);
         if shard.len() >= self.max / SHARDS {
             shard.clear();
@@ -46,7 +48,7 @@ impl<V> Memo<V> {
         debug_assert!(shard.len() <= self.max / SHARDS, "a shard keeps at most its share");
     }
 
-    fn shard(&self, key: &[u8; 32]) -> &Mutex<HashMap<[u8; 32], Arc<V>>> {
+    fn shard(&self, key: &Digest) -> &Mutex<HashMap<Digest, Arc<V>>> {
         &self.shards[usize::from(key[0]) % SHARDS]
     }
 }
@@ -59,7 +61,7 @@ mod tests {
     fn a_memo_keeps_the_first_value_and_forgets_a_full_shard() {
         let memo = Memo::new(SHARDS * 2);
         let key = |n: u8| {
-            let mut key = [0; 32];
+            let mut key = [0; 16];
             key[1] = n;
             key
         };

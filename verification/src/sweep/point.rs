@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::sync::{Arc, LazyLock};
 
 use faultfs::{CrashMode, FaultPlan, SimFs};
-use sha2::{Digest, Sha256};
+use faultfs::{Digest, Hasher};
 use spex_model::Model;
 
 use super::memo::Memo;
@@ -98,7 +98,7 @@ pub(crate) fn sweep_point(
 #[derive(Clone, Copy)]
 pub(crate) struct Sequence<'a> {
     pub(crate) run: &'a run::Execution,
-    pub(crate) run_digest: &'a [u8; 32],
+    pub(crate) run_digest: &'a Digest,
     pub(crate) deep: bool,
 }
 
@@ -242,7 +242,7 @@ fn judge_image(
     image: &faultfs::Image,
     scenario: &Scenario,
     run: &run::Execution,
-    run_digest: &[u8; 32],
+    run_digest: &Digest,
     seed: u64,
 ) -> Option<Vec<String>> {
     if !report.first_judgement(key, image, run_digest) {
@@ -274,16 +274,16 @@ fn judge_image_to_end(
     image: &faultfs::Image,
     scenario: &Scenario,
     run: &run::Execution,
-    run_digest: &[u8; 32],
+    run_digest: &Digest,
     seed: u64,
 ) -> Judged {
-    let key: [u8; 32] = {
+    let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(image.hash());
         hasher.update(image.boot().to_le_bytes());
         write!(hasher, "{:?}", image.media()).expect("hashing does not fail");
         hasher.update(run_digest);
-        hasher.finalize().into()
+        hasher.finish()
     };
     if !report.reduce {
         let machine = SimFs::from_image(image, FaultPlan::none(seed));
@@ -420,11 +420,11 @@ fn judge_first_commands(
 }
 
 /// A digest of everything a judgement of `run` depends on.
-pub(crate) fn digest_of(run: &run::Execution) -> [u8; 32] {
+pub(crate) fn digest_of(run: &run::Execution) -> Digest {
     // Written straight into the hasher: the debug text of a run is long and made per image.
-    let mut hasher = Sha256::new();
+    let mut hasher = Hasher::new();
     write!(hasher, "{run:?}").expect("hashing does not fail");
-    hasher.finalize().into()
+    hasher.finish()
 }
 
 /// Whether some session's newest segment in `image` ends in a torn line (unterminated, or with
@@ -480,7 +480,7 @@ fn judge_to_end(
     fs: SimFs,
     scenario: &Scenario,
     run: &run::Execution,
-    run_digest: &[u8; 32],
+    run_digest: &Digest,
     seed: u64,
 ) -> Vec<String> {
     let recovered = match phase::recover_only(fs, scenario, run, seed) {
@@ -491,11 +491,11 @@ fn judge_to_end(
     if !report.reduce {
         return recovered.judge_rest(scenario, run, &allowed);
     }
-    let key: [u8; 32] = {
+    let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(recovered.fs.visible_digest());
         hasher.update(run_digest);
-        hasher.finalize().into()
+        hasher.finish()
     };
     let known = CONTINUATIONS.get(&key);
     if let Some(known) = &known
@@ -526,13 +526,13 @@ static ALLOWED: LazyLock<Memo<Vec<Model>>> = LazyLock::new(|| Memo::new(1_024));
 fn allowed_after(
     scenario: &Scenario,
     run: &run::Execution,
-    run_digest: &[u8; 32],
+    run_digest: &Digest,
     seed: u64,
 ) -> Arc<Vec<Model>> {
-    let key: [u8; 32] = {
+    let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(run_digest);
-        hasher.finalize().into()
+        hasher.finish()
     };
     if let Some(known) = ALLOWED.get(&key) {
         debug_assert!(!known.is_empty(), "a run allows some state after its crash");
@@ -545,8 +545,8 @@ fn allowed_after(
 
 /// The start of the key of a judgement this thread remembers: what every such judgement
 /// depends on besides its machine and run (the scenario, the seed and the engine variant).
-fn judgement_key(scenario: &Scenario, seed: u64) -> Sha256 {
-    let mut hasher = Sha256::new();
+fn judgement_key(scenario: &Scenario, seed: u64) -> Hasher {
+    let mut hasher = Hasher::new();
     hasher.update(scenario.name.as_bytes());
     hasher.update([0]);
     hasher.update(seed.to_le_bytes());
@@ -559,7 +559,7 @@ fn judgement_key(scenario: &Scenario, seed: u64) -> Sha256 {
 /// ways; a new one is remembered. Whether it agreed with a known one.
 fn settle<V: Clone + PartialEq + std::fmt::Debug>(
     memo: &Memo<V>,
-    key: [u8; 32],
+    key: Digest,
     known: Option<Arc<V>>,
     ran: &V,
     what: &str,

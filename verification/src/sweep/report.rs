@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use faultfs::CrashMode;
-use sha2::{Digest, Sha256};
+use faultfs::{Digest, Hasher};
 
 use super::scenario::Scenario;
 use super::token::Token;
@@ -105,7 +105,7 @@ pub struct Report {
     /// the same.
     pub repeated: u64,
     /// (image, boot, run) digests already judged at this crash point.
-    judged: std::collections::HashSet<[u8; 32]>,
+    judged: std::collections::HashSet<Digest>,
     /// Images not judged because an image judged at the same crash point, in the same cell and
     /// against the same run agreed with them on everything its judgement could observe (every
     /// path, kind, length and link target, and the bytes of every file it read): the
@@ -113,7 +113,7 @@ pub struct Report {
     /// same way (see `faultfs`'s `Image::digest_within`).
     pub equivalent: u64,
     /// Per (cell, run), the judged images' digests, grouped by the files their judgement read.
-    classes: std::collections::HashMap<[u8; 32], Vec<Class>>,
+    classes: std::collections::HashMap<Digest, Vec<Class>>,
     /// Last phases whose continued work did not run again: recovery had left the same machine
     /// (every path, kind, byte, modification time, the clock and the processes) as before a
     /// continuation that ran against the same run of the same scenario, and the continued work
@@ -286,13 +286,13 @@ impl Report {
         &mut self,
         key: &CellKey,
         image: &faultfs::Image,
-        run: &[u8; 32],
+        run: &Digest,
     ) -> bool {
-        let mut hasher = Sha256::new();
+        let mut hasher = Hasher::new();
         hasher.update(image.hash());
         hasher.update(image.boot().to_le_bytes());
         hasher.update(run);
-        let fresh = self.judged.insert(hasher.finalize().into());
+        let fresh = self.judged.insert(hasher.finish());
         if !fresh {
             self.repeated += 1;
             self.cells.entry(key.clone()).or_default().repeated += 1;
@@ -307,7 +307,7 @@ struct Class {
     /// The files (paths in the image) the judgements read.
     read: BTreeSet<String>,
     /// Each judged image's digest within `read`, and its verdict.
-    verdicts: std::collections::HashMap<[u8; 32], Vec<String>>,
+    verdicts: std::collections::HashMap<Digest, Vec<String>>,
 }
 
 impl Report {
@@ -320,11 +320,11 @@ impl Report {
         }
     }
 
-    fn class_key(key: &CellKey, run: &[u8; 32]) -> [u8; 32] {
-        let mut hasher = Sha256::new();
+    fn class_key(key: &CellKey, run: &Digest) -> Digest {
+        let mut hasher = Hasher::new();
         hasher.update(format!("{key:?}").as_bytes());
         hasher.update(run);
-        hasher.finalize().into()
+        hasher.finish()
     }
 
     /// The verdict of an image judged at this crash point in `key` against the run with digest
@@ -334,7 +334,7 @@ impl Report {
         &mut self,
         key: &CellKey,
         image: &faultfs::Image,
-        run: &[u8; 32],
+        run: &Digest,
     ) -> Option<Vec<String>> {
         if !self.reduce {
             return None;
@@ -355,7 +355,7 @@ impl Report {
         &mut self,
         key: &CellKey,
         image: &faultfs::Image,
-        run: &[u8; 32],
+        run: &Digest,
         observed: faultfs::Observed,
         verdict: &[String],
     ) {

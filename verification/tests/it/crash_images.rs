@@ -19,7 +19,7 @@ fn crash(name: &str, k: u64, reduce: bool) -> CrashImages {
     fs.crash(CrashMode::PowerLoss)
 }
 
-fn hashes(crash: &CrashImages) -> BTreeSet<[u8; 32]> {
+fn hashes(crash: &CrashImages) -> BTreeSet<faultfs::Digest> {
     crash.images.iter().map(faultfs::Image::hash).collect()
 }
 
