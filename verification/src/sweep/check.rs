@@ -171,18 +171,19 @@ fn keys_of(
     keys
 }
 
-/// Checks a store rebooted from a crash image, opened and recovered.
+/// Checks a store rebooted from a crash image, opened and recovered: the violations, and the
+/// state it holds (`None` when it cannot be read), which the checks read and wrote nothing.
 pub(crate) fn check_recovered<F: Fs>(
     store: &Store<F>,
     run: &Execution,
     allowed: &[Model],
-) -> Vec<String> {
+) -> (Vec<String>, Option<Model>) {
     let mut violations = Vec::new();
     let observed = match project(store, run) {
         Ok(observed) => observed,
         Err(error) => {
             violations.push(format!("the recovered store is unreadable: {error}"));
-            return violations;
+            return (violations, None);
         }
     };
     if !allowed.iter().any(|candidate| candidate.admits(&observed)) {
@@ -200,7 +201,7 @@ pub(crate) fn check_recovered<F: Fs>(
     check_append_only(store, run, &mut violations);
     check_lifecycle(run, &observed, &mut violations);
     check_close(store, run, &mut violations);
-    violations
+    (violations, Some(observed))
 }
 
 /// Rule 2, as a reader sees it: the engine's lock-free receipt lookup (`Store::receipt`, what a

@@ -20,7 +20,7 @@ use faultfs::{Fs, SimFs};
 use spex_engine::Store;
 use spex_model::Model;
 
-use super::check::{check_activity_index, check_drained, check_recovered, check_retry, project};
+use super::check::{check_activity_index, check_drained, check_recovered, check_retry};
 use super::run::{Answer, Execution, candidates, open, perform, sid, snapshot_store};
 use super::scenario::{Scenario, Step};
 
@@ -128,6 +128,7 @@ impl Recovered {
         allowed: &[Model],
     ) -> Vec<String> {
         let mut next = run.continued_from(allowed.to_vec());
+        next.last_phase = true;
         let violations = judge_recovered(&self.store, scenario, run, allowed, &mut next);
         assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
         violations
@@ -158,9 +159,9 @@ fn judge_recovered<F: Fs>(
     allowed: &[Model],
     next: &mut Execution,
 ) -> Vec<String> {
-    let mut violations = check_recovered(store, run, allowed);
-    if violations.is_empty() {
-        violations.extend(continue_workload(store, scenario, run, next));
+    let (mut violations, observed) = check_recovered(store, run, allowed);
+    if let Some(before) = observed.filter(|_| violations.is_empty()) {
+        violations.extend(continue_workload(store, scenario, run, &before, next));
     }
     violations
 }
@@ -273,23 +274,21 @@ fn retries<'s>(scenario: &'s Scenario, run: &Execution) -> Vec<&'s Step> {
     }
 }
 
-/// The continued work: a plain send to every session, the retry of the crashed keyed send, then
-/// a drain of every session; each answer advances `next`. Stops quietly at a crash (the driver
-/// takes over).
+/// The continued work on the recovered store, which holds `before`: a plain send to every
+/// session, the retry of the crashed keyed send, then a drain of every session; each answer
+/// advances `next`. Stops quietly at a crash (the driver takes over).
 fn continue_workload<F: Fs>(
     store: &Store<F>,
     scenario: &Scenario,
     run: &Execution,
+    before: &Model,
     next: &mut Execution,
 ) -> Vec<String> {
     let mut violations = Vec::new();
-    let Ok(before) = project(store, run) else {
-        return violations; // already reported by check_recovered
-    };
     // A planned crash stops the phase wherever it falls.
-    if send_after_recovery(store, scenario, &before, next, &mut violations).is_break()
-        || retry_in_flight(store, scenario, run, &before, next, &mut violations).is_break()
-        || drain_after_recovery(store, scenario, &before, next, &mut violations).is_break()
+    if send_after_recovery(store, scenario, before, next, &mut violations).is_break()
+        || retry_in_flight(store, scenario, run, before, next, &mut violations).is_break()
+        || drain_after_recovery(store, scenario, before, next, &mut violations).is_break()
     {
         return violations;
     }
@@ -394,6 +393,8 @@ fn continued<F: Fs>(
         violations.push(violation);
     }
     next.continuing = None;
-    snapshot_store(store, next);
+    if !next.last_phase {
+        snapshot_store(store, next);
+    }
     ControlFlow::Continue(())
 }

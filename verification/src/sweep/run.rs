@@ -174,6 +174,10 @@ pub struct Execution {
     /// The step of the continued work in flight when it crashed (its scenario index is not
     /// meaningful: a retry or a drain of the continuation).
     pub continuing: Option<Step>,
+    /// Whether this is the run of a sequence's last phase, which nothing is judged against
+    /// afterwards: its steps leave no snapshot of the segments (only a later crash's append-only
+    /// check reads them).
+    pub last_phase: bool,
 }
 
 impl Execution {
@@ -203,6 +207,7 @@ impl Execution {
             watermarks: BTreeMap::new(),
             base: Some(allowed),
             continuing: None,
+            last_phase: false,
         }
     }
 
