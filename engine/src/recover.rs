@@ -178,14 +178,14 @@ impl<F: Fs> Store<F> {
             return Ok(Recovered::default());
         }
         let record = self.read_record(id)?;
-        timeline::list_segments(&self.fs, &self.layout, id)?;
+        let segments = timeline::list_segments(&self.fs, &self.layout, id)?;
         let queue = if checks.queue { Some(queue::read_for_write(self.files(id))?) } else { None };
         if active(Mutant::AckBeforeSync) {
             // The broken variant syncs what the previous write acknowledged only now.
             timeline::vouch(&self.fs, &self.layout, id, &steps.log)?;
         }
         if !active(Mutant::NoTornTailRepair) {
-            timeline::repair_torn_tail(&self.fs, &self.layout, id, &steps.log)?;
+            timeline::repair_torn_tail(&self.fs, &segments, &steps.log)?;
         }
         let dir = self.layout.session_dir(id);
         for tmp in

@@ -18,7 +18,7 @@
 
 use faultfs::{Boundary, File, Fs, OpenOptions};
 
-use super::read::{list_segments, segment_len, sound_len};
+use super::read::{Segment, list_segments, segment_len, sound_len};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, SegmentNo, SessionId};
 use crate::mutant::{Mutant, active, selected};
@@ -226,13 +226,15 @@ pub(crate) fn vouch<F: Fs>(
 /// Truncates a torn tail of the newest numbered segment durably: an unterminated final line,
 /// or a final line damaged by a power loss (NUL bytes). Returns the bytes removed. A final line
 /// that is complete but does not parse is corruption: nothing is written after it.
+///
+/// `segments` is the session's listing ([`list_segments`]) taken under the lock that this
+/// recovery holds: no other process adds, removes or grows a segment meanwhile, so it is the
+/// listing now.
 pub(crate) fn repair_torn_tail<F: Fs>(
     fs: &F,
-    layout: &Layout,
-    id: &SessionId,
+    segments: &[Segment],
     steps: &LogBoundaries,
 ) -> Result<u64> {
-    let segments = list_segments(fs, layout, id)?;
     let Some(newest) = segments.iter().rev().find(|segment| segment.no.is_some()) else {
         return Ok(0);
     };
