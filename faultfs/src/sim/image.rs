@@ -34,9 +34,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::digest::{Digest, Hasher, digest};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use crate::digest::{Digest, Hasher, digest};
 
 use super::path::child_path;
 use super::{

@@ -172,7 +172,8 @@ fn keys_of(
 }
 
 /// Checks a store rebooted from a crash image, opened and recovered: the violations, and the
-/// state it holds (`None` when it cannot be read), which the checks read and wrote nothing.
+/// state the store holds (`None` when it cannot be read). The checks only read, so the state
+/// is still the store's when they return.
 pub(crate) fn check_recovered<F: Fs>(
     store: &Store<F>,
     run: &Execution,
