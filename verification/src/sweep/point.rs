@@ -148,8 +148,8 @@ pub(crate) fn judge_sequence(
             }
             Source::Restart(_) => {
                 let fs = source.machine(FaultPlan::none(seed));
-                let verdict =
-                    judge_to_end(report, fs.clone(), scenario, run, sequence.run_digest, seed);
+                let judging = judging(scenario, run, sequence.run_digest, seed);
+                let verdict = judge_to_end(report, fs.clone(), scenario, &judging, seed);
                 (verdict, fs.observed())
             }
         };
@@ -263,12 +263,13 @@ fn judge_image(
 
 /// The last phase of a sequence on a machine rebuilt from `image`, as [`judge_to_end`] judges
 /// it against `run` (its digest `run_digest`): its verdict and what it observed of the image.
-/// It is a deterministic program of the image (its paths, kinds, bytes, boot and medium), the
-/// run, the scenario, the seed and the engine variant (a rebuilt machine's clock, ids and
-/// process table are the same for every image; its machine id is written nowhere: README,
-/// "Verification"), so the same image judged against the same run in another cell (another
-/// sequence or crash point) gets the verdict and observations of the first judgement. When
-/// verifying the reductions, it runs anyway and must reach the same.
+/// It is a deterministic program of the image (its paths, kinds, bytes, boot and medium), what
+/// the last phase reads of the run ([`Judging`]), the scenario, the seed and the engine variant
+/// (a rebuilt machine's clock, ids and process table are the same for every image; its machine
+/// id is written nowhere: README, "Verification"), so the same image judged against a run that
+/// agrees on that in another cell (another sequence or crash point) gets the verdict and
+/// observations of the first judgement. When verifying the reductions, it runs anyway and must
+/// reach the same.
 fn judge_image_to_end(
     report: &mut Report,
     image: &faultfs::Image,
@@ -277,19 +278,20 @@ fn judge_image_to_end(
     run_digest: &Digest,
     seed: u64,
 ) -> Judged {
+    let judging = judging(scenario, run, run_digest, seed);
+    if !report.reduce {
+        let machine = SimFs::from_image(image, FaultPlan::none(seed));
+        let verdict = judge_to_end(report, machine.clone(), scenario, &judging, seed);
+        return (verdict, machine.observed());
+    }
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(image.hash());
         hasher.update(image.boot().to_le_bytes());
         write!(hasher, "{:?}", image.media()).expect("hashing does not fail");
-        hasher.update(run_digest);
+        hasher.update(judging.digest);
         hasher.finish()
     };
-    if !report.reduce {
-        let machine = SimFs::from_image(image, FaultPlan::none(seed));
-        let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
-        return (verdict, machine.observed());
-    }
     let known = JUDGEMENTS.get(&key);
     if let Some(known) = &known
         && !report.verify
@@ -298,7 +300,7 @@ fn judge_image_to_end(
         return Judged::clone(known);
     }
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
-    let verdict = judge_to_end(report, machine.clone(), scenario, run, run_digest, seed);
+    let verdict = judge_to_end(report, machine.clone(), scenario, &judging, seed);
     let judged = (verdict, machine.observed());
     let what = "one image judged against one run";
     if settle(&JUDGEMENTS, key, known, &judged, what, report) {
@@ -321,8 +323,8 @@ fn judge_second_crash(
     match mode {
         CrashMode::ProcessKill => {
             let machine = halted.fs.restart(FaultPlan::none(seed));
-            let run_digest = digest_of(&halted.run);
-            vec![(0, judge_to_end(report, machine, scenario, &halted.run, &run_digest, seed))]
+            let judging = judging(scenario, &halted.run, &digest_of(&halted.run), seed);
+            vec![(0, judge_to_end(report, machine, scenario, &judging, seed))]
         }
         CrashMode::PowerLoss => {
             let crash = halted.fs.crash(mode);
@@ -467,11 +469,13 @@ static JUDGEMENTS: LazyLock<Memo<Judged>> = LazyLock::new(|| Memo::new(131_072))
 /// run until it answers, and their images mostly recover to the machines of their neighbours'.
 static CONTINUATIONS: LazyLock<Memo<Continuation>> = LazyLock::new(|| Memo::new(32_768));
 
-/// The last phase of a sequence on `fs` against `run` (its digest `run_digest`), as
+/// The last phase of a sequence on `fs` against a run (what it reads of the run: `judging`), as
 /// [`judge_last`] judges it, with what follows recovery run once per machine that recovery
 /// leaves and run: it is a deterministic program of the machine as every process sees it
-/// (`SimFs::visible_digest`), the run, the scenario, the seed and the engine variant (the store
-/// handle holds nothing else then: see `Recovered::judge_rest`). A shared continuation's reads
+/// (`SimFs::visible_digest`), what it reads of the run, the scenario, the seed and the engine
+/// variant (the store handle holds nothing else then: see `Recovered::judge_rest`). Without
+/// the reductions it reads the whole run instead, so that the sweep judging every image also
+/// checks that the rest of a run changes no verdict. A shared continuation's reads
 /// are counted on `fs` as if it had run (`SimFs::note_read`), so that what the judgement
 /// observed of the image stays whole for the stand-ins. When verifying the reductions, it runs
 /// anyway and must read the same files and reach the same verdict.
@@ -479,22 +483,21 @@ fn judge_to_end(
     report: &mut Report,
     fs: SimFs,
     scenario: &Scenario,
-    run: &run::Execution,
-    run_digest: &Digest,
+    judging: &Judging,
     seed: u64,
 ) -> Vec<String> {
+    let run = if report.reduce { &judging.run } else { &judging.whole };
     let recovered = match phase::recover_only(fs, scenario, run, seed) {
         Ok(recovered) => recovered,
         Err(violations) => return violations,
     };
-    let allowed = allowed_after(scenario, run, run_digest, seed);
     if !report.reduce {
-        return recovered.judge_rest(scenario, run, &allowed);
+        return recovered.judge_rest(scenario, run, &judging.allowed);
     }
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(recovered.fs.visible_digest());
-        hasher.update(run_digest);
+        hasher.update(judging.digest);
         hasher.finish()
     };
     let known = CONTINUATIONS.get(&key);
@@ -507,7 +510,7 @@ fn judge_to_end(
     }
     let fs = recovered.fs.clone();
     let mark = fs.mark_reads();
-    let verdict = recovered.judge_rest(scenario, run, &allowed);
+    let verdict = recovered.judge_rest(scenario, run, &judging.allowed);
     let ran = Continuation { verdict, read: fs.read_since(&mark) };
     let what = "the judgement after recovery to one machine";
     if settle(&CONTINUATIONS, key, known, &ran, what, report) {
@@ -516,31 +519,47 @@ fn judge_to_end(
     ran.verdict
 }
 
-/// The states allowed after a run's crash, by a digest of (scenario, seed, the engine variant,
-/// run).
-static ALLOWED: LazyLock<Memo<Vec<Model>>> = LazyLock::new(|| Memo::new(1_024));
+/// What the last phase after a run's crash reads of the run: the part it is judged against
+/// (`Execution::judged_after_crash`), the run whole (read instead when nothing is reduced),
+/// the states the run allows after its crash (`run::candidates`), and a digest of the part and
+/// the states, which keys the judgements and continuations remembered.
+pub(crate) struct Judging {
+    run: run::Execution,
+    whole: run::Execution,
+    allowed: Vec<Model>,
+    digest: Digest,
+}
 
-/// The states `run` (its digest `run_digest`) allows after its crash (`run::candidates`): a
+/// What the last phase reads of each run judged against, by a digest of (scenario, seed, the
+/// engine variant, run).
+static JUDGINGS: LazyLock<Memo<Judging>> = LazyLock::new(|| Memo::new(4_096));
+
+/// What the last phase after the crash of `run` (its digest `run_digest`) reads of it: a
 /// function of the scenario and the run alone, which every image of a crash point is judged
-/// against, so it is worked out once per run a thread judges against.
-fn allowed_after(
+/// against, so it is worked out once per run.
+fn judging(
     scenario: &Scenario,
     run: &run::Execution,
     run_digest: &Digest,
     seed: u64,
-) -> Arc<Vec<Model>> {
+) -> Arc<Judging> {
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(run_digest);
         hasher.finish()
     };
-    if let Some(known) = ALLOWED.get(&key) {
-        debug_assert!(!known.is_empty(), "a run allows some state after its crash");
+    if let Some(known) = JUDGINGS.get(&key) {
         return known;
     }
-    let allowed = Arc::new(run::candidates(scenario, run));
-    ALLOWED.insert(key, Arc::clone(&allowed));
-    allowed
+    let part = run.judged_after_crash();
+    let allowed = run::candidates(scenario, run);
+    assert!(!allowed.is_empty(), "a run allows some state after its crash");
+    let mut hasher = Hasher::new();
+    write!(hasher, "{part:?}\n{allowed:?}").expect("hashing does not fail");
+    let judging =
+        Arc::new(Judging { run: part, whole: run.clone(), allowed, digest: hasher.finish() });
+    JUDGINGS.insert(key, Arc::clone(&judging));
+    judging
 }
 
 /// The start of the key of a judgement this thread remembers: what every such judgement

@@ -211,6 +211,28 @@ impl Execution {
         }
     }
 
+    /// The part of this run that the last phase after its crash is judged against, beside the
+    /// states it allows (`candidates`, which also read `base` and `continuing`): what it
+    /// acknowledged and delivered, its sessions, keys and segments, what a reader had folded,
+    /// its model and the step in flight (whose keyed sends are retried). Its own violations,
+    /// step ranges, refusals and failure are left out: the verdict of the crash carries them
+    /// beside the last phase's, which never reads them. Runs of neighbouring crash points
+    /// differ mostly there, so their last phases on a like machine are one judgement.
+    pub(crate) fn judged_after_crash(&self) -> Execution {
+        Execution {
+            model: self.model.clone(),
+            in_flight: self.in_flight,
+            acked: self.acked.clone(),
+            delivered: self.delivered.clone(),
+            segments: self.segments.clone(),
+            closing_in_flight: self.closing_in_flight.clone(),
+            created: self.created.clone(),
+            keys: self.keys.clone(),
+            watermarks: self.watermarks.clone(),
+            ..Execution::default()
+        }
+    }
+
     /// Advances every allowed state by an acknowledged continuation step; the states the
     /// answer rules out are dropped. Returns a violation if none is left.
     pub(crate) fn advance_continued(&mut self, step: &Step, answer: &Answer) -> Option<String> {
