@@ -33,9 +33,20 @@ impl Hasher {
         Hasher::default()
     }
 
+    /// A hasher that has seen nothing, with room for `bytes` before it grows (a digest of a
+    /// whole tree gathers kilobytes; growing there from nothing copies them several times).
+    pub fn with_capacity(bytes: usize) -> Hasher {
+        Hasher { bytes: Vec::with_capacity(bytes) }
+    }
+
     /// Adds `bytes`.
     pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
         self.bytes.extend_from_slice(bytes.as_ref());
+    }
+
+    /// Forgets everything added, keeping the room it took.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
     }
 
     /// The digest of everything added, in order.

@@ -203,7 +203,7 @@ impl Image {
     /// [`SimFs::observed`]: super::SimFs::observed
     pub fn digest_within(&self, read: &BTreeSet<String>) -> Digest {
         debug_assert_eq!(self.contents.len(), self.nodes.len(), "one content hash per node");
-        let mut hasher = Hasher::new();
+        let mut hasher = Hasher::with_capacity(4096);
         hasher.update(self.boot.to_le_bytes());
         hasher.update([u8::from(self.media == Media::StaleTails)]);
         for ((path, node), content) in self.nodes.iter().zip(&self.contents) {
@@ -472,6 +472,8 @@ struct Builder<'a> {
     /// A file's bytes and their hash, by the file and the choices of its pieces.
     outcomes: HashMap<(Ino, Vec<Choice>), FileBytes>,
     seen: HashSet<Digest>,
+    /// What [`tree_hash`] gathers, kept for the next image (its room grows once).
+    tree_hasher: Hasher,
     images: Vec<Image>,
     generated: usize,
     /// Groups enumerated block by block (see [`Builder::block_outcomes`]).
@@ -560,6 +562,7 @@ impl<'a> Builder<'a> {
             by_file,
             outcomes: HashMap::new(),
             seen: HashSet::new(),
+            tree_hasher: Hasher::new(),
             images: Vec::new(),
             generated: 0,
             checked_groups: 0,
@@ -945,7 +948,8 @@ impl<'a> Builder<'a> {
                 (Arc::clone(&file.durable), hash)
             }
         };
-        let hash = tree_hash(state, entries_of, |ino, file| content(ino, file).1);
+        let hasher = &mut self.tree_hasher;
+        let hash = tree_hash(hasher, state, entries_of, |ino, file| content(ino, file).1);
         if !self.seen.insert(hash) {
             return None;
         }
@@ -957,14 +961,15 @@ impl<'a> Builder<'a> {
 /// directory, each file's content hashing to what `content_hash` gives, computed without
 /// building the image. Each directory's entries are hashed in name order, each a marker, its
 /// name (length first), its kind and its content's hash (a directory's: its entries, then an
-/// end marker), so that distinct trees hash apart.
+/// end marker), so that distinct trees hash apart. `hasher` is cleared first.
 fn tree_hash<'a>(
+    hasher: &mut Hasher,
     state: &'a State,
     entries_of: impl Fn(Ino) -> &'a BTreeMap<String, Ino>,
     mut content_hash: impl FnMut(Ino, &'a FileNode) -> Digest,
 ) -> Digest {
     assert!(matches!(state.inode(ROOT_INO).node, Node::Dir(_)), "the root is a directory");
-    let mut hasher = Hasher::new();
+    hasher.clear();
     let mut open = vec![entries_of(ROOT_INO).iter()];
     while let Some(entries) = open.last_mut() {
         let Some((name, &ino)) = entries.next() else {
@@ -1436,7 +1441,7 @@ fn torn_cuts(lo: u64, hi: u64, seed: u64) -> Vec<u64> {
 /// The image of everything the kernel accepted: the volatile view.
 fn volatile_image(state: &State) -> Image {
     let entries_of = |dir| &state.dir(dir).volatile;
-    let hash = tree_hash(state, entries_of, |_, file| digest(&file.volatile));
+    let hash = tree_hash(&mut Hasher::new(), state, entries_of, |_, file| digest(&file.volatile));
     let image = walk(
         state,
         entries_of,

@@ -635,7 +635,7 @@ impl SimFs {
     /// it concluded from a machine's future on it.
     pub fn visible_digest(&self) -> Digest {
         let state = self.lock();
-        let mut hasher = Hasher::new();
+        let mut hasher = Hasher::with_capacity(64 * 1024);
         // A file reached again by another name (a hard link) is hashed as the first name's
         // number in the walk: which names share a file shows in what a write through one does.
         let mut files_seen: BTreeMap<Ino, u64> = BTreeMap::new();

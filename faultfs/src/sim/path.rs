@@ -94,14 +94,14 @@ pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
     let refuse = |reason: &'static str| {
         Error::io(op, path, None, io::Error::new(io::ErrorKind::InvalidInput, reason))
     };
-    let mut components = Vec::new();
-    for component in path.as_os_str().as_encoded_bytes().split(|&byte| byte == b'/') {
+    // One check of the whole path (a name holds no `/`, so its bytes are valid alone too).
+    let text = path.to_str().ok_or_else(|| refuse("path is not UTF-8"))?;
+    let mut components = Vec::with_capacity(8);
+    for component in text.split('/') {
         match component {
-            b"" | b"." => {}
-            b".." => return Err(refuse("`..` and prefixes are not supported")),
-            name => {
-                components.push(std::str::from_utf8(name).map_err(|_| refuse("path is not UTF-8"))?)
-            }
+            "" | "." => {}
+            ".." => return Err(refuse("`..` and prefixes are not supported")),
+            name => components.push(name),
         }
     }
     debug_assert!(
