@@ -220,11 +220,12 @@ fn judge_deeper(
         if let Some((boundary, _)) = halted.fs.halted() {
             report.note_crashed(boundary.name());
         }
+        let halted_digest = digest_of(&halted.run);
         for &second in &options.modes {
             let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
             report.cells.entry(key.clone()).or_default().points += 1;
             for (index, messages) in
-                judge_second_crash(&halted, second, &key, scenario, seed, report)
+                judge_second_crash((&halted, &halted_digest), second, &key, scenario, seed, report)
             {
                 let token = Token { second: Some((second, j, index)), ..place.token.clone() };
                 record(report, &key, token, place, messages);
@@ -309,11 +310,11 @@ fn judge_image_to_end(
     judged
 }
 
-/// The verdicts on the machines a crash in `mode` of the halted phase leaves, each with its
-/// image number: the restarted machine after a kill; after a power loss, each image
-/// [`judge_image`] judges.
+/// The verdicts on the machines a crash in `mode` of the halted phase (and the digest of its
+/// run) leaves, each with its image number: the restarted machine after a kill; after a power
+/// loss, each image [`judge_image`] judges.
 fn judge_second_crash(
-    halted: &phase::Halted,
+    (halted, run_digest): (&phase::Halted, &Digest),
     mode: CrashMode,
     key: &CellKey,
     scenario: &Scenario,
@@ -323,17 +324,16 @@ fn judge_second_crash(
     match mode {
         CrashMode::ProcessKill => {
             let machine = halted.fs.restart(FaultPlan::none(seed));
-            let judging = judging(scenario, &halted.run, &digest_of(&halted.run), seed);
+            let judging = judging(scenario, &halted.run, run_digest, seed);
             vec![(0, judge_to_end(report, machine, scenario, &judging, seed))]
         }
         CrashMode::PowerLoss => {
             let crash = halted.fs.crash(mode);
             report.count_enumeration(scenario, &crash);
-            let run_digest = digest_of(&halted.run);
             let mut verdicts = Vec::new();
             for (index, image) in crash.images.iter().enumerate() {
                 if let Some(messages) =
-                    judge_image(report, key, image, scenario, &halted.run, &run_digest, seed)
+                    judge_image(report, key, image, scenario, &halted.run, run_digest, seed)
                 {
                     verdicts.push((index, messages));
                 }
@@ -405,13 +405,19 @@ fn judge_first_commands(
             if let Some((boundary, _)) = halted.fs.halted() {
                 report.note_crashed(boundary.name());
             }
+            let halted_digest = digest_of(&halted.run);
             for &second in &options.modes {
                 let sequence = format!("kill+takeover-{}+{}", step.transition(), second.name());
                 let key = place.key(&sequence, second);
                 report.cells.entry(key.clone()).or_default().points += 1;
-                for (index, messages) in
-                    judge_second_crash(&halted, second, &key, scenario, seed, report)
-                {
+                for (index, messages) in judge_second_crash(
+                    (&halted, &halted_digest),
+                    second,
+                    &key,
+                    scenario,
+                    seed,
+                    report,
+                ) {
                     let token =
                         Token { first_crash: Some((n, second, j, index)), ..place.token.clone() };
                     record(report, &key, token, place, messages);
