@@ -197,7 +197,9 @@ impl<F: Fs> Store<F> {
         let Some(mut record) = record else {
             return Ok(Recovered { queue, ..Recovered::default() });
         };
-        let last_line = timeline::tail_lines(&self.fs, &self.layout, id, 1, |_| true)?.pop();
+        // The listing taken above still holds: the lock keeps other writers out, and a repair
+        // only shortens the newest segment, which the read opens to its current end.
+        let last_line = timeline::tail_lines_in(&self.fs, &segments, 1, |_| true)?.pop();
         let current = if active(Mutant::RollForwardIgnoresLaunch) {
             record.triple()
         } else {

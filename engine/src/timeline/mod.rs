@@ -36,6 +36,6 @@ pub use line::{
 pub use read::{Cursor, Position, Stamp};
 pub(crate) use read::{
     line_at, list_segments, page_lines, read_from, read_from_positioned, scan, segment_len, stamp,
-    tail_lines,
+    tail_lines, tail_lines_in,
 };
 pub(crate) use write::{LogBoundaries, append, append_or_cut_back, repair_torn_tail, vouch};

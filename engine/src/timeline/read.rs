@@ -517,7 +517,32 @@ fn page_once<F: Fs>(
     want: usize,
     counts: &impl Fn(&Line) -> bool,
 ) -> Result<PageLines> {
-    let segments = list_segments(fs, layout, id)?;
+    page_in(fs, &list_segments(fs, layout, id)?, before, want, counts)
+}
+
+/// The last `want` lines of the log whose listing is `segments`, newest first: [`tail_lines`]
+/// for a writer that listed the log under the record lock (no other writer changes it then).
+/// Each segment is opened and read to its current end, so a length the listing holds from
+/// before a repair of the torn tail does not matter.
+pub(crate) fn tail_lines_in<F: Fs>(
+    fs: &F,
+    segments: &[Segment],
+    want: usize,
+    counts: impl Fn(&Line) -> bool,
+) -> Result<Vec<Line>> {
+    let page = page_in(fs, segments, None, want, &counts)?;
+    debug_assert!(page.lines.len() <= want || want == 0, "no more lines than were asked for");
+    Ok(page.lines.into_iter().map(|(_, line)| line).collect())
+}
+
+/// [`page_once`] on the listing `segments`.
+fn page_in<F: Fs>(
+    fs: &F,
+    segments: &[Segment],
+    before: Option<Position>,
+    want: usize,
+    counts: &impl Fn(&Line) -> bool,
+) -> Result<PageLines> {
     let newest = segments.len().checked_sub(1);
     assert_eq!(newest.is_none(), segments.is_empty(), "an empty log has no newest segment");
     let (last, stop) = match before {
@@ -540,7 +565,7 @@ fn page_once<F: Fs>(
     for (index, segment) in segments.iter().enumerate().take(last + 1).rev() {
         let mut reader = match stop.filter(|_| index == last) {
             Some(offset) => BackwardLines::open_before(fs, segment, offset)?,
-            None => BackwardLines::open(fs, segment, tail_tolerant(&segments, index))?,
+            None => BackwardLines::open(fs, segment, tail_tolerant(segments, index))?,
         };
         if index == last {
             page.end = Position { segment: segment.key(), offset: reader.end() };
