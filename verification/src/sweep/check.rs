@@ -257,6 +257,9 @@ pub(crate) fn check_retry<F: Fs>(
         Ok(Answer::Refused(_))
             if prior.as_ref().is_some_and(|p| p.text != *text || p.from.as_deref() != *from) => {}
         Ok(Answer::Refused(_)) if !before.sessions.contains_key(*to) => {}
+        // A closed sender is refused before any key is looked at, replay or not (the model's
+        // `expect`): its close revoked it.
+        Ok(Answer::Refused(_)) if from.is_some_and(|sender| before.closed.contains(sender)) => {}
         Ok(Answer::Refused(refusal)) => {
             violations.push(format!("rule 2 (same-key replay): the retry was refused: {refusal}"))
         }
