@@ -199,7 +199,7 @@ impl<F: Fs> Store<F> {
         };
         // The listing taken above still holds: the lock keeps other writers out, and a repair
         // only shortens the newest segment, which the read opens to its current end.
-        let last_line = timeline::tail_lines_in(&self.fs, &segments, 1, |_| true)?.pop();
+        let last_line = timeline::tail_lines_in(&self.fs, &segments, 1)?.pop();
         let current = if active(Mutant::RollForwardIgnoresLaunch) {
             record.triple()
         } else {

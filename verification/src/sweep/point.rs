@@ -149,7 +149,7 @@ pub(crate) fn judge_sequence(
             Source::Restart(_) => {
                 let fs = source.machine(FaultPlan::none(seed));
                 let judging = judging(scenario, run, sequence.run_digest, seed);
-                let verdict = judge_to_end(report, fs.clone(), scenario, &judging, seed);
+                let verdict = judge_to_end(report, fs.clone(), scenario, (run, &judging), seed);
                 (verdict, fs.observed())
             }
         };
@@ -282,7 +282,7 @@ fn judge_image_to_end(
     let judging = judging(scenario, run, run_digest, seed);
     if !report.reduce {
         let machine = SimFs::from_image(image, FaultPlan::none(seed));
-        let verdict = judge_to_end(report, machine.clone(), scenario, &judging, seed);
+        let verdict = judge_to_end(report, machine.clone(), scenario, (run, &judging), seed);
         return (verdict, machine.observed());
     }
     let key: Digest = {
@@ -301,7 +301,7 @@ fn judge_image_to_end(
         return Judged::clone(known);
     }
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
-    let verdict = judge_to_end(report, machine.clone(), scenario, &judging, seed);
+    let verdict = judge_to_end(report, machine.clone(), scenario, (run, &judging), seed);
     let judged = (verdict, machine.observed());
     let what = "one image judged against one run";
     if settle(&JUDGEMENTS, key, known, &judged, what, report) {
@@ -325,7 +325,8 @@ fn judge_second_crash(
         CrashMode::ProcessKill => {
             let machine = halted.fs.restart(FaultPlan::none(seed));
             let judging = judging(scenario, &halted.run, run_digest, seed);
-            vec![(0, judge_to_end(report, machine, scenario, &judging, seed))]
+            let run = &halted.run;
+            vec![(0, judge_to_end(report, machine, scenario, (run, &judging), seed))]
         }
         CrashMode::PowerLoss => {
             let crash = halted.fs.crash(mode);
@@ -475,7 +476,7 @@ static JUDGEMENTS: LazyLock<Memo<Judged>> = LazyLock::new(|| Memo::new(131_072))
 /// run until it answers, and their images mostly recover to the machines of their neighbours'.
 static CONTINUATIONS: LazyLock<Memo<Continuation>> = LazyLock::new(|| Memo::new(32_768));
 
-/// The last phase of a sequence on `fs` against a run (what it reads of the run: `judging`), as
+/// The last phase of a sequence on `fs` against `whole` (what it reads of the run: `judging`), as
 /// [`judge_last`] judges it, with what follows recovery run once per machine that recovery
 /// leaves and run: it is a deterministic program of the machine as every process sees it
 /// (`SimFs::visible_digest`), what it reads of the run, the scenario, the seed and the engine
@@ -489,10 +490,10 @@ fn judge_to_end(
     report: &mut Report,
     fs: SimFs,
     scenario: &Scenario,
-    judging: &Judging,
+    (whole, judging): (&run::Execution, &Judging),
     seed: u64,
 ) -> Vec<String> {
-    let run = if report.reduce { &judging.run } else { &judging.whole };
+    let run = if report.reduce { &judging.run } else { whole };
     let recovered = match phase::recover_only(fs, scenario, run, seed) {
         Ok(recovered) => recovered,
         Err(violations) => return violations,
@@ -526,12 +527,10 @@ fn judge_to_end(
 }
 
 /// What the last phase after a run's crash reads of the run: the part it is judged against
-/// (`Execution::judged_after_crash`), the run whole (read instead when nothing is reduced),
-/// the states the run allows after its crash (`run::candidates`), and a digest of the part and
+/// (`Execution::judged_after_crash`), the states the run allows after its crash (`run::candidates`), and a digest of the part and
 /// the states, which keys the judgements and continuations remembered.
 pub(crate) struct Judging {
     run: run::Execution,
-    whole: run::Execution,
     allowed: Vec<Model>,
     digest: Digest,
 }
@@ -562,8 +561,7 @@ fn judging(
     assert!(!allowed.is_empty(), "a run allows some state after its crash");
     let mut hasher = Hasher::new();
     write!(hasher, "{part:?}\n{allowed:?}").expect("hashing does not fail");
-    let judging =
-        Arc::new(Judging { run: part, whole: run.clone(), allowed, digest: hasher.finish() });
+    let judging = Arc::new(Judging { run: part, allowed, digest: hasher.finish() });
     JUDGINGS.insert(key, Arc::clone(&judging));
     judging
 }

@@ -218,17 +218,36 @@ impl Execution {
     /// step ranges, refusals and failure are left out: the verdict of the crash carries them
     /// beside the last phase's, which never reads them. Runs of neighbouring crash points
     /// differ mostly there, so their last phases on a like machine are one judgement.
+    /// Every field is named here, so a field added to a run is left out only on purpose.
     pub(crate) fn judged_after_crash(&self) -> Execution {
+        let Execution {
+            model,
+            in_flight,
+            acked,
+            delivered,
+            violations: _,
+            segments,
+            closing_in_flight,
+            failed: _,
+            step_ops: _,
+            refused: _,
+            created,
+            keys,
+            watermarks,
+            base: _,
+            continuing: _,
+            last_phase: _,
+        } = self;
         Execution {
-            model: self.model.clone(),
-            in_flight: self.in_flight,
-            acked: self.acked.clone(),
-            delivered: self.delivered.clone(),
-            segments: self.segments.clone(),
-            closing_in_flight: self.closing_in_flight.clone(),
-            created: self.created.clone(),
-            keys: self.keys.clone(),
-            watermarks: self.watermarks.clone(),
+            model: model.clone(),
+            in_flight: *in_flight,
+            acked: acked.clone(),
+            delivered: delivered.clone(),
+            segments: segments.clone(),
+            closing_in_flight: closing_in_flight.clone(),
+            created: created.clone(),
+            keys: keys.clone(),
+            watermarks: watermarks.clone(),
             ..Execution::default()
         }
     }
