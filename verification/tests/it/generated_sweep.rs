@@ -60,3 +60,33 @@ fn a_key_reused_by_another_sender_is_refused_not_a_violation() {
     let report = sweep::sweep(&options, &mut |_| {});
     assert!(report.violations.is_empty(), "{:?}", report.violations.first());
 }
+
+// A closed session is revoked as a sender: its keyed send is refused before the key is looked
+// at, and so is the retry of such a send in flight at a crash. The oracle must take that refusal
+// as the model does (`Model::expect` refuses the revoked sender first), not as a lost replay.
+// (Found by a generated workload, `v2:gen-6639454191006904978:5389601374964139701:power:109:2`,
+// whose shrunk reproducer these steps are.)
+#[test]
+fn a_keyed_retry_from_a_closed_sender_is_refused_not_a_violation() {
+    use spex_verification::sweep::scenario::{Scenario, Step};
+    let scenario = Scenario {
+        name: std::borrow::Cow::Borrowed("closed-sender-retry"),
+        segment_bytes_max: spex_engine::layout::SEGMENT_BYTES_DEFAULT,
+        steps: vec![
+            Step::Create { id: "a", adapter: None },
+            Step::Create { id: "b", adapter: Some("exec:cat") },
+            Step::Close { id: "b" },
+            Step::Send { to: "b", text: "deploy", from: None, key: None },
+            Step::Send { to: "a", text: "deploy", from: Some("b"), key: Some("k") },
+        ],
+    };
+    let options = Options {
+        scenarios: vec![scenario],
+        depth2: false,
+        faults: Vec::new(),
+        ..Options::full(7)
+    };
+    let report = sweep::sweep(&options, &mut |_| {});
+    assert!(report.violations.is_empty(), "{:?}", report.violations.first());
+    assert!(report.crash_points > 40, "{} crash points", report.crash_points);
+}
