@@ -312,11 +312,13 @@ impl Pieces {
         let mut kept: BTreeSet<(Ino, u64)> = BTreeSet::new();
         let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
         let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
+        let held = held(state, &ephemeral_dirs);
         for (op, pending) in state.pending.iter().enumerate() {
             match pending {
                 Pending::Names { changes }
                     if changes.iter().all(|change| ephemeral_dirs.contains(&change.dir)) => {}
-                Pending::Data { ino, .. } if ephemeral_files.contains(ino) => {}
+                Pending::Data { ino, .. }
+                    if ephemeral_files.contains(ino) || !held.contains(ino) => {}
                 Pending::Names { changes } => {
                     let dirs = changes.iter().map(|change| change.dir).collect();
                     list.push(Piece { op, kind: PieceKind::Names { pending: op, changes: dirs } })
@@ -444,6 +446,32 @@ fn indistinguishable(
         && snapshot.iter().all(|&byte| byte == 0)
 }
 
+/// The inodes an image of `state` can hold: those named durably from the root, and those a
+/// pending name change (outside the ephemeral directories `ephemeral_dirs`) binds, with what
+/// they name durably. A change to any other inode (one unlinked, as a released lock file) shows
+/// in no image, so it is no piece either.
+fn held(state: &State, ephemeral_dirs: &BTreeSet<Ino>) -> BTreeSet<Ino> {
+    let mut held = BTreeSet::new();
+    let mut open: Vec<Ino> = vec![ROOT_INO];
+    for pending in &state.pending {
+        let Pending::Names { changes } = pending else { continue };
+        if changes.iter().all(|change| ephemeral_dirs.contains(&change.dir)) {
+            continue;
+        }
+        open.extend(changes.iter().filter_map(|change| change.target));
+    }
+    while let Some(ino) = open.pop() {
+        if !held.insert(ino) {
+            continue;
+        }
+        if let Node::Dir(dir) = &state.inode(ino).node {
+            open.extend(dir.durable.values());
+        }
+    }
+    debug_assert!(held.contains(&ROOT_INO), "an image holds the root");
+    held
+}
+
 /// The directories set ephemeral (see `SimFs::set_ephemeral`) and every file named in them,
 /// now or durably: their changes are never pieces, so they never survive a power loss unless
 /// they were already durable.
@@ -543,6 +571,123 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
     }
 }
 
+/// A digest of everything a power loss's images depend on, as [`crash_images`] builds them:
+/// the durable state (kind, bytes, entries or target) of every inode an image can hold (named
+/// durably from the root, or bound by a pending name change), the pieces the
+/// pending changes are cut into ([`Pieces::collect`]: what they write, which names they bind,
+/// in issue order) and the settings (rules, medium, boot, checked-block format, the
+/// enumeration's bounds, the plan's seed). What no image holds is left out: what is visible
+/// but not durable only shows through the pieces; a change that never survives (in an
+/// ephemeral directory) is no piece; modification times are in no image. Where the pending
+/// changes stand in the machine's history (the op count, each change's number) is left out
+/// too, unless the images depend on it: the cuts of a torn write to an inode an image can
+/// hold are seeded with both, and a power loss that keeps a prefix of the changes cuts at their
+/// numbers.
+///
+/// So two machines with equal digests whose power losses are enumerated exhaustively leave
+/// the same images in the same order (a sampled enumeration also depends on the op count).
+pub(crate) fn power_loss_digest(state: &State) -> Digest {
+    let mut hasher = Hasher::new();
+    let word = |hasher: &mut Hasher, word: u64| hasher.update(word.to_le_bytes());
+    let name = |hasher: &mut Hasher, name: &str| {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+    };
+    let pieces = Pieces::collect(state);
+    let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
+    let held = held(state, &ephemeral_dirs);
+    for &ino in &held {
+        word(&mut hasher, ino);
+        match &state.inode(ino).node {
+            Node::File(file) => {
+                hasher.update(b"f");
+                hasher.update(digest(file.durable.as_slice()));
+            }
+            Node::Dir(dir) => {
+                hasher.update(b"d");
+                word(&mut hasher, dir.durable.len() as u64);
+                for (entry, child) in &dir.durable {
+                    name(&mut hasher, entry);
+                    word(&mut hasher, *child);
+                }
+            }
+            Node::Symlink(target) => {
+                hasher.update(b"l");
+                name(&mut hasher, target);
+            }
+            Node::Special => hasher.update(b"s"),
+        }
+    }
+    let torn: Vec<(usize, Ino, u64, usize)> = (state.pending.iter().enumerate())
+        .filter_map(|(op, pending)| match pending {
+            // The writes `Builder::torn` cuts.
+            Pending::Data { ino, change: DataChange::Write { offset, bytes } }
+                if !ephemeral_files.contains(ino) && held.contains(ino) =>
+            {
+                Some((op, *ino, *offset, bytes.len()))
+            }
+            Pending::Data { .. } | Pending::Names { .. } => None,
+        })
+        .collect();
+    // Where the changes stand in the history matters to torn cuts and to prefixes alone.
+    let numbered = !torn.is_empty() || !state.rules.pending_unordered;
+    if numbered {
+        hasher.update(format!("{:?} {} {torn:?}", state.op_count, pieces.ops));
+    }
+    word(&mut hasher, pieces.list.len() as u64);
+    let (mut rank, mut previous) = (0u64, None);
+    for piece in &pieces.list {
+        // Pieces of one change share its rank among the changes cut into pieces.
+        if previous.is_some_and(|op| op != piece.op) {
+            rank += 1;
+        }
+        previous = Some(piece.op);
+        word(&mut hasher, if numbered { piece.op as u64 } else { rank });
+        match &piece.kind {
+            PieceKind::Chunk { ino, start, snapshot, written } => {
+                hasher.update(b"c");
+                for value in [*ino, *start, written.0, written.1] {
+                    word(&mut hasher, value);
+                }
+                hasher.update(digest(snapshot));
+            }
+            PieceKind::Size { ino, len } => {
+                hasher.update(b"t");
+                word(&mut hasher, *ino);
+                word(&mut hasher, *len);
+            }
+            PieceKind::Names { pending, .. } => {
+                let Some(Pending::Names { changes }) = state.pending.get(*pending) else {
+                    unreachable!("a names piece is of a names change")
+                };
+                hasher.update(b"n");
+                word(&mut hasher, changes.len() as u64);
+                for change in changes {
+                    word(&mut hasher, change.dir);
+                    name(&mut hasher, &change.name);
+                    word(&mut hasher, change.target.map_or(u64::MAX, |target| target));
+                }
+            }
+        }
+    }
+    let checked = state
+        .checked_blocks
+        .map(|checked| (checked.names, checked.block_bytes, checked.accepts as usize));
+    let settings = (
+        state.rules,
+        state.media,
+        state.boot,
+        checked,
+        state.group_pieces_max,
+        state.sampled_images,
+        state.reduce_zero_chunks,
+        state.plan.seed,
+        pieces.reduced,
+    );
+    hasher.update(format!("{settings:?}"));
+    hasher.finish()
+}
+
 impl<'a> Builder<'a> {
     fn new(state: &'a State, pieces: &'a Pieces) -> Self {
         let mut by_file: BTreeMap<Ino, Vec<usize>> = BTreeMap::new();
@@ -616,14 +761,15 @@ impl<'a> Builder<'a> {
     fn torn(&mut self) {
         let list = &self.pieces.list;
         let seed = mix(self.state.plan.seed, self.state.op_count);
-        let (_, ephemeral_files) = ephemeral(self.state);
+        let (ephemeral_dirs, ephemeral_files) = ephemeral(self.state);
+        let held = held(self.state, &ephemeral_dirs);
         let generated = self.generated;
         let mut cuts_tried = 0;
         for (op, pending) in self.state.pending.iter().enumerate() {
             let Pending::Data { ino, change: DataChange::Write { offset, bytes } } = pending else {
                 continue;
             };
-            if ephemeral_files.contains(ino) {
+            if ephemeral_files.contains(ino) || !held.contains(ino) {
                 continue;
             }
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);

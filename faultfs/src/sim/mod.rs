@@ -604,6 +604,16 @@ impl SimFs {
         crash
     }
 
+    /// A digest of everything the images of a power loss here depend on: two machines with
+    /// equal digests whose power losses are enumerated exhaustively ([`CrashImages::exhaustive`])
+    /// leave the same images in the same order. The op count is part of it only while a write
+    /// is pending (its torn cuts are seeded with it), so a machine that only synced or read
+    /// since an earlier point of the same history often digests as it did there. A harness
+    /// that judged that point's images needs not build them again.
+    pub fn power_loss_digest(&self) -> Digest {
+        image::power_loss_digest(&self.lock())
+    }
+
     /// What the processes on this machine have seen of the bytes of the files it was rebuilt
     /// with from an image ([`SimFs::from_image`]): the files some read reached (whatever part of
     /// them), or everything once the whole state was handed out ([`SimFs::crash`],
