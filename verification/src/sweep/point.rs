@@ -329,8 +329,17 @@ fn judge_second_crash(
             vec![(0, judge_to_end(report, machine, scenario, (run, &judging), seed))]
         }
         CrashMode::PowerLoss => {
+            // Neighbouring ops of a phase often leave what a power loss keeps as it was (a
+            // lock taken or released, a sync with nothing pending), against the same run.
+            // When verifying the reductions, it is enumerated anyway, and must leave the same
+            // images, every one skipped.
+            let machine = halted.fs.power_loss_digest();
+            if !report.verify && report.repeated_crash(scenario, key, (&machine, run_digest)) {
+                return Vec::new();
+            }
             let crash = halted.fs.crash(mode);
             report.count_enumeration(scenario, &crash);
+            let repeated = report.repeated;
             let mut verdicts = Vec::new();
             for (index, image) in crash.images.iter().enumerate() {
                 if let Some(messages) =
@@ -339,6 +348,8 @@ fn judge_second_crash(
                     verdicts.push((index, messages));
                 }
             }
+            let skipped = report.repeated - repeated;
+            report.note_crash(&crash, (&machine, run_digest), skipped);
             verdicts
         }
     }

@@ -106,6 +106,10 @@ pub struct Report {
     pub repeated: u64,
     /// (image, boot, run) digests already judged at this crash point.
     judged: std::collections::HashSet<Digest>,
+    /// The power losses enumerated exhaustively at this crash point, by a digest of (what
+    /// their images depend on, the run they were judged against), with how many images each
+    /// left and how they were enumerated: every image of one was judged against that run here.
+    crashes: std::collections::HashMap<Digest, Enumerated>,
     /// Images not judged because an image judged at the same crash point, in the same cell and
     /// against the same run agreed with them on everything its judgement could observe (every
     /// path, kind, length and link target, and the bytes of every file it read): the
@@ -181,6 +185,10 @@ pub struct Enumeration {
 
 impl Report {
     pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
+        self.count_enumerated(scenario, &Enumerated::of(crash));
+    }
+
+    fn count_enumerated(&mut self, scenario: &Scenario, crash: &Enumerated) {
         let entry = self.enumeration.entry(scenario.name.to_string()).or_default();
         if crash.exhaustive {
             if crash.checked_groups > 0 {
@@ -299,6 +307,86 @@ impl Report {
         }
         fresh
     }
+
+    /// Whether a power loss of a machine whose `SimFs::power_loss_digest` is `machine`, judged
+    /// against the run with digest `run` in cell `key`, was enumerated exhaustively at this
+    /// crash point before. Then it leaves the images it left then, in the same order, every one
+    /// of them judged against that run here ([`Report::first_judgement`]): it is counted as
+    /// enumerated, and its images as skipped, without building them again.
+    pub(crate) fn repeated_crash(
+        &mut self,
+        scenario: &Scenario,
+        key: &CellKey,
+        (machine, run): (&Digest, &Digest),
+    ) -> bool {
+        let Some(known) = self.crashes.get(&crash_key(machine, run)).cloned() else {
+            return false;
+        };
+        self.count_enumerated(scenario, &known);
+        self.repeated += known.images as u64;
+        self.cells.entry(key.clone()).or_default().repeated += known.images as u64;
+        true
+    }
+
+    /// Notes that `crash` (of a machine whose `SimFs::power_loss_digest` is `machine`) was
+    /// enumerated and each of its images judged against the run with digest `run` (`skipped`
+    /// of them as judged here before): see [`Report::repeated_crash`]. When verifying the
+    /// reductions, a power loss enumerated before with an equal digest is every image of it
+    /// skipped, or the reduction is reported broken.
+    pub(crate) fn note_crash(
+        &mut self,
+        crash: &faultfs::CrashImages,
+        (machine, run): (&Digest, &Digest),
+        skipped: u64,
+    ) {
+        if !crash.exhaustive {
+            return;
+        }
+        let enumerated = Enumerated::of(crash);
+        match self.crashes.entry(crash_key(machine, run)) {
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(enumerated);
+            }
+            std::collections::hash_map::Entry::Occupied(known) => {
+                if *known.get() != enumerated || skipped != enumerated.images as u64 {
+                    self.unequal_stand_ins.push(format!(
+                        "a power loss with the digest of one enumerated before left \
+                         {enumerated:?} ({skipped} of its images judged before), that one {:?}",
+                        known.get()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// What the report counts of one power loss's enumeration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Enumerated {
+    images: usize,
+    exhaustive: bool,
+    checked_groups: usize,
+    reduced_pieces: usize,
+    pending_pieces: usize,
+}
+
+impl Enumerated {
+    fn of(crash: &faultfs::CrashImages) -> Enumerated {
+        Enumerated {
+            images: crash.images.len(),
+            exhaustive: crash.exhaustive,
+            checked_groups: crash.checked_groups,
+            reduced_pieces: crash.reduced_pieces,
+            pending_pieces: crash.pending_pieces,
+        }
+    }
+}
+
+fn crash_key(machine: &Digest, run: &Digest) -> Digest {
+    let mut hasher = Hasher::new();
+    hasher.update(machine);
+    hasher.update(run);
+    hasher.finish()
 }
 
 /// The images judged in one cell against one run whose judgements read the same files.
