@@ -301,6 +301,11 @@ pub(crate) struct Pieces {
     ops: usize,
     /// Chunk pieces left out because no image can tell them apart (see `indistinguishable`).
     reduced: usize,
+    /// The inodes an image can hold (see [`held`]).
+    held: BTreeSet<Ino>,
+    /// The pending writes a power loss may tear (their numbers among the pending changes): those
+    /// to an inode an image can hold, outside the ephemeral directories.
+    torn: Vec<usize>,
 }
 
 impl Pieces {
@@ -313,6 +318,7 @@ impl Pieces {
         let mut replay: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
         let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
         let held = held(state, &ephemeral_dirs);
+        let mut torn = Vec::new();
         for (op, pending) in state.pending.iter().enumerate() {
             match pending {
                 Pending::Names { changes }
@@ -324,6 +330,9 @@ impl Pieces {
                     list.push(Piece { op, kind: PieceKind::Names { pending: op, changes: dirs } })
                 }
                 Pending::Data { ino, change } => {
+                    if let DataChange::Write { .. } = change {
+                        torn.push(op);
+                    }
                     let buf = replay.entry(*ino).or_insert_with(|| match &state.inode(*ino).node {
                         Node::File(file) => file.durable.as_ref().clone(),
                         Node::Dir(_) | Node::Symlink(_) | Node::Special => {
@@ -365,7 +374,7 @@ impl Pieces {
             "pieces are in the issue order of their changes"
         );
         assert!(list.iter().all(|piece| piece.op < state.pending.len()), "a piece is of a change");
-        Pieces { list, ops: state.pending.len(), reduced }
+        Pieces { list, ops: state.pending.len(), reduced, held, torn }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -594,9 +603,7 @@ pub(crate) fn power_loss_digest(state: &State) -> Digest {
         hasher.update(name.as_bytes());
     };
     let pieces = Pieces::collect(state);
-    let (ephemeral_dirs, ephemeral_files) = ephemeral(state);
-    let held = held(state, &ephemeral_dirs);
-    for &ino in &held {
+    for &ino in &pieces.held {
         word(&mut hasher, ino);
         match &state.inode(ino).node {
             Node::File(file) => {
@@ -618,15 +625,12 @@ pub(crate) fn power_loss_digest(state: &State) -> Digest {
             Node::Special => hasher.update(b"s"),
         }
     }
-    let torn: Vec<(usize, Ino, u64, usize)> = (state.pending.iter().enumerate())
-        .filter_map(|(op, pending)| match pending {
-            // The writes `Builder::torn` cuts.
-            Pending::Data { ino, change: DataChange::Write { offset, bytes } }
-                if !ephemeral_files.contains(ino) && held.contains(ino) =>
-            {
-                Some((op, *ino, *offset, bytes.len()))
+    let torn: Vec<(usize, Ino, u64, usize)> = (pieces.torn.iter())
+        .map(|&op| match state.pending.get(op) {
+            Some(Pending::Data { ino, change: DataChange::Write { offset, bytes } }) => {
+                (op, *ino, *offset, bytes.len())
             }
-            Pending::Data { .. } | Pending::Names { .. } => None,
+            _ => unreachable!("the writes a power loss may tear are writes"),
         })
         .collect();
     // Where the changes stand in the history matters to torn cuts and to prefixes alone.
@@ -761,17 +765,14 @@ impl<'a> Builder<'a> {
     fn torn(&mut self) {
         let list = &self.pieces.list;
         let seed = mix(self.state.plan.seed, self.state.op_count);
-        let (ephemeral_dirs, ephemeral_files) = ephemeral(self.state);
-        let held = held(self.state, &ephemeral_dirs);
         let generated = self.generated;
         let mut cuts_tried = 0;
-        for (op, pending) in self.state.pending.iter().enumerate() {
-            let Pending::Data { ino, change: DataChange::Write { offset, bytes } } = pending else {
-                continue;
+        for &op in &self.pieces.torn {
+            let Some(Pending::Data { change: DataChange::Write { offset, bytes }, .. }) =
+                self.state.pending.get(op)
+            else {
+                unreachable!("the writes a power loss may tear are writes")
             };
-            if ephemeral_files.contains(ino) || !held.contains(ino) {
-                continue;
-            }
             let (lo, hi) = (*offset, *offset + bytes.len() as u64);
             for cut in torn_cuts(lo, hi, mix(seed, op as u64)) {
                 cuts_tried += 1;
