@@ -528,3 +528,45 @@ pub fn merge(parts: Vec<Report>, scenarios: &[String]) -> Report {
     merged.absorb(Report { violations, ..Report::default() });
     merged
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crash(pending_pieces: usize) -> faultfs::CrashImages {
+        faultfs::CrashImages {
+            mode: CrashMode::PowerLoss,
+            images: Vec::new(),
+            generated: 1,
+            exhaustive: true,
+            pending_pieces,
+            reduced_pieces: 0,
+            checked_groups: 0,
+        }
+    }
+
+    /// When verifying the reductions, a power loss whose digest equals one enumerated before
+    /// must leave the same enumeration, every image of it judged before; otherwise the digest
+    /// is reported as a broken reduction.
+    #[test]
+    fn a_repeated_power_loss_that_differs_is_reported_when_verifying() {
+        let (machine, run) = ([1; 16], [2; 16]);
+        let mut report = Report { verify: true, ..Report::default() };
+        report.note_crash(&crash(3), (&machine, &run), 0);
+        report.note_crash(&crash(3), (&machine, &run), 0);
+        assert!(report.unequal_stand_ins.is_empty(), "{:?}", report.unequal_stand_ins);
+        report.note_crash(&crash(4), (&machine, &run), 0);
+        assert_eq!(report.unequal_stand_ins.len(), 1, "another enumeration under one digest");
+        let machine_with_an_image = [3; 16];
+        let empty = faultfs::SimFs::new(faultfs::FaultPlan::none(1)).crash(CrashMode::PowerLoss);
+        report.note_crash(&empty, (&machine_with_an_image, &run), 0);
+        report.note_crash(&empty, (&machine_with_an_image, &run), 1);
+        assert_eq!(report.unequal_stand_ins.len(), 1, "every image judged before: as expected");
+        report.note_crash(&empty, (&machine_with_an_image, &run), 0);
+        assert_eq!(report.unequal_stand_ins.len(), 2, "an image not judged before");
+        let scenario = super::super::scenario::named("send").expect("an embedded scenario");
+        let key = ("send".to_owned(), "send".to_owned(), "end".to_owned(), CrashMode::PowerLoss);
+        assert!(report.repeated_crash(&scenario, &key, (&machine, &run)));
+        assert!(!report.repeated_crash(&scenario, &key, (&[9; 16], &run)));
+    }
+}
