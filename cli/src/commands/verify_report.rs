@@ -94,6 +94,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
         "repeatedImages": report.repeated,
         "equivalentImages": report.equivalent,
         "sharedContinuations": report.shared,
+        "sharedWork": report.worked,
         "reusedJudgements": report.reused,
         "reach": report.reach.iter().map(|(scenario, reach)| json!({
             "scenario": scenario, "planned": reach.planned, "done": reach.done,
@@ -156,6 +157,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
     report.repeated = u64_of(document, "repeatedImages")?;
     report.equivalent = u64_of(document, "equivalentImages")?;
     report.shared = u64_of(document, "sharedContinuations")?;
+    report.worked = u64_of(document, "sharedWork")?;
     report.reused = u64_of(document, "reusedJudgements")?;
     report.elapsed = Duration::from_millis(u64_of(document, "elapsedMs")?);
     report.jobs = usize::try_from(u64_of(document, "jobs")?)?;

@@ -85,8 +85,8 @@ fn four_shard_processes_merge_to_one_run() {
         let mut document: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
         let object = document.as_object_mut().expect("an object");
         // How the work is shared out changes its speed, which of the images that recover
-        // alike runs the work after recovery (`sharedContinuations`), and which judgement of an
-        // image against a run others reuse (`reusedJudgements`): not a verdict.
+        // alike runs the work after recovery (`sharedContinuations`, `sharedWork`), and which
+        // judgement of an image against a run others reuse (`reusedJudgements`): not a verdict.
         for varying in [
             "elapsedMs",
             "jobs",
@@ -94,6 +94,7 @@ fn four_shard_processes_merge_to_one_run() {
             "imagesPerSecondPerCore",
             "mergedShards",
             "sharedContinuations",
+            "sharedWork",
             "reusedJudgements",
         ] {
             object.remove(varying);

@@ -25,8 +25,8 @@ use spex_engine::Store;
 use spex_model::{self as model, Mid, Model};
 
 use super::decode;
-use super::run::{Answer, Execution, hash, sid};
-use super::scenario::{OPERATION, Step};
+use super::run::{Answer, Execution, begin, hash, sid};
+use super::scenario::{OPERATION, Scenario, Step};
 
 /// The oracle's rules, as every violation of one begins.
 pub const RULES: [&str; 8] = [
@@ -171,22 +171,161 @@ fn keys_of(
     keys
 }
 
+/// What the oracle reads of a recovered store before it judges it against a run: the
+/// projection, the engine's receipt lookups, the segments and what the close check looks at.
+/// It is read for every session and key the scenario may create or send, not only the run's,
+/// so that it is the same whichever run the machine is judged against: a last phase's
+/// continued work runs once per machine and its reads are judged against each run apart
+/// (`phase::Worked`). Reading more than a run needs is reading files the judgement reads
+/// anyway (every session's log, queue and receipt index), or names that are absent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The public state, with every scenario session's revocation and every scenario key.
+    projection: Model,
+    /// `Store::receipt`'s answer for each scenario key of an open session: (mid, settled).
+    receipts: BTreeMap<(String, String), Result<Found, String>>,
+    /// Every file in a session's timeline directory that reads, by its path from the root.
+    segments: BTreeMap<String, Vec<u8>>,
+    /// The close ledger's ids.
+    ledger: Result<Vec<String>, String>,
+    /// What exists of each scenario session, for the close check.
+    presence: BTreeMap<String, Presence>,
+}
+
+impl Seen {
+    /// The open sessions read (those with a record).
+    pub(crate) fn sessions(&self) -> impl Iterator<Item = &String> {
+        self.projection.sessions.keys()
+    }
+}
+
+/// What `Store::receipt` found of one key: (mid, settled), or nothing.
+type Found = Option<(Mid, bool)>;
+
+/// What exists of one session: its directory, record, revocation and close marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Presence {
+    dir: bool,
+    record: bool,
+    revoked: bool,
+    closing: bool,
+}
+
+/// Every session `scenario` may create and every key it may send, as a run that began every
+/// step holds them.
+fn everything(scenario: &Scenario) -> Execution {
+    let mut all = Execution::default();
+    for step in &scenario.steps {
+        begin(&mut all, step);
+    }
+    all
+}
+
+/// The public state of `store` as [`project`] reads it for every session and key of
+/// `scenario`; [`restrict`] gives what it reads for one run.
+pub(crate) fn project_all<F: Fs>(store: &Store<F>, scenario: &Scenario) -> Result<Model, String> {
+    project(store, &everything(scenario))
+}
+
+/// What [`project`] reads for `run`, out of what it read for every session and key of the
+/// scenario: the revocations of the sessions the run created, the keys the run sent.
+fn restrict(all: &Model, run: &Execution) -> Model {
+    let mut model = all.clone();
+    model.closed.retain(|id| run.created.contains_key(id));
+    for (id, session) in &mut model.sessions {
+        session.keys.retain(|(_, key), _| {
+            run.keys.iter().any(|(session, sent)| session == id && sent == key)
+        });
+    }
+    debug_assert!(model.sessions.len() == all.sessions.len(), "a run restricts no session away");
+    model
+}
+
+/// Reads what the oracle judges a recovered store by (see [`Seen`]); an error when the store
+/// cannot be projected.
+pub(crate) fn see<F: Fs>(store: &Store<F>, scenario: &Scenario) -> Result<Seen, String> {
+    let all = everything(scenario);
+    let projection = project(store, &all)?;
+    let mut receipts = BTreeMap::new();
+    for (id, key) in &all.keys {
+        if !projection.sessions.contains_key(id) {
+            continue;
+        }
+        let digest = decode::request_digest(OPERATION, key);
+        let found = store
+            .receipt(&sid(id), OPERATION, &digest)
+            .map(|found| found.map(|known| (Mid::Known(known.mid), known.settled)))
+            .map_err(|error| error.to_string());
+        receipts.insert((id.clone(), key.clone()), found);
+    }
+    let segments = timeline_files(store.fs(), store.layout()).into_iter().collect();
+    let ledger = decode::ledger_ids(store.fs(), store.layout().root());
+    let exists = |path: &std::path::Path| store.fs().exists(path).unwrap_or(false);
+    let presence = all
+        .created
+        .keys()
+        .map(|id| {
+            let session = sid(id);
+            let layout = store.layout();
+            let presence = Presence {
+                dir: exists(&layout.session_dir(&session)),
+                record: exists(&layout.record(&session)),
+                revoked: exists(&layout.revoked(&session)),
+                closing: exists(&layout.closing(&session)),
+            };
+            (id.clone(), presence)
+        })
+        .collect();
+    Ok(Seen { projection, receipts, segments, ledger, presence })
+}
+
+/// Every file in a session's timeline directory that reads, with its path from the root
+/// (`sessions/<id>/timeline/<name>`) and bytes.
+pub(crate) fn timeline_files<F: Fs>(
+    fs: &F,
+    layout: &spex_engine::layout::Layout,
+) -> Vec<(String, Vec<u8>)> {
+    let sessions = layout.sessions_dir();
+    let mut files = Vec::new();
+    for session in fs.read_dir(&sessions).unwrap_or_default() {
+        let timeline = sessions.join(&session.name).join("timeline");
+        for segment in fs.read_dir(&timeline).unwrap_or_default() {
+            if let Ok(bytes) = fs.read(&timeline.join(&segment.name)) {
+                let relative = format!("sessions/{}/timeline/{}", session.name, segment.name);
+                files.push((relative, bytes));
+            }
+        }
+    }
+    files
+}
+
 /// Checks a store rebooted from a crash image, opened and recovered: the violations, and the
 /// state the store holds (`None` when it cannot be read). The checks only read, so the state
 /// is still the store's when they return.
 pub(crate) fn check_recovered<F: Fs>(
     store: &Store<F>,
+    scenario: &Scenario,
+    run: &Execution,
+    allowed: &[Model],
+) -> (Vec<String>, Option<Model>) {
+    judge_seen(&see(store, scenario), run, allowed)
+}
+
+/// [`check_recovered`]'s judgement of what it read (`seen`) against `run`.
+pub(crate) fn judge_seen(
+    seen: &Result<Seen, String>,
     run: &Execution,
     allowed: &[Model],
 ) -> (Vec<String>, Option<Model>) {
     let mut violations = Vec::new();
-    let observed = match project(store, run) {
-        Ok(observed) => observed,
+    let seen = match seen {
+        Ok(seen) => seen,
         Err(error) => {
             violations.push(format!("the recovered store is unreadable: {error}"));
             return (violations, None);
         }
     };
+    let observed = restrict(&seen.projection, run);
     if !allowed.iter().any(|candidate| candidate.admits(&observed)) {
         violations.push(format!(
             "rule 7 (model refinement): the recovered state is none of the {} the model allows: {}",
@@ -198,27 +337,24 @@ pub(crate) fn check_recovered<F: Fs>(
         }
     }
     check_acceptance(&observed, run, &run.delivered, &mut violations);
-    check_receipts(store, run, &observed, &mut violations);
-    check_append_only(store, run, &mut violations);
+    check_receipts(seen, run, &observed, &mut violations);
+    check_append_only(seen, run, &mut violations);
     check_lifecycle(run, &observed, &mut violations);
-    check_close(store, run, &mut violations);
+    check_close(seen, run, &mut violations);
     (violations, Some(observed))
 }
 
 /// Rule 2, as a reader sees it: the engine's lock-free receipt lookup (`Store::receipt`, what a
 /// caller asks before retrying) answers, for every key the run used on an open session, what
 /// the oracle's own decoding of the log holds: the same mid and settlement, or nothing.
-fn check_receipts<F: Fs>(
-    store: &Store<F>,
-    run: &Execution,
-    observed: &Model,
-    violations: &mut Vec<String>,
-) {
+fn check_receipts(seen: &Seen, run: &Execution, observed: &Model, violations: &mut Vec<String>) {
     for (id, key) in &run.keys {
         let Some(session) = observed.sessions.get(id) else { continue };
         let expected = session.keys.get(&(OPERATION.to_owned(), key.clone()));
-        let digest = decode::request_digest(OPERATION, key);
-        let found = match store.receipt(&sid(id), OPERATION, &digest) {
+        let Some(found) = seen.receipts.get(&(id.clone(), key.clone())) else {
+            unreachable!("every key of a run is a key of its scenario, looked up on open sessions")
+        };
+        let found = match found {
             Ok(found) => found,
             Err(error) => {
                 violations.push(format!(
@@ -227,27 +363,55 @@ fn check_receipts<F: Fs>(
                 continue;
             }
         };
-        let answered = found.map(|known| (Mid::Known(known.mid), known.settled));
         let logged = expected.map(|state| (state.mid.clone(), state.settled));
-        if answered != logged {
+        if *found != logged {
             violations.push(format!(
-                "rule 2 (same-key replay): the receipt lookup of {id}/{key} answers {answered:?}, \
+                "rule 2 (same-key replay): the receipt lookup of {id}/{key} answers {found:?}, \
                  the log holds {logged:?} (mid, settled)"
             ));
         }
     }
 }
 
+/// What a keyed retry left, read right after it: the mids owed to its session, and how many
+/// sent lines of its log carry its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Probe {
+    owed: Vec<String>,
+    keyed_lines: usize,
+}
+
+/// Reads what [`check_retry`] judges a keyed retry `step` by, right after it ran (`None` for a
+/// step that is no keyed send).
+pub(crate) fn probe<F: Fs>(store: &Store<F>, step: &Step) -> Option<Probe> {
+    let Step::Send { to, key: Some(key), .. } = step else { return None };
+    let owed = store
+        .queue(&sid(to))
+        .map(|queue| queue.into_iter().map(|entry| entry.mid).collect())
+        .unwrap_or_default();
+    let digest = decode::request_digest(OPERATION, key);
+    let keyed_lines = decode::lines(store.fs(), store.layout().root(), to)
+        .map(|lines| {
+            lines
+                .iter()
+                .filter(|line| matches!(line, decode::Line::Sent { receipt: Some(r), .. } if r.request_digest == digest))
+                .count()
+        })
+        .unwrap_or(0);
+    Some(Probe { owed, keyed_lines })
+}
+
 /// Rule 2, for a retry of the crashed keyed send after recovery: `before` is the state it found,
-/// `answer` what the engine said.
-pub(crate) fn check_retry<F: Fs>(
-    store: &Store<F>,
+/// `answer` what the engine said (an error as it printed), `probe` what it left.
+pub(crate) fn check_retry(
     before: &Model,
     step: &Step,
-    answer: &Result<Answer, spex_engine::Error>,
+    answer: &Result<Answer, String>,
+    probe: Option<&Probe>,
     violations: &mut Vec<String>,
 ) {
     let Step::Send { to, text, from, key: Some(key) } = step else { return };
+    let Some(probe) = probe else { unreachable!("a keyed retry is probed after it runs") };
     let prior = before
         .sessions
         .get(*to)
@@ -274,23 +438,14 @@ pub(crate) fn check_retry<F: Fs>(
                         prior.mid
                     ));
                 }
-                let owed =
-                    store.queue(&sid(to)).map(|q| q.iter().any(|e| e.mid == *mid)).unwrap_or(false);
+                let owed = probe.owed.contains(mid);
                 if !prior.settled && !owed {
                     violations.push(format!(
                         "rule 2 (same-key replay): {mid} is neither settled nor owed after the retry"
                     ));
                 }
             }
-            let digest = decode::request_digest(OPERATION, key);
-            let count = decode::lines(store.fs(), store.layout().root(), to)
-                .map(|lines| {
-                    lines
-                        .iter()
-                        .filter(|line| matches!(line, decode::Line::Sent { receipt: Some(r), .. } if r.request_digest == digest))
-                        .count()
-                })
-                .unwrap_or(0);
+            let count = probe.keyed_lines;
             if count != 1 {
                 violations.push(format!(
                     "rule 2 (same-key replay): {count} sent lines for key {key:?} after the retry"
@@ -303,13 +458,15 @@ pub(crate) fn check_retry<F: Fs>(
     }
 }
 
-/// After the continued work drained everything: nothing acknowledged is lost, nothing is owed.
-pub(crate) fn check_drained<F: Fs>(
-    store: &Store<F>,
+/// After the continued work drained everything (`after`: the store then, as [`project_all`]
+/// read it): nothing acknowledged is lost, nothing is owed.
+pub(crate) fn check_drained(
+    after: &Result<Model, String>,
     run: &Execution,
     violations: &mut Vec<String>,
 ) {
-    if let Ok(after) = project(store, run) {
+    if let Ok(after) = after {
+        let after = restrict(after, run);
         check_acceptance(&after, run, &run.delivered, violations);
         for (id, session) in &after.sessions {
             if !session.owed.is_empty() {
@@ -430,21 +587,17 @@ fn check_acceptance(
 }
 
 /// Rule 4.
-fn check_append_only<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
+fn check_append_only(seen: &Seen, run: &Execution, violations: &mut Vec<String>) {
     for (path, snapshot) in &run.segments {
-        let full = store.layout().root().join(path);
-        let now = match store.fs().read(&full) {
-            Ok(now) => now,
-            Err(_) => {
-                // A segment of a closed session is gone with it; otherwise it was lost.
-                let closed =
-                    run.model.closed.iter().any(|id| path.starts_with(&format!("sessions/{id}/")));
-                if !closed && !run_closes_in_flight(run, path) {
-                    violations
-                        .push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
-                }
-                continue;
+        let Some(now) = seen.segments.get(path) else {
+            // A segment of a closed session is gone with it; otherwise it was lost.
+            let closed =
+                run.model.closed.iter().any(|id| path.starts_with(&format!("sessions/{id}/")));
+            if !closed && !run_closes_in_flight(run, path) {
+                violations
+                    .push(format!("rule 4 (append-only): acknowledged segment {path} is gone"));
             }
+            continue;
         };
         let intact = now.len() as u64 >= snapshot.len
             && hash(&now[..snapshot.len as usize]) == snapshot.sha256
@@ -494,8 +647,8 @@ fn check_lifecycle(run: &Execution, observed: &Model, violations: &mut Vec<Strin
 }
 
 /// Rule 6.
-fn check_close<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<String>) {
-    let ledger = match decode::ledger_ids(store.fs(), store.layout().root()) {
+fn check_close(seen: &Seen, run: &Execution, violations: &mut Vec<String>) {
+    let ledger = match &seen.ledger {
         Ok(ids) => ids,
         Err(reason) => {
             violations.push(format!("rule 6 (close atomicity): the close ledger: {reason}"));
@@ -503,12 +656,9 @@ fn check_close<F: Fs>(store: &Store<F>, run: &Execution, violations: &mut Vec<St
         }
     };
     for id in run.created.keys() {
-        let session = sid(id);
-        let exists = |path: &std::path::Path| store.fs().exists(path).unwrap_or(false);
-        let dir = exists(&store.layout().session_dir(&session));
-        let record = exists(&store.layout().record(&session));
-        let revoked = exists(&store.layout().revoked(&session));
-        let closing = exists(&store.layout().closing(&session));
+        let Some(&Presence { dir, record, revoked, closing }) = seen.presence.get(id) else {
+            unreachable!("every session a run created is one of its scenario")
+        };
         let in_ledger = ledger.iter().any(|closed| closed == id);
         let open = dir && record && !revoked && !closing && !in_ledger;
         let closed = !dir && revoked && !closing && in_ledger;

@@ -20,7 +20,10 @@ use faultfs::{Fs, SimFs};
 use spex_engine::Store;
 use spex_model::Model;
 
-use super::check::{check_activity_index, check_drained, check_recovered, check_retry};
+use super::check::{
+    Probe, Seen, check_activity_index, check_drained, check_recovered, check_retry, judge_seen,
+    probe, project_all, see,
+};
 use super::run::{Answer, Execution, candidates, open, perform, sid, snapshot_store};
 use super::scenario::{Scenario, Step};
 
@@ -133,6 +136,72 @@ impl Recovered {
         assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
         violations
     }
+
+    /// The reads and the continued work of [`Recovered::judge_rest`], without judging them:
+    /// [`Worked::judge`] judges them against a run. They depend on the machine (as
+    /// `judge_rest` does), and of the run on what [`Worked::inputs`] names alone, so one
+    /// `Worked` serves every run those agree on. The continued work runs even when what
+    /// recovery left breaks a rule (the judgement then never looks at it), since whether it
+    /// does depends on the run.
+    pub(crate) fn work(self, scenario: &Scenario, run: &Execution) -> Worked {
+        let seen = see(&self.store, scenario);
+        let mut steps = Vec::new();
+        let mut activity = Vec::new();
+        let mut after = Err("the recovered store is unreadable".to_owned());
+        if let Ok(sighted) = &seen {
+            for step in continued_steps(scenario, sighted.sessions(), run) {
+                let performed = perform_continued(&self.store, &step);
+                assert!(!performed.crashed, "no planned crash halts a phase judged to its end");
+                steps.push(performed);
+            }
+            check_activity_index(&self.store, run, &mut activity);
+            after = project_all(&self.store, scenario);
+        }
+        assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
+        Worked { seen, steps, activity, after }
+    }
+}
+
+/// A last phase's reads and continued work on one recovered machine, not yet judged (see
+/// [`Recovered::work`]): what the oracle read after recovery, each step of the continued work
+/// as it ran, the activity index's verdict, and the store after the drains as the oracle
+/// projects it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Worked {
+    seen: Result<Seen, String>,
+    steps: Vec<Performed>,
+    activity: Vec<String>,
+    after: Result<Model, String>,
+}
+
+impl Worked {
+    /// What the continued work reads of `run`, written into `hasher`: the keyed sends in flight
+    /// (it retries them) and the watermarks (the activity index folds on from them). The rest
+    /// of the run only judges what it did.
+    pub(crate) fn inputs(hasher: &mut faultfs::Hasher, scenario: &Scenario, run: &Execution) {
+        use std::io::Write as _;
+        write!(hasher, "{:?}\n{:?}", retries(scenario, run), run.watermarks)
+            .expect("hashing does not fail");
+    }
+
+    /// The verdict of [`Recovered::judge_rest`] on the machine this work ran on, against `run`
+    /// (`allowed`: the states it allows after its crash), which agrees with the run the work
+    /// ran for on its [`Worked::inputs`].
+    pub(crate) fn judge(&self, run: &Execution, allowed: &[Model]) -> Vec<String> {
+        let mut next = run.continued_from(allowed.to_vec());
+        next.last_phase = true;
+        let (mut violations, observed) = judge_seen(&self.seen, run, allowed);
+        let Some(before) = observed.filter(|_| violations.is_empty()) else {
+            return violations;
+        };
+        for performed in &self.steps {
+            let flow = judge_continued(performed, &before, &mut next, &mut violations);
+            debug_assert!(flow.is_continue(), "a step that crashed is never kept");
+        }
+        violations.extend(self.activity.iter().cloned());
+        check_drained(&self.after, &next, &mut violations);
+        violations
+    }
 }
 
 /// The phase on an open store (simulated or real): recover, judge, continue, judge.
@@ -159,7 +228,7 @@ fn judge_recovered<F: Fs>(
     allowed: &[Model],
     next: &mut Execution,
 ) -> Vec<String> {
-    let (mut violations, observed) = check_recovered(store, run, allowed);
+    let (mut violations, observed) = check_recovered(store, scenario, run, allowed);
     if let Some(before) = observed.filter(|_| violations.is_empty()) {
         violations.extend(continue_workload(store, scenario, run, &before, next));
     }
@@ -285,116 +354,104 @@ fn continue_workload<F: Fs>(
     next: &mut Execution,
 ) -> Vec<String> {
     let mut violations = Vec::new();
-    // A planned crash stops the phase wherever it falls.
-    if send_after_recovery(store, scenario, before, next, &mut violations).is_break()
-        || retry_in_flight(store, scenario, run, before, next, &mut violations).is_break()
-        || drain_after_recovery(store, scenario, before, next, &mut violations).is_break()
-    {
-        return violations;
+    for step in continued_steps(scenario, before.sessions.keys(), run) {
+        let performed = perform_continued(store, &step);
+        // A planned crash stops the phase wherever it falls.
+        if judge_continued(&performed, before, next, &mut violations).is_break() {
+            return violations;
+        }
+        if !next.last_phase {
+            snapshot_store(store, next);
+        }
     }
     check_activity_index(store, run, &mut violations);
-    check_drained(store, next, &mut violations);
+    check_drained(&project_all(store, scenario), next, &mut violations);
     violations
 }
 
-/// Another sender writes first: a plain append to each session onto whatever the crashed
+/// The steps of the continued work on a store holding `sessions` after a crash of `run`:
+/// another sender writes first, a plain append to each session onto whatever the crashed
 /// process left (an unsynced line, a segment whose name is not yet durable, a segment about to
-/// be sealed). Breaks when a planned crash stops the phase.
-fn send_after_recovery<F: Fs>(
-    store: &Store<F>,
+/// be sealed); then the retry of every keyed send in flight; then a drain of every session.
+fn continued_steps<'a>(
     scenario: &Scenario,
-    before: &Model,
-    next: &mut Execution,
-    violations: &mut Vec<String>,
-) -> ControlFlow<()> {
-    for id in before.sessions.keys() {
-        let Some(to) = scenario.session_id(id) else { continue };
-        let step = Step::Send { to, text: AFTER_RECOVERY, from: None, key: None };
-        continued(store, next, &step, violations, |answer, violations| match answer {
-            Err(error) => {
-                violations.push(format!("a send to {id} after recovery failed: {error}"));
-                false
-            }
-            Ok(_) => true,
-        })?;
-    }
-    ControlFlow::Continue(())
-}
-
-/// The retry of every keyed send in flight, each answer checked against `before`. Breaks when
-/// a planned crash stops the phase.
-fn retry_in_flight<F: Fs>(
-    store: &Store<F>,
-    scenario: &Scenario,
+    sessions: impl Iterator<Item = &'a String>,
     run: &Execution,
+) -> Vec<Step> {
+    let ids: Vec<&'static str> = sessions.filter_map(|id| scenario.session_id(id)).collect();
+    let sends =
+        ids.iter().map(|&to| Step::Send { to, text: AFTER_RECOVERY, from: None, key: None });
+    let drains = ids.iter().map(|&id| Step::Drain { id });
+    sends.chain(retries(scenario, run).into_iter().cloned()).chain(drains).collect()
+}
+
+/// One step of the continued work as it ran: the engine's answer (an error as it printed it,
+/// and whether it was a crash), what the adapter was handed and found wrong, and for a keyed
+/// retry what it left (`check::probe`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Performed {
+    step: Step,
+    answer: Result<Answer, String>,
+    crashed: bool,
+    delivered: Vec<String>,
+    adapter: Vec<String>,
+    probe: Option<Probe>,
+}
+
+/// Performs `step` of the continued work (see [`Performed`]).
+fn perform_continued<F: Fs>(store: &Store<F>, step: &Step) -> Performed {
+    let (mut delivered, mut adapter) = (Vec::new(), Vec::new());
+    let answer = perform(store, step, &mut delivered, &mut adapter, None);
+    let crashed = answer.as_ref().is_err_and(spex_engine::Error::is_crash);
+    let probe = if crashed { None } else { probe(store, step) };
+    let answer = answer.map_err(|error| error.to_string());
+    Performed { step: step.clone(), answer, crashed, delivered, adapter, probe }
+}
+
+/// Judges a step of the continued work on the store that held `before` when it began: in
+/// flight (`next.continuing`) while it runs, what its adapter delivered and found wrong kept,
+/// its answer judged (a plain send and a drain must succeed, a retry is checked by rule 2)
+/// and, if the model takes it, the model advanced by it. Breaks when a planned crash stopped
+/// the step (the phase ends there).
+fn judge_continued(
+    performed: &Performed,
     before: &Model,
     next: &mut Execution,
     violations: &mut Vec<String>,
 ) -> ControlFlow<()> {
-    for step in retries(scenario, run) {
-        continued(store, next, step, violations, |answer, violations| {
-            check_retry(store, before, step, answer, violations);
-            true
-        })?;
-    }
-    ControlFlow::Continue(())
-}
-
-/// A drain of every session, each delivery checked by the adapter. Breaks when a planned crash
-/// stops the phase.
-fn drain_after_recovery<F: Fs>(
-    store: &Store<F>,
-    scenario: &Scenario,
-    before: &Model,
-    next: &mut Execution,
-    violations: &mut Vec<String>,
-) -> ControlFlow<()> {
-    for id in before.sessions.keys() {
-        let Some(id) = scenario.session_id(id) else { continue };
-        let step = Step::Drain { id };
-        continued(store, next, &step, violations, |answer, violations| match answer {
-            Err(error) => {
-                violations.push(format!("drain of {id} after recovery failed: {error}"));
-                false
-            }
-            Ok(Answer::Drained(Some(stop))) => {
-                violations.push(format!("drain of {id} after recovery stopped: {stop}"));
-                false
-            }
-            Ok(_) => true,
-        })?;
-    }
-    ControlFlow::Continue(())
-}
-
-/// Performs `step` as part of the phase after recovery: in flight (`next.continuing`) while it
-/// runs, what its adapter delivered and found wrong kept, its answer judged by `judge` (which
-/// says whether the model takes it) and the model advanced by it, the store recorded after it.
-/// Breaks when a planned crash stops the phase.
-fn continued<F: Fs>(
-    store: &Store<F>,
-    next: &mut Execution,
-    step: &Step,
-    violations: &mut Vec<String>,
-    judge: impl FnOnce(&Result<Answer, spex_engine::Error>, &mut Vec<String>) -> bool,
-) -> ControlFlow<()> {
+    let Performed { step, answer, crashed, delivered, adapter, probe } = performed;
     next.continuing = Some(step.clone());
-    let (mut delivered, mut adapter_violations) = (Vec::new(), Vec::new());
-    let answer = perform(store, step, &mut delivered, &mut adapter_violations, None);
-    violations.extend(adapter_violations);
-    next.delivered.extend(delivered);
-    if answer.as_ref().is_err_and(spex_engine::Error::is_crash) {
+    violations.extend(adapter.iter().cloned());
+    next.delivered.extend(delivered.iter().cloned());
+    if *crashed {
         return ControlFlow::Break(());
     }
-    if judge(&answer, violations)
-        && let Ok(answer) = &answer
+    let taken = match (step, answer) {
+        (Step::Send { key: Some(_), .. }, _) => {
+            check_retry(before, step, answer, probe.as_ref(), violations);
+            true
+        }
+        (Step::Send { to, .. }, Err(error)) => {
+            violations.push(format!("a send to {to} after recovery failed: {error}"));
+            false
+        }
+        (Step::Drain { id }, Err(error)) => {
+            violations.push(format!("drain of {id} after recovery failed: {error}"));
+            false
+        }
+        (Step::Drain { id }, Ok(Answer::Drained(Some(stop)))) => {
+            violations.push(format!("drain of {id} after recovery stopped: {stop}"));
+            false
+        }
+        (Step::Send { .. } | Step::Drain { .. }, Ok(_)) => true,
+        _ => unreachable!("the continued work sends, retries and drains"),
+    };
+    if taken
+        && let Ok(answer) = answer
         && let Some(violation) = next.advance_continued(step, answer)
     {
         violations.push(violation);
     }
     next.continuing = None;
-    if !next.last_phase {
-        snapshot_store(store, next);
-    }
     ControlFlow::Continue(())
 }

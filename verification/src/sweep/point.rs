@@ -512,9 +512,10 @@ fn judge_to_end(
     if !report.reduce {
         return recovered.judge_rest(scenario, run, &judging.allowed);
     }
+    let visible = recovered.fs.visible_digest();
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
-        hasher.update(recovered.fs.visible_digest());
+        hasher.update(visible);
         hasher.update(judging.digest);
         hasher.finish()
     };
@@ -526,16 +527,53 @@ fn judge_to_end(
         recovered.fs.note_read(&known.read);
         return known.verdict.clone();
     }
+    let work_key: Digest = {
+        let mut hasher = judgement_key(scenario, seed);
+        hasher.update(visible);
+        phase::Worked::inputs(&mut hasher, scenario, run);
+        hasher.finish()
+    };
+    let known_work = WORKS.get(&work_key);
     let fs = recovered.fs.clone();
-    let mark = fs.mark_reads();
-    let verdict = recovered.judge_rest(scenario, run, &judging.allowed);
-    let ran = Continuation { verdict, read: fs.read_since(&mark) };
+    let work = match &known_work {
+        Some(known) if !report.verify => {
+            report.worked += 1;
+            fs.note_read(&known.read);
+            Arc::clone(known)
+        }
+        _ => {
+            let mark = fs.mark_reads();
+            let worked = recovered.work(scenario, run);
+            let ran = Work { worked, read: fs.read_since(&mark) };
+            let what = "the continued work on one recovered machine";
+            if settle(&WORKS, work_key, known_work, &ran, what, report) {
+                report.worked += 1;
+            }
+            Arc::new(ran)
+        }
+    };
+    let verdict = work.worked.judge(run, &judging.allowed);
+    let ran = Continuation { verdict, read: work.read.clone() };
     let what = "the judgement after recovery to one machine";
     if settle(&CONTINUATIONS, key, known, &ran, what, report) {
         report.shared += 1;
     }
     ran.verdict
 }
+
+/// A last phase's continued work on one recovered machine (see `phase::Worked`), and the
+/// files it read (by their paths when it began).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Work {
+    worked: phase::Worked,
+    read: BTreeSet<String>,
+}
+
+/// The continued work every worker has run, by a digest of (scenario, seed, the engine
+/// variant, machine after recovery, what the work reads of the run: `phase::Worked::inputs`).
+/// Runs that differ elsewhere (what was acknowledged, the states allowed) are judged apart on
+/// the one work.
+static WORKS: LazyLock<Memo<Work>> = LazyLock::new(|| Memo::new(16_384));
 
 /// What the last phase after a run's crash reads of the run: the part it is judged against
 /// (`Execution::judged_after_crash`), the states the run allows after its crash (`run::candidates`), and a digest of the part and

@@ -125,6 +125,12 @@ pub struct Report {
     /// alike runs its continuation depends on the order the points are judged in, so this
     /// count (alone of the report's) may differ with `--jobs`.
     pub shared: u64,
+    /// Of the last phases that did not share a judgement, those whose continued work did not
+    /// run again: recovery had left the same machine as before a continued work that ran for a
+    /// run retrying the same keyed sends and holding the same watermarks (all the work reads of
+    /// a run: `phase::Worked::inputs`); what it did is judged against this run apart. Like
+    /// `shared`, this count may differ with `--jobs`.
+    pub worked: u64,
     /// Judged images whose judgement did not run again: the same image (paths, kinds, bytes,
     /// boot, medium) had been judged against the same run in another cell (another sequence or
     /// crash point) of the same scenario, and a judgement is a deterministic program of those
@@ -244,6 +250,7 @@ impl Report {
         self.repeated += part.repeated;
         self.equivalent += part.equivalent;
         self.shared += part.shared;
+        self.worked += part.worked;
         self.reused += part.reused;
         self.unequal_stand_ins.extend(part.unequal_stand_ins);
         self.reached.extend(part.reached);

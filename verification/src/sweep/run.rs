@@ -712,19 +712,7 @@ fn advance_refused_drain(run: &mut Execution, step: &Step, id: &str, stopped: Op
 
 /// Records every segment of `store` as it stands now (after an acknowledged step).
 pub(crate) fn snapshot_store<F: faultfs::Fs>(store: &Store<F>, run: &mut Execution) {
-    let fs = store.fs();
-    let sessions = store.layout().sessions_dir();
-    let mut files = Vec::new();
-    for session in fs.read_dir(&sessions).unwrap_or_default() {
-        let timeline = sessions.join(&session.name).join("timeline");
-        for segment in fs.read_dir(&timeline).unwrap_or_default() {
-            if let Ok(bytes) = fs.read(&timeline.join(&segment.name)) {
-                let relative = format!("sessions/{}/timeline/{}", session.name, segment.name);
-                files.push((relative, bytes));
-            }
-        }
-    }
-    run.segments = snapshot_of(files);
+    run.segments = snapshot_of(super::check::timeline_files(store.fs(), store.layout()));
 }
 
 /// Records every segment as it stands after an acknowledged step.

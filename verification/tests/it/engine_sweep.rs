@@ -329,6 +329,9 @@ fn images_a_judged_one_stands_for_change_no_verdict() {
     // Verifying, each continuation after recovery runs even where one from the same machine
     // and run ran before, and must have read the same files and reached the same verdict.
     assert!(checked.shared > 100, "continuations compared: {}", checked.shared);
+    // And the continued work on a machine recovery left before runs again for another run
+    // that retries and folds alike, and must have read, answered and left the same.
+    assert!(checked.worked > 100, "continued work compared: {}", checked.worked);
     // And each judgement of an image against a run runs again where the same image was judged
     // against the same run in another cell, and must have observed the same and agreed.
     assert!(checked.reused > 100, "judgements compared: {}", checked.reused);
