@@ -188,16 +188,24 @@ impl Worked {
     /// (`allowed`: the states it allows after its crash), which agrees with the run the work
     /// ran for on its [`Worked::inputs`].
     pub(crate) fn judge(&self, run: &Execution, allowed: &[Model]) -> Vec<String> {
-        let mut next = run.continued_from(allowed.to_vec());
-        next.last_phase = true;
+        let mut next = run.continued_last();
         let (mut violations, observed) = judge_seen(&self.seen, run, allowed);
         let Some(before) = observed.filter(|_| violations.is_empty()) else {
             return violations;
         };
+        let taken: Vec<(&Step, &Answer)> = (self.steps.iter())
+            .filter(|performed| takes(&performed.step, &performed.answer))
+            .filter_map(|performed| Some((&performed.step, performed.answer.as_ref().ok()?)))
+            .collect();
+        let mut verdicts = next.advance_last(allowed, &taken).into_iter();
         for performed in &self.steps {
-            let flow = judge_continued(performed, &before, &mut next, &mut violations);
+            let flow =
+                judge_continued(performed, &before, &mut next, &mut violations, |_, _, _| {
+                    verdicts.next().expect("a verdict for each step taken")
+                });
             debug_assert!(flow.is_continue(), "a step that crashed is never kept");
         }
+        debug_assert!(verdicts.next().is_none(), "each verdict is of a step taken");
         violations.extend(self.activity.iter().cloned());
         check_drained(&self.after, &next, &mut violations);
         violations
@@ -357,7 +365,10 @@ fn continue_workload<F: Fs>(
     for step in continued_steps(scenario, before.sessions.keys(), run) {
         let performed = perform_continued(store, &step);
         // A planned crash stops the phase wherever it falls.
-        if judge_continued(&performed, before, next, &mut violations).is_break() {
+        let advance = |next: &mut Execution, step: &Step, answer: &Answer| {
+            next.advance_continued(step, answer)
+        };
+        if judge_continued(&performed, before, next, &mut violations, advance).is_break() {
             return violations;
         }
         if !next.last_phase {
@@ -418,6 +429,7 @@ fn judge_continued(
     before: &Model,
     next: &mut Execution,
     violations: &mut Vec<String>,
+    advance: impl FnOnce(&mut Execution, &Step, &Answer) -> Option<String>,
 ) -> ControlFlow<()> {
     let Performed { step, answer, crashed, delivered, adapter, probe } = performed;
     next.continuing = Some(step.clone());
@@ -426,32 +438,39 @@ fn judge_continued(
     if *crashed {
         return ControlFlow::Break(());
     }
-    let taken = match (step, answer) {
+    match (step, answer) {
         (Step::Send { key: Some(_), .. }, _) => {
             check_retry(before, step, answer, probe.as_ref(), violations);
-            true
         }
         (Step::Send { to, .. }, Err(error)) => {
             violations.push(format!("a send to {to} after recovery failed: {error}"));
-            false
         }
         (Step::Drain { id }, Err(error)) => {
             violations.push(format!("drain of {id} after recovery failed: {error}"));
-            false
         }
         (Step::Drain { id }, Ok(Answer::Drained(Some(stop)))) => {
             violations.push(format!("drain of {id} after recovery stopped: {stop}"));
-            false
         }
-        (Step::Send { .. } | Step::Drain { .. }, Ok(_)) => true,
-        _ => unreachable!("the continued work sends, retries and drains"),
-    };
-    if taken
+        _ => {}
+    }
+    if takes(step, answer)
         && let Ok(answer) = answer
-        && let Some(violation) = next.advance_continued(step, answer)
+        && let Some(violation) = advance(next, step, answer)
     {
         violations.push(violation);
     }
     next.continuing = None;
     ControlFlow::Continue(())
+}
+
+/// Whether the model takes a continuation step's answer: a retry's always (rule 2 judges it),
+/// a plain send's or a drain's only when it succeeded.
+fn takes(step: &Step, answer: &Result<Answer, String>) -> bool {
+    match (step, answer) {
+        (Step::Send { key: Some(_), .. }, _) => true,
+        (Step::Send { .. } | Step::Drain { .. }, Err(_))
+        | (Step::Drain { .. }, Ok(Answer::Drained(Some(_)))) => false,
+        (Step::Send { .. } | Step::Drain { .. }, Ok(_)) => true,
+        _ => unreachable!("the continued work sends, retries and drains"),
+    }
 }

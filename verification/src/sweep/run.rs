@@ -191,6 +191,16 @@ impl Execution {
     /// (`candidates` of it).
     pub(crate) fn continued_from(&self, allowed: Vec<Model>) -> Execution {
         debug_assert!(!allowed.is_empty(), "a run allows some state after its crash");
+        self.continued_with(Some(allowed))
+    }
+
+    /// [`Execution::continued`] into a last phase, whose states are stepped apart
+    /// ([`Execution::advance_last`]).
+    pub(crate) fn continued_last(&self) -> Execution {
+        Execution { last_phase: true, ..self.continued_with(None) }
+    }
+
+    fn continued_with(&self, base: Option<Vec<Model>>) -> Execution {
         Execution {
             model: self.model.clone(),
             in_flight: None,
@@ -205,7 +215,7 @@ impl Execution {
             created: self.created.clone(),
             keys: self.keys.clone(),
             watermarks: BTreeMap::new(),
-            base: Some(allowed),
+            base,
             continuing: None,
             last_phase: false,
         }
@@ -263,28 +273,91 @@ impl Execution {
             advance(&mut one, step, answer);
             if one.violations.is_empty() {
                 next.push(one.model);
-                if let Some(acked) = one.acked.pop()
-                    && !self.acked.contains(&acked)
-                {
-                    self.acked.push(acked);
-                }
+                self.note_acked(one.acked.pop());
             } else {
                 last_error = one.violations.pop();
             }
         }
         next.dedup();
-        let verdict = if next.is_empty() {
-            Some(format!(
-                "after recovery, {} answered {answer:?}, which no allowed state expects: {}",
-                step.transition(),
-                last_error.unwrap_or_default()
-            ))
-        } else {
-            None
-        };
+        let verdict = next.is_empty().then(|| no_state_expects(step, answer, last_error));
         self.base = Some(next);
         verdict
     }
+
+    /// [`Execution::advance_continued`] over the acknowledged steps of a last phase (`steps`,
+    /// each with its answer, in order) from the states `allowed`: the verdict of each step and
+    /// the same acknowledgements, without the states left (nothing follows a last phase to read
+    /// them). Each state is followed through the steps until it is ruled out rather than every
+    /// state through each step, so the first state that survives every step ends the work: it
+    /// is left after each step, and what a step acknowledges depends on the step and its
+    /// answer alone. A step none survives reports what the last state ruled out by it (in
+    /// the states' order) was told, as stepping them all would.
+    pub(crate) fn advance_last(
+        &mut self,
+        allowed: &[Model],
+        steps: &[(&Step, &Answer)],
+    ) -> Vec<Option<String>> {
+        debug_assert!(self.last_phase, "only a last phase leaves its states unread");
+        // The step each state is ruled out by (`steps.len()` if none) and what it was told, and
+        // what each step acknowledged, by a state that survived it.
+        let mut ruled_out: Vec<(usize, Option<String>)> = Vec::new();
+        let mut acked: Vec<Option<Acked>> = vec![None; steps.len()];
+        for model in allowed {
+            let mut one = Execution { model: model.clone(), ..Execution::default() };
+            let mut fate = (steps.len(), None);
+            for (k, (step, answer)) in steps.iter().enumerate() {
+                advance(&mut one, step, answer);
+                if !one.violations.is_empty() {
+                    fate = (k, one.violations.pop());
+                    break;
+                }
+                if let Some(slot) = acked.get_mut(k) {
+                    *slot = one.acked.pop();
+                }
+            }
+            let survived = fate.0 == steps.len();
+            ruled_out.push(fate);
+            if survived {
+                break;
+            }
+        }
+        let verdicts = (steps.iter().enumerate())
+            .map(|(k, (step, answer))| {
+                let left = ruled_out.iter().any(|(at, _)| *at > k);
+                let last_error = ruled_out.iter().rev().find(|(at, _)| *at == k);
+                (!left).then(|| {
+                    no_state_expects(step, answer, last_error.and_then(|(_, e)| e.clone()))
+                })
+            })
+            .collect();
+        for entry in acked {
+            self.note_acked(entry);
+        }
+        self.base = None;
+        verdicts
+    }
+
+    /// Keeps what a continuation step acknowledged (once).
+    fn note_acked(&mut self, acked: Option<Acked>) {
+        if let Some(acked) = acked
+            && !self.acked.contains(&acked)
+        {
+            self.acked.push(acked);
+        }
+    }
+}
+
+/// An acknowledged send: (to, mid, from).
+pub(crate) type Acked = (String, String, Option<String>);
+
+/// The violation of a continuation step (`step`, answered `answer`) that no allowed state
+/// expects; `last_error` is what the last state ruled out by it was told.
+fn no_state_expects(step: &Step, answer: &Answer, last_error: Option<String>) -> String {
+    format!(
+        "after recovery, {} answered {answer:?}, which no allowed state expects: {}",
+        step.transition(),
+        last_error.unwrap_or_default()
+    )
 }
 
 /// What a reader folding every session from scratch sees at the moment of the crash: the
@@ -781,5 +854,79 @@ fn step_candidates(model: &Model, step: &Step) -> Vec<Model> {
         Step::Drain { id } => model.interrupted_drain(id),
         Step::SendTogether { sends, .. } => model.interrupted_sends(&together_ops(sends)),
         _ => model.crash_candidates(&model_op(step, Mid::Any)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model holding the sessions `ids`, created in order.
+    fn holding(ids: &[&'static str]) -> Model {
+        let mut model = Model::default();
+        for id in ids {
+            model.apply_mut(&model_op(&Step::Create { id, adapter: None }, Mid::Any));
+        }
+        model
+    }
+
+    /// The verdicts and acknowledgements of stepping every state through each step in turn.
+    fn stepped_in_turn(
+        allowed: &[Model],
+        steps: &[(&Step, &Answer)],
+    ) -> (Vec<Option<String>>, Vec<Acked>) {
+        let mut next = Execution::default().continued_from(allowed.to_vec());
+        let verdicts = steps.iter().map(|(step, answer)| next.advance_continued(step, answer));
+        (verdicts.collect(), next.acked)
+    }
+
+    /// Following each state through the steps until it is ruled out (and stopping at the first
+    /// that survives them all) gives the verdicts and acknowledgements of stepping every state
+    /// through each step: when one state survives, when all are ruled out at once, and when
+    /// they are ruled out at different steps (what the last one ruled out was told is kept).
+    #[test]
+    fn a_last_phase_steps_its_states_apart_to_the_same_verdicts() {
+        let to_a = Step::Send { to: "a", text: "x", from: None, key: None };
+        let to_b = Step::Send { to: "b", text: "y", from: None, key: None };
+        let keyed = Step::Send { to: "a", text: "z", from: None, key: Some("k") };
+        let drain = Step::Drain { id: "a" };
+        let accepted = |mid: &str| Answer::Accepted { mid: mid.to_owned(), replayed: false };
+        let (one, two, three) = (accepted("m1"), accepted("m2"), accepted("m3"));
+        let drained = Answer::Drained(None);
+        let steps: Vec<(&Step, &Answer)> =
+            vec![(&to_a, &one), (&to_b, &two), (&drain, &drained), (&keyed, &three)];
+        let both = holding(&["a", "b"]);
+        let only_a = holding(&["a"]);
+        let only_b = holding(&["b"]);
+        for allowed in [
+            vec![only_a.clone(), both.clone()],
+            vec![both.clone(), only_a.clone()],
+            vec![only_a.clone(), only_b.clone()],
+            vec![only_b.clone(), only_a.clone(), only_a.clone()],
+            vec![Model::default()],
+        ] {
+            let mut next = Execution::default().continued_last();
+            let verdicts = next.advance_last(&allowed, &steps);
+            let expected = stepped_in_turn(&allowed, &steps);
+            assert_eq!((verdicts, next.acked), expected, "{allowed:?}");
+        }
+        let (verdicts, acked) = stepped_in_turn(&[only_b.clone(), only_a], &steps);
+        assert!(verdicts[0].is_none() && verdicts[1].as_deref().is_some_and(|v| !v.is_empty()));
+        assert_eq!(acked.len(), 1, "only the first send is acknowledged by a state left");
+        // Two states ruled out by one step, told different things (the key holds another text;
+        // there is no session): the verdict quotes the last.
+        let mut conflicting = holding(&["a", "b"]);
+        let earlier = Step::Send { to: "a", text: "other", from: None, key: Some("k") };
+        conflicting.apply_mut(&model_op(&earlier, Mid::Known("m0".to_owned())));
+        let keyed_first: Vec<(&Step, &Answer)> = vec![(&keyed, &three), (&to_a, &one)];
+        let mut told = Vec::new();
+        for allowed in [vec![conflicting.clone(), only_b.clone()], vec![only_b, conflicting]] {
+            let mut next = Execution::default().continued_last();
+            let verdicts = next.advance_last(&allowed, &keyed_first);
+            let expected = stepped_in_turn(&allowed, &keyed_first);
+            assert_eq!((&verdicts, next.acked), (&expected.0, expected.1), "{allowed:?}");
+            told.push(verdicts);
+        }
+        assert_ne!(told[0], told[1], "the order of the states shows in the verdict");
     }
 }
