@@ -644,6 +644,20 @@ impl SimFs {
     /// than durable is left out: it shows only in a later crash's images). A harness keys what
     /// it concluded from a machine's future on it.
     pub fn visible_digest(&self) -> Digest {
+        self.digest_seen(true)
+    }
+
+    /// [`SimFs::visible_digest`] without the times: the modification times, the clock and the
+    /// running processes' start times (this process's id stays). Two machines with the same
+    /// digest answer every op alike but for the times a metadata op reports, and for whether a
+    /// lock file's holder counts as a reused pid (its start time against the file's time). A
+    /// harness whose program reads no time but to compare two times it read of one file, and
+    /// meets no lock of a live process other than its own, may key its conclusions on it.
+    pub fn content_digest(&self) -> Digest {
+        self.digest_seen(false)
+    }
+
+    fn digest_seen(&self, times: bool) -> Digest {
         let state = self.lock();
         let mut hasher = Hasher::with_capacity(64 * 1024);
         // A file reached again by another name (a hard link) is hashed as the first name's
@@ -652,7 +666,9 @@ impl SimFs {
         state.each_visible(|path, ino, inode| {
             hasher.update((path.len() as u64).to_le_bytes());
             hasher.update(path.as_bytes());
-            hasher.update(inode.modified_ms.to_le_bytes());
+            if times {
+                hasher.update(inode.modified_ms.to_le_bytes());
+            }
             if matches!(inode.node, Node::File(_)) {
                 if let Some(first) = files_seen.get(&ino) {
                     hasher.update(b"h");
@@ -676,14 +692,15 @@ impl SimFs {
                 Node::Special => hasher.update(b"s"),
             }
         });
-        for word in
-            [state.clock_ms, state.boot, u64::from(self.process_id), state.locks.len() as u64]
-        {
+        for word in [state.boot, u64::from(self.process_id), state.locks.len() as u64] {
             hasher.update(word.to_le_bytes());
         }
-        for (pid, start_ms) in &state.processes {
-            hasher.update(u64::from(*pid).to_le_bytes());
-            hasher.update(start_ms.to_le_bytes());
+        if times {
+            hasher.update(state.clock_ms.to_le_bytes());
+            for (pid, start_ms) in &state.processes {
+                hasher.update(u64::from(*pid).to_le_bytes());
+                hasher.update(start_ms.to_le_bytes());
+            }
         }
         debug_assert!(
             state.processes.contains_key(&self.process_id),

@@ -308,6 +308,37 @@ fn a_visible_digest_tells_apart_what_an_op_can_and_a_mark_names_the_files_read()
     assert_eq!(alike.observed(), ran.observed());
 }
 
+/// The content digest is the visible digest without the times: the same files written by
+/// more ops (a later clock, later modification times) digest alike, while bytes, names, which
+/// names share a file and the process looking still tell machines apart.
+#[test]
+fn a_content_digest_leaves_out_the_times_alone() {
+    let machine = |detour: bool| {
+        let fs = fs_with_dir(Rules::default());
+        if detour {
+            // More ops to the same files: a file made and removed, a write made twice.
+            fs.open(p("/d/tmp"), OpenOptions::create(), B).unwrap().append(b"x", B).unwrap();
+            fs.remove_file(p("/d/tmp"), B).unwrap();
+            fs.open(p("/d/a"), OpenOptions::create(), B).unwrap().append(b"bytes", B).unwrap();
+            fs.open(p("/d/a"), OpenOptions::read_write(), B).unwrap().write_at(0, b"b", B).unwrap();
+        } else {
+            fs.open(p("/d/a"), OpenOptions::create(), B).unwrap().append(b"bytes", B).unwrap();
+        }
+        fs
+    };
+    let (direct, detour) = (machine(false), machine(true));
+    assert_ne!(direct.visible_digest(), detour.visible_digest(), "the times differ");
+    assert_eq!(direct.content_digest(), detour.content_digest(), "the files do not");
+    let restarted = detour.restart(FaultPlan::none(1));
+    assert_ne!(restarted.content_digest(), detour.content_digest(), "another process looks");
+    detour.hard_link(p("/d/a"), p("/d/b"), B).unwrap();
+    direct.open(p("/d/b"), OpenOptions::create(), B).unwrap().append(b"bytes", B).unwrap();
+    assert_ne!(direct.content_digest(), detour.content_digest(), "shared names show");
+    let plain = machine(false);
+    plain.open(p("/d/a"), OpenOptions::read_write(), B).unwrap().write_at(0, b"B", B).unwrap();
+    assert_ne!(plain.content_digest(), machine(false).content_digest(), "bytes show");
+}
+
 /// A directory made in `/s` without syncing `/s`, then renamed into `/c` and the rename synced
 /// through `/c`: a later sync of `/s` cannot make the creation durable after the rename and bring
 /// the name back. No image holds the directory under both names, or under `/s` at all once both

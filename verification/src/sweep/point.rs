@@ -489,9 +489,16 @@ static CONTINUATIONS: LazyLock<Memo<Continuation>> = LazyLock::new(|| Memo::new(
 
 /// The last phase of a sequence on `fs` against `whole` (what it reads of the run: `judging`), as
 /// [`judge_last`] judges it, with what follows recovery run once per machine that recovery
-/// leaves and run: it is a deterministic program of the machine as every process sees it
-/// (`SimFs::visible_digest`), what it reads of the run, the scenario, the seed and the engine
-/// variant (the store handle holds nothing else then: see `Recovered::judge_rest`). Without
+/// leaves and run: it is a deterministic program of what the machine holds as every process
+/// sees it, times left out (`SimFs::content_digest`), what it reads of the run, the scenario,
+/// the seed and the engine variant (the store handle holds nothing else then: see
+/// `Recovered::judge_rest`). The times are left out because nothing after recovery reads one
+/// but to compare two it read of one file (whether a log changed since the handle last read it,
+/// which the ops in between decide alike on both machines), or a lock file's against its
+/// holder's start (a reused pid), and after recovery no lock file names a live process but this
+/// one: the sweep runs one process at a time, and recovery took every lock the dead one held
+/// over and released it. Recoveries that ran different ops (one repaired a torn tail) leave the
+/// same files at different times, and share what follows. Without
 /// the reductions it reads the whole run instead, so that the sweep judging every image also
 /// checks that the rest of a run changes no verdict. A shared continuation's reads
 /// are counted on `fs` as if it had run (`SimFs::note_read`), so that what the judgement
@@ -512,7 +519,7 @@ fn judge_to_end(
     if !report.reduce {
         return recovered.judge_rest(scenario, run, &judging.allowed);
     }
-    let visible = recovered.fs.visible_digest();
+    let visible = recovered.fs.content_digest();
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
         hasher.update(visible);

@@ -119,7 +119,7 @@ pub struct Report {
     /// Per (cell, run), the judged images' digests, grouped by the files their judgement read.
     classes: std::collections::HashMap<Digest, Vec<Class>>,
     /// Last phases whose continued work did not run again: recovery had left the same machine
-    /// (every path, kind, byte, modification time, the clock and the processes) as before a
+    /// (every path, kind, byte and link, the boot and the pid; not the times) as before a
     /// continuation that ran against the same run of the same scenario, and the continued work
     /// is a deterministic program of those (see `point::judge_to_end`). Which image of several
     /// alike runs its continuation depends on the order the points are judged in, so this
