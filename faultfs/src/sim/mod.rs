@@ -295,6 +295,9 @@ pub(crate) struct State {
     reduce_zero_chunks: bool,
     /// A file format whose blocks its reader checks whole (see [`SimFs::set_checked_blocks`]).
     checked_blocks: Option<CheckedBlocks>,
+    /// While keeping them (see [`SimFs::keep_crashes`]), the machine as a crash planned at each
+    /// op since would have left it, in op order.
+    kept: Option<Vec<State>>,
 }
 
 /// The files reachable on a machine at one moment, by inode, with a name of each (see
@@ -359,6 +362,7 @@ impl SimFs {
             exposed: false,
             reduce_zero_chunks: true,
             checked_blocks: None,
+            kept: None,
         };
         assert!(
             state.pending.is_empty() && state.trace.entries().is_empty() && state.inodes.len() == 1,
@@ -457,6 +461,7 @@ impl SimFs {
         state.processes.insert(pid, state.clock_ms);
         let crashed_machine = state.machine;
         state.trace = Trace::default();
+        state.kept = None;
         state.plan = plan;
         state.op_count = 0;
         state.halted = None;
@@ -548,6 +553,30 @@ impl SimFs {
     /// The plan this filesystem runs.
     pub fn plan(&self) -> FaultPlan {
         self.lock().plan
+    }
+
+    /// From now on, before each mutating op, keeps the machine as a crash planned at that op
+    /// would leave it ([`SimFs::kept_crashes`]): one run of a program gives every machine its
+    /// run crashed at each op would, without running it again up to each. The copies are the
+    /// machine at the op, halted there, its advisory locks released (what the crashed
+    /// process's handles held closes with them); each op costs a copy of the machine.
+    pub fn keep_crashes(&self) {
+        let mut state = self.lock();
+        assert!(state.plan.trigger.is_none(), "crashes are kept on a machine nothing plans");
+        state.kept = Some(Vec::new());
+    }
+
+    /// The machines [`SimFs::keep_crashes`] kept, in op order (the first crashed at the op it
+    /// was called before), and stops keeping them.
+    pub fn kept_crashes(&self) -> Vec<SimFs> {
+        let kept = self.lock().kept.take().unwrap_or_default();
+        let process_id = self.process_id;
+        let machines: Vec<SimFs> = kept
+            .into_iter()
+            .map(|state| SimFs { state: SyncArc::new(Mutex::new(state)), process_id })
+            .collect();
+        debug_assert!(machines.iter().all(|fs| fs.halted().is_some()), "each is halted");
+        machines
     }
 
     /// How many mutating ops have been issued (including a faulted one).
@@ -843,6 +872,9 @@ impl State {
         detail: String,
     ) -> Result<Verdict> {
         self.check_alive(boundary)?;
+        if self.kept.is_some() {
+            self.keep_crash(boundary, op, &target, &detail);
+        }
         let index = self.op_count;
         self.op_count += 1;
         self.clock_ms += 1;
@@ -864,6 +896,26 @@ impl State {
             }
             Some(fault) => Ok(Verdict::Fail(fault)),
             None => Ok(Verdict::Proceed),
+        }
+    }
+
+    /// Keeps a copy of this machine as a crash planned at the op beginning now (`boundary`,
+    /// `op` on `target`) would leave it, once the crashed process's handles have closed.
+    fn keep_crash(&mut self, boundary: Boundary, op: OpKind, target: &str, detail: &str) {
+        debug_assert!(self.plan.trigger.is_none(), "crashes are kept on a machine nothing plans");
+        let kept = self.kept.take();
+        let mut copy = self.clone();
+        self.kept = kept;
+        copy.plan = FaultPlan::crash_at(self.plan.seed, self.op_count);
+        let halted = copy.begin(boundary, op, target.to_owned(), detail.to_owned());
+        debug_assert!(
+            matches!(halted, Err(Error::Crashed { .. })),
+            "the copy crashes at the op it was planned at"
+        );
+        // Closing the crashed process's files releases their advisory locks.
+        copy.locks.clear();
+        if let Some(kept) = self.kept.as_mut() {
+            kept.push(copy);
         }
     }
 

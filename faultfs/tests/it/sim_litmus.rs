@@ -557,3 +557,55 @@ fn checked_blocks_keep_one_image_per_class_the_reader_tells_apart() {
         assert!(mixed, "{media:?}: the blocks of two versions mixed");
     }
 }
+
+/// A program of every kind of op: a file made, written, synced, locked, renamed over another,
+/// linked, cut, and removed, directories made and synced. Stops at the first error (a crash).
+fn program(fs: &SimFs) -> faultfs::Result<()> {
+    let file = fs.open(p("/d/a"), OpenOptions::create_new(), B)?;
+    assert!(file.try_lock()?, "nothing else holds the lock");
+    file.append(b"first line\n", B)?;
+    file.sync_data(B)?;
+    file.append(b"second, torn-able line\n", B)?;
+    fs.create_dir(p("/d/sub"), B)?;
+    fs.sync_dir(p("/d"), B)?;
+    let staged = fs.open(p("/d/sub/tmp"), OpenOptions::create_new(), B)?;
+    staged.append(b"staged", B)?;
+    staged.sync_all(B)?;
+    fs.rename(p("/d/sub/tmp"), p("/d/a"), B)?;
+    fs.hard_link(p("/d/a"), p("/d/b"), B)?;
+    fs.open(p("/d/b"), OpenOptions::read_write(), B)?.set_len(3, B)?;
+    fs.remove_file(p("/d/b"), B)?;
+    fs.sync_dir(p("/d/sub"), B)?;
+    Ok(())
+}
+
+/// The machines a run keeps of its crash at each op (`SimFs::keep_crashes`) are those the run
+/// crashed at that op leaves once its handles close: halted at the same op, with the same
+/// trace, what every process sees, what a power loss leaves, and a restart alike.
+#[test]
+fn a_crash_kept_at_each_op_is_the_run_crashed_there() {
+    let whole = fs_with_dir(Rules::default());
+    let start = whole.op_count();
+    whole.keep_crashes();
+    program(&whole).unwrap();
+    let kept = whole.kept_crashes();
+    assert_eq!(kept.len() as u64, whole.op_count() - start, "one machine per op");
+    assert!(whole.kept_crashes().is_empty(), "keeping stopped");
+    for (kept, j) in kept.iter().zip(start..) {
+        let replayed = SimFs::with_rules(FaultPlan::crash_at(1, j), Rules::default());
+        replayed.create_dir(p("/d"), B).unwrap();
+        replayed.sync_dir(p("/"), B).unwrap();
+        assert!(program(&replayed).is_err(), "the replay crashes at op {j}");
+        assert_eq!(kept.halted(), replayed.halted(), "op {j}");
+        assert_eq!(kept.plan(), replayed.plan(), "op {j}");
+        assert_eq!(kept.trace().hash_hex(), replayed.trace().hash_hex(), "op {j}");
+        assert_eq!(kept.visible_digest(), replayed.visible_digest(), "op {j}");
+        assert_eq!(kept.power_loss_digest(), replayed.power_loss_digest(), "op {j}");
+        let images = |fs: &SimFs| -> Vec<String> {
+            fs.crash(CrashMode::PowerLoss).images.iter().map(faultfs::Image::hash_hex).collect()
+        };
+        assert_eq!(images(kept), images(&replayed), "op {j}");
+        let (a, b) = (kept.restart(FaultPlan::none(1)), replayed.restart(FaultPlan::none(1)));
+        assert_eq!(a.visible_digest(), b.visible_digest(), "op {j}");
+    }
+}
