@@ -69,6 +69,82 @@ pub(crate) fn check_image(
     run: &Execution,
     seed: u64,
 ) -> Result<Checked, Halted> {
+    check_image_along(fs, scenario, run, seed, None)
+}
+
+/// [`check_image`] on `fs` (on which nothing is planned), and what it hands back when crashed
+/// at each of its ops in turn, from this one run: the machine each crash leaves is kept as the
+/// phase reaches its op (`SimFs::keep_crashes`), and the run at that moment is worked out from
+/// where the phase stood ([`Course`]). The crashes are in op order, the first at op 0.
+pub(crate) fn check_image_crashed_everywhere(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &Execution,
+    seed: u64,
+) -> (Result<Checked, Halted>, Vec<Halted>) {
+    fs.keep_crashes();
+    let mut course = Course { fs: fs.clone(), marks: Vec::new(), delivered: Vec::new() };
+    let checked = check_image_along(fs.clone(), scenario, run, seed, Some(&mut course));
+    let crashes = (fs.kept_crashes().into_iter())
+        .map(|machine| {
+            let (_, op) = machine.halted().expect("a kept crash is halted");
+            Halted { run: Box::new(course.run_at(op)), fs: machine }
+        })
+        .collect();
+    (checked, crashes)
+}
+
+/// Where a phase's run stood as it ran, so that the run its crash at any op hands back can be
+/// told without crashing it there: the run each part of the phase began with (from that op
+/// count on, until the next part), and the deliveries made in each part, with the op count each
+/// was made at.
+pub(crate) struct Course {
+    fs: SimFs,
+    marks: Vec<(u64, Execution)>,
+    delivered: Vec<(usize, u64, String)>,
+}
+
+impl Course {
+    /// From the op about to be issued on, a crash hands back `run`.
+    fn mark(&mut self, run: &Execution) {
+        self.marks.push((self.fs.op_count(), run.clone()));
+    }
+
+    /// A delivery of `mid`, made now.
+    fn deliver(&mut self, mid: &str) {
+        let part = self.marks.len().checked_sub(1).expect("a delivery is in some part");
+        self.delivered.push((part, self.fs.op_count(), mid.to_owned()));
+    }
+
+    /// The run a crash at op `op` hands back: the run of the part the op falls in (the last
+    /// part begun at or before it: parts that issued no op are passed over), and what that part
+    /// delivered before the op.
+    fn run_at(&self, op: u64) -> Execution {
+        let part = self.marks.iter().rposition(|(from, _)| *from <= op);
+        let Some((_, run)) = part.and_then(|part| self.marks.get(part)) else {
+            unreachable!("the first part begins before the phase's first op")
+        };
+        let mut run = run.clone();
+        run.delivered.extend(
+            (self.delivered.iter())
+                .filter(|(of, at, _)| Some(*of) == part && *at <= op)
+                .map(|(_, _, mid)| mid.clone()),
+        );
+        run
+    }
+}
+
+/// [`check_image`], its course noted in `course` (when given).
+fn check_image_along(
+    fs: SimFs,
+    scenario: &Scenario,
+    run: &Execution,
+    seed: u64,
+    mut course: Option<&mut Course>,
+) -> Result<Checked, Halted> {
+    if let Some(course) = course.as_deref_mut() {
+        course.mark(&run.continued(scenario));
+    }
     let store = match open(fs.clone(), scenario, seed) {
         Ok(store) => store,
         Err(error) if error.is_crash() => {
@@ -81,7 +157,7 @@ pub(crate) fn check_image(
             });
         }
     };
-    let (violations, next) = check_store(&store, scenario, run);
+    let (violations, next) = check_store_along(&store, scenario, run, course);
     if fs.halted().is_some() {
         return Err(Halted { fs, run: Box::new(next) });
     }
@@ -132,7 +208,7 @@ impl Recovered {
     ) -> Vec<String> {
         let mut next = run.continued_from(allowed.to_vec());
         next.last_phase = true;
-        let violations = judge_recovered(&self.store, scenario, run, allowed, &mut next);
+        let violations = judge_recovered(&self.store, scenario, run, allowed, &mut next, None);
         assert!(self.fs.halted().is_none(), "no planned crash halts a phase judged to its end");
         violations
     }
@@ -150,7 +226,7 @@ impl Recovered {
         let mut after = Err("the recovered store is unreadable".to_owned());
         if let Ok(sighted) = &seen {
             for step in continued_steps(scenario, sighted.sessions(), run) {
-                let performed = perform_continued(&self.store, &step);
+                let performed = perform_continued(&self.store, &step, None);
                 assert!(!performed.crashed, "no planned crash halts a phase judged to its end");
                 steps.push(performed);
             }
@@ -218,12 +294,25 @@ pub(crate) fn check_store<F: Fs>(
     scenario: &Scenario,
     run: &Execution,
 ) -> (Vec<String>, Execution) {
+    check_store_along(store, scenario, run, None)
+}
+
+/// [`check_store`], its course noted in `course` (when given).
+fn check_store_along<F: Fs>(
+    store: &Store<F>,
+    scenario: &Scenario,
+    run: &Execution,
+    mut course: Option<&mut Course>,
+) -> (Vec<String>, Execution) {
     let allowed = candidates(scenario, run);
     let mut next = run.continued_from(allowed.clone());
+    if let Some(course) = course.as_deref_mut() {
+        course.mark(&next);
+    }
     if let Err(error) = recover_all(store, run) {
         return (vec![error], next);
     }
-    let violations = judge_recovered(store, scenario, run, &allowed, &mut next);
+    let violations = judge_recovered(store, scenario, run, &allowed, &mut next, course);
     (violations, next)
 }
 
@@ -235,10 +324,11 @@ fn judge_recovered<F: Fs>(
     run: &Execution,
     allowed: &[Model],
     next: &mut Execution,
+    course: Option<&mut Course>,
 ) -> Vec<String> {
     let (mut violations, observed) = check_recovered(store, scenario, run, allowed);
     if let Some(before) = observed.filter(|_| violations.is_empty()) {
-        violations.extend(continue_workload(store, scenario, run, &before, next));
+        violations.extend(continue_workload(store, scenario, run, &before, next, course));
     }
     violations
 }
@@ -360,10 +450,17 @@ fn continue_workload<F: Fs>(
     run: &Execution,
     before: &Model,
     next: &mut Execution,
+    mut course: Option<&mut Course>,
 ) -> Vec<String> {
     let mut violations = Vec::new();
     for step in continued_steps(scenario, before.sessions.keys(), run) {
-        let performed = perform_continued(store, &step);
+        let performed = match course.as_deref_mut() {
+            Some(course) => {
+                course.mark(&Execution { continuing: Some(step.clone()), ..next.clone() });
+                perform_continued(store, &step, Some(&mut |mid: &str| course.deliver(mid)))
+            }
+            None => perform_continued(store, &step, None),
+        };
         // A planned crash stops the phase wherever it falls.
         let advance = |next: &mut Execution, step: &Step, answer: &Answer| {
             next.advance_continued(step, answer)
@@ -374,6 +471,9 @@ fn continue_workload<F: Fs>(
         if !next.last_phase {
             snapshot_store(store, next);
         }
+    }
+    if let Some(course) = course {
+        course.mark(next);
     }
     check_activity_index(store, run, &mut violations);
     check_drained(&project_all(store, scenario), next, &mut violations);
@@ -409,10 +509,17 @@ pub(crate) struct Performed {
     probe: Option<Probe>,
 }
 
-/// Performs `step` of the continued work (see [`Performed`]).
-fn perform_continued<F: Fs>(store: &Store<F>, step: &Step) -> Performed {
+/// Performs `step` of the continued work (see [`Performed`]), each delivery told to
+/// `on_delivery` the moment it is made.
+fn perform_continued<F: Fs>(
+    store: &Store<F>,
+    step: &Step,
+    on_delivery: Option<&mut dyn FnMut(&str)>,
+) -> Performed {
     let (mut delivered, mut adapter) = (Vec::new(), Vec::new());
-    let answer = perform(store, step, &mut delivered, &mut adapter, None);
+    // The hook is reborrowed for the call (it outlives what `perform` ties its borrows to).
+    let hook = on_delivery.map(|hook| &mut *hook as &mut dyn FnMut(&str));
+    let answer = perform(store, step, &mut delivered, &mut adapter, hook);
     let crashed = answer.as_ref().is_err_and(spex_engine::Error::is_crash);
     let probe = if crashed { None } else { probe(store, step) };
     let answer = answer.map_err(|error| error.to_string());
@@ -472,5 +579,65 @@ fn takes(step: &Step, answer: &Result<Answer, String>) -> bool {
         | (Step::Drain { .. }, Ok(Answer::Drained(Some(_)))) => false,
         (Step::Send { .. } | Step::Drain { .. }, Ok(_)) => true,
         _ => unreachable!("the continued work sends, retries and drains"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use faultfs::{FaultPlan, Media};
+
+    use super::*;
+    use crate::sweep::point::digest_of;
+    use crate::sweep::{run, scenario};
+
+    /// The phase after a kill, crashed at each of its ops as it runs once, hands back at each
+    /// op what the phase run again and crashed there does: the same halted machine and the same
+    /// run (deliveries of the drain in flight included).
+    #[test]
+    fn a_phase_crashed_at_each_op_as_it_runs_is_the_phase_crashed_there() {
+        let seed = 5;
+        let scenario = scenario::named("drain").expect("a scenario");
+        let mut delivered_in_flight = 0;
+        for k in [9, 17, 26] {
+            let fs = run::machine(FaultPlan::crash_at(seed, k), Media::ZeroTails);
+            let crashed = run::execute(&fs, &scenario, seed);
+            let whole = fs.restart(FaultPlan::none(seed));
+            let (checked, crashes) =
+                check_image_crashed_everywhere(whole.clone(), &scenario, &crashed, seed);
+            assert!(checked.is_ok(), "nothing is planned");
+            assert_eq!(crashes.len() as u64, whole.op_count());
+            for (j, kept) in (0..).zip(&crashes) {
+                let again = check_image(
+                    fs.restart(FaultPlan::crash_at(seed, j)),
+                    &scenario,
+                    &crashed,
+                    seed,
+                );
+                let Err(again) = again else { panic!("k {k}: op {j} is in the phase") };
+                let seen = |halted: &Halted| {
+                    let fs = &halted.fs;
+                    (
+                        fs.halted(),
+                        fs.trace().hash_hex(),
+                        fs.visible_digest(),
+                        fs.power_loss_digest(),
+                    )
+                };
+                assert_eq!(seen(kept), seen(&again), "k {k}: the machine at op {j}");
+                assert_eq!(
+                    digest_of(&kept.run),
+                    digest_of(&again.run),
+                    "k {k}: the run at op {j}: {:?} vs {:?}",
+                    kept.run,
+                    again.run
+                );
+                if kept.run.continuing.is_some()
+                    && kept.run.delivered.len() > crashed.delivered.len()
+                {
+                    delivered_in_flight += 1;
+                }
+            }
+        }
+        assert!(delivered_in_flight > 0, "some crash falls after a delivery of its step");
     }
 }

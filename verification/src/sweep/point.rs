@@ -130,11 +130,18 @@ pub(crate) fn judge_sequence(
     // rebuilds one only when it runs).
     let (messages, observed, deeper) = if sequence.deep {
         let fs = source.machine(FaultPlan::none(seed));
-        match phase::check_image(fs.clone(), scenario, run, seed) {
+        // At depth 2 the phase is crashed at each of its ops too: those crashes are kept as it
+        // runs, not run again up to each.
+        let (checked, crashes) = if options.depth2 {
+            phase::check_image_crashed_everywhere(fs.clone(), scenario, run, seed)
+        } else {
+            (phase::check_image(fs.clone(), scenario, run, seed), Vec::new())
+        };
+        match checked {
             Ok(checked) => {
                 let mut messages = run.violations.clone();
                 messages.extend(checked.violations.iter().cloned());
-                (messages, fs.observed(), Some((fs, checked)))
+                (messages, fs.observed(), Some((fs, checked, crashes)))
             }
             Err(_) => {
                 (vec!["recovery crashed without a planned fault".to_owned()], fs.observed(), None)
@@ -166,22 +173,24 @@ pub(crate) fn judge_sequence(
     }
     let clean = messages.is_empty();
     record(report, &key, place.token.clone(), place, messages);
-    if let Some((fs, checked)) = deeper.filter(|_| clean) {
-        judge_deeper(options, sequence, source, place, report, &fs, &checked);
+    if let Some((fs, checked, crashes)) = deeper.filter(|_| clean) {
+        judge_deeper(options, sequence, source, place, report, (&fs, &checked), crashes);
     }
 }
 
-/// What follows a deep sequence's clean phase (`fs` after it, `checked` its judgement): a power
-/// loss after it; after a kill, the first commands; and (with `depth2`) a crash at every op of
-/// the phase in every mode.
+/// What follows a deep sequence's clean phase (`fs` after it, `checked` its judgement,
+/// `crashes` the phase crashed at each of its ops: `phase::check_image_crashed_everywhere`): a
+/// power loss after it; after a kill, the first commands; and (with `depth2`) a crash at every
+/// op of the phase in every mode. When verifying the reductions, each crash kept is compared
+/// with the phase run again and crashed there.
 fn judge_deeper(
     options: &Options,
     sequence: Sequence<'_>,
     source: Source<'_>,
     place: &Place<'_>,
     report: &mut Report,
-    fs: &SimFs,
-    checked: &phase::Checked,
+    (fs, checked): (&SimFs, &phase::Checked),
+    crashes: Vec<phase::Halted>,
 ) {
     let seed = options.seed;
     let scenario = place.scenario;
@@ -211,12 +220,11 @@ fn judge_deeper(
         return;
     }
     // A crash at every op of the phase.
-    for j in 0..fs.op_count() {
-        let Err(halted) =
-            phase::check_image(source.machine(FaultPlan::crash_at(seed, j)), scenario, run, seed)
-        else {
-            continue;
-        };
+    assert_eq!(crashes.len() as u64, fs.op_count(), "a crash kept at each op of the phase");
+    for (j, halted) in (0..).zip(crashes) {
+        if report.verify {
+            compare_kept_crash(&halted, source, scenario, run, (seed, j), report);
+        }
         if let Some((boundary, _)) = halted.fs.halted() {
             report.note_crashed(boundary.name());
         }
@@ -231,6 +239,37 @@ fn judge_deeper(
                 record(report, &key, token, place, messages);
             }
         }
+    }
+}
+
+/// Compares a crash of the phase kept as it ran (`halted`, at op `j`) with the phase run again
+/// on `source` and crashed at op `j`: the same halted machine (where it halted, its trace, what
+/// a process and a power loss see of it) and the same run, or the difference is reported as a
+/// broken reduction.
+fn compare_kept_crash(
+    halted: &phase::Halted,
+    source: Source<'_>,
+    scenario: &Scenario,
+    run: &run::Execution,
+    (seed, j): (u64, u64),
+    report: &mut Report,
+) {
+    let machine = source.machine(FaultPlan::crash_at(seed, j));
+    let seen = |halted: &phase::Halted| {
+        let fs = &halted.fs;
+        let machine = (fs.halted(), fs.plan(), fs.trace().hash_hex(), fs.visible_digest());
+        (machine, fs.power_loss_digest(), digest_of(&halted.run))
+    };
+    let kept = seen(halted);
+    match phase::check_image(machine, scenario, run, seed) {
+        Err(again) if seen(&again) == kept => {}
+        Err(again) => report.unequal_stand_ins.push(format!(
+            "the phase crashed at op {j} was kept as {kept:?} and runs again to {:?}",
+            seen(&again)
+        )),
+        Ok(_) => report
+            .unequal_stand_ins
+            .push(format!("the phase crashed at op {j} was kept, and runs again to its end")),
     }
 }
 
