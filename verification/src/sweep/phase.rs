@@ -16,7 +16,7 @@
 
 use std::ops::ControlFlow;
 
-use faultfs::{Fs, SimFs};
+use faultfs::{Digest, Fs, SimFs};
 use spex_engine::Store;
 use spex_model::Model;
 
@@ -24,6 +24,7 @@ use super::check::{
     Probe, Seen, check_activity_index, check_drained, check_recovered, check_retry, judge_seen,
     probe, project_all, see,
 };
+use super::point::digest_of;
 use super::run::{Answer, Execution, candidates, open, perform, sid, snapshot_store};
 use super::scenario::{Scenario, Step};
 
@@ -75,20 +76,28 @@ pub(crate) fn check_image(
 /// [`check_image`] on `fs` (on which nothing is planned), and what it hands back when crashed
 /// at each of its ops in turn, from this one run: the machine each crash leaves is kept as the
 /// phase reaches its op (`SimFs::keep_crashes`), and the run at that moment is worked out from
-/// where the phase stood ([`Course`]). The crashes are in op order, the first at op 0.
+/// where the phase stood ([`Course`]), with its digest (`point::digest_of`, worked out once
+/// for the ops that hand back the same run). The crashes are in op order, the first at op 0.
 pub(crate) fn check_image_crashed_everywhere(
     fs: SimFs,
     scenario: &Scenario,
     run: &Execution,
     seed: u64,
-) -> (Result<Checked, Halted>, Vec<Halted>) {
+) -> (Result<Checked, Halted>, Vec<(Halted, Digest)>) {
     fs.keep_crashes();
     let mut course = Course { fs: fs.clone(), marks: Vec::new(), delivered: Vec::new() };
     let checked = check_image_along(fs.clone(), scenario, run, seed, Some(&mut course));
+    let mut last: Option<((Option<usize>, usize), Digest)> = None;
     let crashes = (fs.kept_crashes().into_iter())
         .map(|machine| {
             let (_, op) = machine.halted().expect("a kept crash is halted");
-            Halted { run: Box::new(course.run_at(op)), fs: machine }
+            let (run, which) = course.run_at(op);
+            let digest = match last {
+                Some((seen, digest)) if seen == which => digest,
+                _ => digest_of(&run),
+            };
+            last = Some((which, digest));
+            (Halted { run: Box::new(run), fs: machine }, digest)
         })
         .collect();
     (checked, crashes)
@@ -118,19 +127,22 @@ impl Course {
 
     /// The run a crash at op `op` hands back: the run of the part the op falls in (the last
     /// part begun at or before it: parts that issued no op are passed over), and what that part
-    /// delivered before the op.
-    fn run_at(&self, op: u64) -> Execution {
+    /// delivered before the op; and which part and how many of its deliveries that is (ops
+    /// alike in both hand back the same run).
+    fn run_at(&self, op: u64) -> (Execution, (Option<usize>, usize)) {
         let part = self.marks.iter().rposition(|(from, _)| *from <= op);
         let Some((_, run)) = part.and_then(|part| self.marks.get(part)) else {
             unreachable!("the first part begins before the phase's first op")
         };
         let mut run = run.clone();
+        let before = run.delivered.len();
         run.delivered.extend(
             (self.delivered.iter())
                 .filter(|(of, at, _)| Some(*of) == part && *at <= op)
                 .map(|(_, _, mid)| mid.clone()),
         );
-        run
+        let which = (part, run.delivered.len() - before);
+        (run, which)
     }
 }
 
@@ -587,7 +599,6 @@ mod tests {
     use faultfs::{FaultPlan, Media};
 
     use super::*;
-    use crate::sweep::point::digest_of;
     use crate::sweep::{run, scenario};
 
     /// The phase after a kill, crashed at each of its ops as it runs once, hands back at each
@@ -606,7 +617,7 @@ mod tests {
                 check_image_crashed_everywhere(whole.clone(), &scenario, &crashed, seed);
             assert!(checked.is_ok(), "nothing is planned");
             assert_eq!(crashes.len() as u64, whole.op_count());
-            for (j, kept) in (0..).zip(&crashes) {
+            for (j, (kept, digest)) in (0..).zip(&crashes) {
                 let again = check_image(
                     fs.restart(FaultPlan::crash_at(seed, j)),
                     &scenario,
@@ -624,6 +635,7 @@ mod tests {
                     )
                 };
                 assert_eq!(seen(kept), seen(&again), "k {k}: the machine at op {j}");
+                assert_eq!(*digest, digest_of(&kept.run), "k {k}: the digest at op {j}");
                 assert_eq!(
                     digest_of(&kept.run),
                     digest_of(&again.run),

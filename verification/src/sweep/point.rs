@@ -190,7 +190,7 @@ fn judge_deeper(
     place: &Place<'_>,
     report: &mut Report,
     (fs, checked): (&SimFs, &phase::Checked),
-    crashes: Vec<phase::Halted>,
+    crashes: Vec<(phase::Halted, Digest)>,
 ) {
     let seed = options.seed;
     let scenario = place.scenario;
@@ -221,14 +221,13 @@ fn judge_deeper(
     }
     // A crash at every op of the phase.
     assert_eq!(crashes.len() as u64, fs.op_count(), "a crash kept at each op of the phase");
-    for (j, halted) in (0..).zip(crashes) {
+    for (j, (halted, halted_digest)) in (0..).zip(crashes) {
         if report.verify {
             compare_kept_crash(&halted, source, scenario, run, (seed, j), report);
         }
         if let Some((boundary, _)) = halted.fs.halted() {
             report.note_crashed(boundary.name());
         }
-        let halted_digest = digest_of(&halted.run);
         for &second in &options.modes {
             let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
             report.cells.entry(key.clone()).or_default().points += 1;
