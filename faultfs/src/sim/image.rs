@@ -1154,9 +1154,9 @@ fn walk<'a>(
     mut content: impl FnMut(Ino, &'a FileNode) -> (Arc<Vec<u8>>, Digest),
     hash: Digest,
 ) -> Image {
-    let mut nodes = BTreeMap::new();
+    let mut nodes = Vec::new();
     let mut stack = vec![(ROOT_INO, String::new())];
-    // Depth-first over the entries; the map sorts the paths afterwards.
+    // Depth-first over the entries; the paths are sorted afterwards.
     while let Some((dir, prefix)) = stack.pop() {
         for (name, &ino) in entries_of(dir) {
             let path = child_path(&prefix, name);
@@ -1175,11 +1175,15 @@ fn walk<'a>(
                 }
                 Node::Special => (ImageNode::Special, [0; 16]),
             };
-            let previous = nodes.insert(path, node);
-            debug_assert!(previous.is_none(), "a path is reached once: the tree has no cycle");
+            nodes.push((path, node));
         }
     }
-    let contents: Vec<Digest> = nodes.values().map(|(_, content)| *content).collect();
+    nodes.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+    debug_assert!(
+        nodes.windows(2).all(|pair| matches!(pair, [(a, _), (b, _)] if a < b)),
+        "a path is reached once: the tree has no cycle"
+    );
+    let contents: Vec<Digest> = nodes.iter().map(|(_, (_, content))| *content).collect();
     Image {
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         contents,
