@@ -209,7 +209,8 @@ pub(crate) fn recover_only(
 impl Recovered {
     /// The rest of [`check_image`]'s judgement: the recovered store judged, then the continued
     /// work and its judgement. What it can depend on is the machine as every process sees it
-    /// (`SimFs::visible_digest`), the run, and the store handle's memory, which holds nothing
+    /// (`SimFs::visible_digest`; of it, not the times: see `point::judge_to_end`), the run,
+    /// and the store handle's memory, which holds nothing
     /// the machine does not give: no poisoned session (nothing failed), no batch in progress,
     /// no id drawn (only a send draws one), and no receipt index yet (recovery reads none).
     pub(crate) fn judge_rest(
