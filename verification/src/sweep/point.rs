@@ -223,7 +223,7 @@ fn judge_deeper(
     assert_eq!(crashes.len() as u64, fs.op_count(), "a crash kept at each op of the phase");
     for (j, (halted, halted_digest)) in (0..).zip(crashes) {
         if report.verify {
-            compare_kept_crash(&halted, source, scenario, run, (seed, j), report);
+            compare_kept_crash((&halted, &halted_digest), source, scenario, run, (seed, j), report);
         }
         if let Some((boundary, _)) = halted.fs.halted() {
             report.note_crashed(boundary.name());
@@ -243,10 +243,10 @@ fn judge_deeper(
 
 /// Compares a crash of the phase kept as it ran (`halted`, at op `j`) with the phase run again
 /// on `source` and crashed at op `j`: the same halted machine (where it halted, its trace, what
-/// a process and a power loss see of it) and the same run, or the difference is reported as a
-/// broken reduction.
+/// a process and a power loss see of it) and the same run, whose digest is the one the kept
+/// crash was judged with (`digest`), or the difference is reported as a broken reduction.
 fn compare_kept_crash(
-    halted: &phase::Halted,
+    (halted, digest): (&phase::Halted, &Digest),
     source: Source<'_>,
     scenario: &Scenario,
     run: &run::Execution,
@@ -260,6 +260,11 @@ fn compare_kept_crash(
         (machine, fs.power_loss_digest(), digest_of(&halted.run))
     };
     let kept = seen(halted);
+    if kept.2 != *digest {
+        report
+            .unequal_stand_ins
+            .push(format!("the run of the crash kept at op {j} was digested as another"));
+    }
     match phase::check_image(machine, scenario, run, seed) {
         Err(again) if seen(&again) == kept => {}
         Err(again) => report.unequal_stand_ins.push(format!(
@@ -557,10 +562,10 @@ fn judge_to_end(
     if !report.reduce {
         return recovered.judge_rest(scenario, run, &judging.allowed);
     }
-    let visible = recovered.fs.content_digest();
+    let machine = recovered.fs.content_digest();
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
-        hasher.update(visible);
+        hasher.update(machine);
         hasher.update(judging.digest);
         hasher.finish()
     };
@@ -574,7 +579,7 @@ fn judge_to_end(
     }
     let work_key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
-        hasher.update(visible);
+        hasher.update(machine);
         phase::Worked::inputs(&mut hasher, scenario, run);
         hasher.finish()
     };
