@@ -60,7 +60,8 @@ pub use plan::{Fault, FaultPlan};
 pub use real::{RealFile, RealFs};
 pub use sim::{
     CheckedBlocks, CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image,
-    ImageNode, Media, Observed, REBOOT_CLOCK_MS, ReadMark, Rules, SimFile, SimFs, chunk_bytes,
+    ImageNode, Media, Observed, REBOOT_CLOCK_MS, ReadMark, Rules, Sifted, SimFile, SimFs,
+    chunk_bytes,
 };
 pub use trace::{OpKind, Trace, TraceEntry};
 

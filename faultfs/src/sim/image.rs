@@ -500,7 +500,7 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
 
 /// Builds images of one state, caching the hashes of files that no piece touches and each
 /// file's bytes per choice of its own pieces (most candidates of a crash differ in one file).
-struct Builder<'a> {
+struct Builder<'a, 'k> {
     state: &'a State,
     pieces: &'a Pieces,
     durable_hashes: BTreeMap<Ino, Digest>,
@@ -511,7 +511,13 @@ struct Builder<'a> {
     seen: HashSet<Digest>,
     /// What [`tree_hash`] gathers, kept for the next image (its room grows once).
     tree_hasher: Hasher,
+    /// Whether the caller knows the distinct image with this hash already (then it is not
+    /// built); `None`: every image is built.
+    known: Option<&'k mut dyn FnMut(&Digest) -> bool>,
+    /// The images built, in generation order.
     images: Vec<Image>,
+    /// The position of each image built among the distinct ones (`seen`), in generation order.
+    positions: Vec<usize>,
     generated: usize,
     /// Groups enumerated block by block (see [`Builder::block_outcomes`]).
     checked_groups: usize,
@@ -520,37 +526,38 @@ struct Builder<'a> {
     checked_files: BTreeSet<Ino>,
 }
 
-pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
+/// The images of a crash in `mode` of `state`, those `known` (if given) knows already left
+/// unbuilt: see [`Sifted`].
+pub(crate) fn sift_images(
+    state: &State,
+    mode: CrashMode,
+    known: Option<&mut dyn FnMut(&Digest) -> bool>,
+) -> Sifted {
+    let one = |images: Vec<Image>| {
+        assert_eq!(images.len(), 1, "a process kill leaves one machine");
+        let crash = CrashImages {
+            mode,
+            images,
+            generated: 1,
+            exhaustive: true,
+            pending_pieces: 0,
+            reduced_pieces: 0,
+            checked_groups: 0,
+        };
+        Sifted { crash, distinct: 1, positions: vec![0] }
+    };
     match mode {
         CrashMode::ProcessKill if !state.rules.kill_keeps_volatile => {
             let pieces = Pieces::collect(state);
             let mut builder = Builder::new(state, &pieces);
             builder.add(&vec![Choice::Skip; pieces.len()]);
-            CrashImages {
-                mode,
-                images: builder.images,
-                generated: 1,
-                exhaustive: true,
-                pending_pieces: 0,
-                reduced_pieces: 0,
-                checked_groups: 0,
-            }
+            one(builder.images)
         }
-        CrashMode::ProcessKill => {
-            let image = volatile_image(state);
-            CrashImages {
-                mode,
-                images: vec![image],
-                generated: 1,
-                exhaustive: true,
-                pending_pieces: 0,
-                reduced_pieces: 0,
-                checked_groups: 0,
-            }
-        }
+        CrashMode::ProcessKill => one(vec![volatile_image(state)]),
         CrashMode::PowerLoss => {
             let pieces = Pieces::collect(state);
             let mut builder = Builder::new(state, &pieces);
+            builder.known = known;
             let count = pieces.len();
             let exhaustive = if !state.rules.pending_unordered {
                 builder.prefixes();
@@ -563,11 +570,16 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 false
             };
             assert!(
-                !builder.images.is_empty() && builder.images.len() <= builder.generated,
+                !builder.seen.is_empty() && builder.seen.len() <= builder.generated,
                 "a power loss leaves at least one machine, each a distinct generated one"
             );
-            assert_eq!(builder.seen.len(), builder.images.len(), "no image is listed twice");
-            CrashImages {
+            assert_eq!(builder.positions.len(), builder.images.len(), "a position per image built");
+            debug_assert!(
+                builder.positions.is_sorted_by(|a, b| a < b)
+                    && builder.positions.last().is_none_or(|&last| last < builder.seen.len()),
+                "images built are distinct ones, in generation order"
+            );
+            let crash = CrashImages {
                 mode,
                 images: builder.images,
                 generated: builder.generated,
@@ -575,12 +587,36 @@ pub(crate) fn crash_images(state: &State, mode: CrashMode) -> CrashImages {
                 pending_pieces: count,
                 reduced_pieces: pieces.reduced,
                 checked_groups: builder.checked_groups,
-            }
+            };
+            Sifted { crash, distinct: builder.seen.len(), positions: builder.positions }
         }
     }
 }
 
-/// A digest of everything a power loss's images depend on, as [`crash_images`] builds them:
+/// The images of a crash, sifted by what the caller knew of them (`SimFs::crash_sifted`): every
+/// distinct image is generated and hashed as [`CrashImages`] lists them, but those the caller
+/// knows by their hash are not built.
+#[derive(Clone, Debug)]
+pub struct Sifted {
+    /// The crash, whose `images` are only those the caller did not know, in generation order.
+    pub crash: CrashImages,
+    /// How many distinct images the crash leaves, known or not: as many as
+    /// [`CrashImages::images`] holds when every one is built.
+    pub distinct: usize,
+    /// The position of each image built among the `distinct` ones: its index in
+    /// [`CrashImages::images`] when every one is built.
+    pub positions: Vec<usize>,
+}
+
+impl From<CrashImages> for Sifted {
+    /// A crash whose every image is built, sifted by a caller that knew none of them.
+    fn from(crash: CrashImages) -> Sifted {
+        let distinct = crash.images.len();
+        Sifted { crash, distinct, positions: (0..distinct).collect() }
+    }
+}
+
+/// A digest of everything a power loss's images depend on, as [`sift_images`] builds them:
 /// the durable state (kind, bytes, entries or target) of every inode an image can hold (named
 /// durably from the root, or bound by a pending name change), the pieces the
 /// pending changes are cut into ([`Pieces::collect`]: what they write, which names they bind,
@@ -692,7 +728,7 @@ pub(crate) fn power_loss_digest(state: &State) -> Digest {
     hasher.finish()
 }
 
-impl<'a> Builder<'a> {
+impl<'a> Builder<'a, '_> {
     fn new(state: &'a State, pieces: &'a Pieces) -> Self {
         let mut by_file: BTreeMap<Ino, Vec<usize>> = BTreeMap::new();
         for (index, piece) in pieces.list.iter().enumerate() {
@@ -712,7 +748,9 @@ impl<'a> Builder<'a> {
             outcomes: HashMap::new(),
             seen: HashSet::new(),
             tree_hasher: Hasher::new(),
+            known: None,
             images: Vec::new(),
+            positions: Vec::new(),
             generated: 0,
             checked_groups: 0,
             checked_files: checked_files(state),
@@ -798,16 +836,14 @@ impl<'a> Builder<'a> {
     fn add(&mut self, choices: &[Choice]) {
         assert_eq!(choices.len(), self.pieces.len(), "a choice per piece");
         self.generated += 1;
-        if let Some(image) = self.materialize(choices) {
-            debug_assert!(self.seen.contains(&image.hash), "a new image is remembered as seen");
-            self.images.push(image);
-        }
+        self.materialize(choices);
     }
 
     /// Applies the chosen pieces, in issue order, to the durable state: the image, unless an
-    /// equal one was made before. Each file's bytes depend only on the choices of its own
-    /// pieces, so they are built (and hashed) once per distinct choice of them.
-    fn materialize(&mut self, choices: &[Choice]) -> Option<Image> {
+    /// equal one was made before (see [`Builder::assemble`]). Each file's bytes depend only on
+    /// the choices of its own pieces, so they are built (and hashed) once per distinct choice
+    /// of them.
+    fn materialize(&mut self, choices: &[Choice]) {
         let state = self.state;
         let entries = Changed::names(state, self.pieces, choices);
         let mut files = BTreeMap::new();
@@ -841,7 +877,8 @@ impl<'a> Builder<'a> {
             files.insert(ino, outcome.clone());
         }
         debug_assert!(files.len() <= self.by_file.len(), "only files with pieces change");
-        self.assemble(&entries, &files)
+        let entries = entries.iter().map(|(ino, dir)| (*ino, dir)).collect();
+        self.assemble(&entries, &files);
     }
 
     /// Every image of every subset of the pieces, when there are few enough of them
@@ -893,15 +930,13 @@ impl<'a> Builder<'a> {
                 let outcome =
                     distinct.get(rest % distinct.len()).expect("an index modulo the length");
                 rest /= distinct.len();
-                entries.extend(outcome.entries.iter().map(|(ino, dir)| (*ino, dir.clone())));
+                entries.extend(outcome.entries.iter().map(|(ino, dir)| (*ino, dir)));
                 files.extend(outcome.files.iter().map(|(ino, file)| (*ino, file.clone())));
             }
             self.generated += 1;
-            if let Some(image) = self.assemble(&entries, &files) {
-                self.images.push(image);
-            }
+            self.assemble(&entries, &files);
         }
-        debug_assert!(self.images.len() <= self.generated, "each image is a generated one");
+        debug_assert!(self.seen.len() <= self.generated, "each image is a generated one");
         true
     }
 
@@ -1072,21 +1107,22 @@ impl<'a> Builder<'a> {
         Some(standing)
     }
 
-    /// The image whose directories hold `entries` (the durable ones elsewhere) and whose files
-    /// hold `files` (bytes and their hash; the durable bytes elsewhere), unless an equal one
-    /// was made before (most are: distinct choices of pieces often leave equal machines).
+    /// Adds the image whose directories hold `entries` (the durable ones elsewhere) and whose
+    /// files hold `files` (bytes and their hash; the durable bytes elsewhere), unless an equal
+    /// one was made before (most are: distinct choices of pieces often leave equal machines).
+    /// It is built unless the caller knows it already ([`Builder::known`]).
     fn assemble(
         &mut self,
-        entries: &BTreeMap<Ino, BTreeMap<String, Ino>>,
+        entries: &BTreeMap<Ino, &BTreeMap<String, Ino>>,
         files: &BTreeMap<Ino, (Arc<Vec<u8>>, Digest)>,
-    ) -> Option<Image> {
+    ) {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
         debug_assert!(
             files.keys().all(|ino| matches!(state.inode(*ino).node, Node::File(_))),
             "only files have contents"
         );
-        let entries_of = |dir| entries.get(&dir).unwrap_or(&state.dir(dir).durable);
+        let entries_of = |dir| entries.get(&dir).copied().unwrap_or(&state.dir(dir).durable);
         let mut content = |ino, file: &FileNode| match files.get(&ino) {
             Some((bytes, hash)) => (Arc::clone(bytes), *hash),
             None => {
@@ -1098,9 +1134,14 @@ impl<'a> Builder<'a> {
         let hasher = &mut self.tree_hasher;
         let hash = tree_hash(hasher, state, entries_of, |ino, file| content(ino, file).1);
         if !self.seen.insert(hash) {
-            return None;
+            return;
         }
-        Some(walk(state, entries_of, content, hash))
+        if self.known.as_mut().is_some_and(|known| known(&hash)) {
+            return;
+        }
+        self.positions.push(self.seen.len() - 1);
+        self.images.push(walk(state, entries_of, content, hash));
+        debug_assert!(self.images.len() <= self.seen.len(), "an image built is a distinct one");
     }
 }
 

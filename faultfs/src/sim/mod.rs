@@ -52,7 +52,7 @@ use std::time::{Duration, SystemTime};
 pub use file::SimFile;
 pub use image::{
     CheckedBlocks, CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image,
-    ImageNode, Media,
+    ImageNode, Media, Sifted,
 };
 use path::{child_path, normalize, split_image_path};
 use process::next_machine;
@@ -615,22 +615,38 @@ impl SimFs {
     /// kernel accepted); `PowerLoss` gives durable state plus the subsets of pending changes the
     /// model allows (see `image`). Images are deduplicated by content hash.
     pub fn crash(&self, mode: CrashMode) -> CrashImages {
+        let sifted = self.sift(mode, None);
+        assert_eq!(sifted.crash.images.len(), sifted.distinct, "every image is built");
+        sifted.crash
+    }
+
+    /// [`SimFs::crash`], but an image whose hash `known` knows (it is asked once per distinct
+    /// image, in generation order) is left unbuilt: the same images, numbered as `crash` numbers
+    /// them, the known ones only counted. Each is rebooted as `boot` (one more than this
+    /// machine's), which the images' hashes leave out.
+    pub fn crash_sifted(&self, mode: CrashMode, known: &mut dyn FnMut(&Digest) -> bool) -> Sifted {
+        self.sift(mode, Some(known))
+    }
+
+    fn sift(&self, mode: CrashMode, known: Option<&mut dyn FnMut(&Digest) -> bool>) -> Sifted {
         let mut state = self.lock();
         state.check();
         state.exposed = true;
-        let mut crash = image::crash_images(&state, mode);
-        for image in &mut crash.images {
+        let mut sifted = image::sift_images(&state, mode, known);
+        for image in &mut sifted.crash.images {
             image.boot = state.boot + 1;
             image.media = state.media;
             image.checked_blocks = state.checked_blocks;
         }
+        let crash = &sifted.crash;
         assert!(
-            mode == CrashMode::PowerLoss || crash.images.len() == 1,
+            mode == CrashMode::PowerLoss || sifted.distinct == 1,
             "a process kill leaves one machine: everything the kernel accepted"
         );
-        assert!(!crash.images.is_empty(), "a crash leaves a machine");
-        assert!(crash.images.len() <= crash.generated, "images are the distinct ones generated");
-        crash
+        assert!(sifted.distinct > 0, "a crash leaves a machine");
+        assert!(sifted.distinct <= crash.generated, "images are the distinct ones generated");
+        assert!(crash.images.len() <= sifted.distinct, "images built are distinct ones");
+        sifted
     }
 
     /// A digest of everything the images of a power loss here depend on: two machines with

@@ -609,3 +609,45 @@ fn a_crash_kept_at_each_op_is_the_run_crashed_there() {
         assert_eq!(a.visible_digest(), b.visible_digest(), "op {j}");
     }
 }
+
+/// A crash sifted by what the caller knows asks about each distinct image once, in the order
+/// `crash` lists them, and builds exactly the ones not known, numbered as `crash` numbers them;
+/// what it counts of the enumeration is what `crash` counts. Under unordered pending changes
+/// (subsets of groups, torn writes) and ordered ones (prefixes) alike.
+#[test]
+fn a_sifted_crash_builds_the_images_not_known_where_the_crash_numbers_them() {
+    for rules in [Rules::default(), Rules { pending_unordered: false, ..Rules::default() }] {
+        let fs = fs_with_dir(rules);
+        for (name, bytes) in [("/d/a", &b"first"[..]), ("/d/b", b"second"), ("/d/c", b"third")] {
+            let file = fs.open(p(name), OpenOptions::create(), B).unwrap();
+            file.append(bytes, B).unwrap();
+            file.sync_data(B).unwrap();
+            file.append(&[b'x'; 9000], B).unwrap();
+        }
+        fs.rename(p("/d/c"), p("/d/e"), B).unwrap();
+        let full = fs.crash(CrashMode::PowerLoss);
+        assert!(full.images.len() >= 6, "{rules:?}: enough images to sift ({})", full.images.len());
+        for keep in [0, 1, 2] {
+            // Known: every image whose number is `keep` modulo 3 is built.
+            let mut asked = Vec::new();
+            let sifted = fs.crash_sifted(CrashMode::PowerLoss, &mut |hash| {
+                asked.push(*hash);
+                (asked.len() - 1) % 3 != keep
+            });
+            let hashes: Vec<_> = full.images.iter().map(faultfs::Image::hash).collect();
+            assert_eq!(asked, hashes, "{rules:?}: each distinct image asked about once, in order");
+            assert_eq!(sifted.distinct, full.images.len(), "{rules:?}");
+            let expected: Vec<usize> = (0..full.images.len()).filter(|i| i % 3 == keep).collect();
+            assert_eq!(sifted.positions, expected, "{rules:?}: the images not known, numbered");
+            for (&at, image) in sifted.positions.iter().zip(&sifted.crash.images) {
+                let whole = &full.images[at];
+                assert!(image == whole, "{rules:?}: image {at} is built as the crash builds it");
+                assert_eq!((image.boot(), image.media()), (whole.boot(), whole.media()));
+            }
+            let counts = |crash: &faultfs::CrashImages| {
+                (crash.generated, crash.exhaustive, crash.pending_pieces, crash.reduced_pieces)
+            };
+            assert_eq!(counts(&sifted.crash), counts(&full), "{rules:?}: the same enumeration");
+        }
+    }
+}

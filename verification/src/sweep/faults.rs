@@ -39,8 +39,9 @@ pub(crate) fn fault_point(
     let mut run = run;
     run.violations = common;
     // Power loss right after the failure (fsyncgate: dropped data is visible but not durable).
-    let power = fs.crash(CrashMode::PowerLoss);
+    let power = faultfs::Sifted::from(fs.crash(CrashMode::PowerLoss));
     report.count_enumeration(scenario, &power);
+    let power = power.crash;
     let key =
         (scenario.name.to_string(), transition.clone(), boundary.clone(), CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;

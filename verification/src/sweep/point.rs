@@ -71,8 +71,9 @@ pub(crate) fn sweep_point(
                 judge_sequence(options, sequence, Source::Restart(&fs), &base, report);
             }
             CrashMode::PowerLoss => {
-                let crash = fs.crash(mode);
-                report.count_enumeration(scenario, &crash);
+                let sifted = faultfs::Sifted::from(fs.crash(mode));
+                report.count_enumeration(scenario, &sifted);
+                let crash = sifted.crash;
                 let torn = crash.images.iter().position(torn_tail);
                 for (index, image) in crash.images.iter().enumerate() {
                     let place = Place {
@@ -201,15 +202,10 @@ fn judge_deeper(
     let name = format!("{}+work+power", first.name());
     let key = place.key(&name, CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;
-    let crash = fs.crash(CrashMode::PowerLoss);
-    report.count_enumeration(scenario, &crash);
     let run_digest = digest_of(&checked.run);
-    for (index, image) in crash.images.iter().enumerate() {
-        let Some(messages) =
-            judge_image(report, &key, image, scenario, &checked.run, &run_digest, seed)
-        else {
-            continue;
-        };
+    let (verdicts, _, _) =
+        judge_power_loss(fs, &key, scenario, (&checked.run, &run_digest), seed, report);
+    for (index, messages) in verdicts {
         let token = Token { then_power: Some(index), ..place.token.clone() };
         record(report, &key, token, place, messages);
     }
@@ -277,9 +273,37 @@ fn compare_kept_crash(
     }
 }
 
-/// Judges the last phase on `image` (a power loss's) in cell `key` against `run` (its digest
-/// `run_digest`); `None` when the same image was judged against the same run at this crash
-/// point already, or when a judged image stands for it.
+/// The verdicts on the images of a power loss of `fs` in cell `key` against `run` (its digest
+/// `run_digest`), each with its image number, as [`judge_image`] judges them; the power loss
+/// (the images built) and how many of its images were skipped: those judged against the same
+/// run at this crash point before (`Report::first_judgement`), which are left unbuilt.
+fn judge_power_loss(
+    fs: &SimFs,
+    key: &CellKey,
+    scenario: &Scenario,
+    (run, run_digest): (&run::Execution, &Digest),
+    seed: u64,
+    report: &mut Report,
+) -> (Vec<(usize, Vec<String>)>, faultfs::Sifted, u64) {
+    let boot = fs.boot() + 1;
+    let repeated = report.repeated;
+    let sifted = fs.crash_sifted(CrashMode::PowerLoss, &mut |image| {
+        !report.first_judgement(key, (image, boot), run_digest)
+    });
+    report.count_enumeration(scenario, &sifted);
+    let mut verdicts = Vec::new();
+    for (&index, image) in sifted.positions.iter().zip(&sifted.crash.images) {
+        debug_assert_eq!(image.boot(), boot, "an image is rebooted as one more boot");
+        if let Some(messages) = judge_image(report, key, image, scenario, run, run_digest, seed) {
+            verdicts.push((index, messages));
+        }
+    }
+    (verdicts, sifted, report.repeated - repeated)
+}
+
+/// Judges the last phase on `image` (a power loss's, not judged against the same run at this
+/// crash point before) in cell `key` against `run` (its digest `run_digest`); `None` when a
+/// judged image stands for it.
 fn judge_image(
     report: &mut Report,
     key: &CellKey,
@@ -289,9 +313,6 @@ fn judge_image(
     run_digest: &Digest,
     seed: u64,
 ) -> Option<Vec<String>> {
-    if !report.first_judgement(key, image, run_digest) {
-        return None;
-    }
     let stand_in = report.stood_for(key, image, run_digest);
     if stand_in.is_some() && !report.verify {
         return None;
@@ -380,19 +401,10 @@ fn judge_second_crash(
             if !report.verify && report.repeated_crash(scenario, key, (&machine, run_digest)) {
                 return Vec::new();
             }
-            let crash = halted.fs.crash(mode);
-            report.count_enumeration(scenario, &crash);
-            let repeated = report.repeated;
-            let mut verdicts = Vec::new();
-            for (index, image) in crash.images.iter().enumerate() {
-                if let Some(messages) =
-                    judge_image(report, key, image, scenario, &halted.run, run_digest, seed)
-                {
-                    verdicts.push((index, messages));
-                }
-            }
-            let skipped = report.repeated - repeated;
-            report.note_crash(&crash, (&machine, run_digest), skipped);
+            let run = (&*halted.run, run_digest);
+            let (verdicts, sifted, skipped) =
+                judge_power_loss(&halted.fs, key, scenario, run, seed, report);
+            report.note_crash(&sifted, (&machine, run_digest), skipped);
             verdicts
         }
     }
@@ -433,15 +445,10 @@ fn judge_first_commands(
             record(report, &key, token, place, messages);
             continue;
         }
-        let crash = fs.crash(CrashMode::PowerLoss);
-        report.count_enumeration(scenario, &crash);
         let run_digest = digest_of(&next);
-        for (index, image) in crash.images.iter().enumerate() {
-            let Some(messages) =
-                judge_image(report, &key, image, scenario, &next, &run_digest, seed)
-            else {
-                continue;
-            };
+        let (verdicts, _, _) =
+            judge_power_loss(&fs, &key, scenario, (&next, &run_digest), seed, report);
+        for (index, messages) in verdicts {
             let token = Token { first: Some((n, index)), ..place.token.clone() };
             record(report, &key, token, place, messages);
         }

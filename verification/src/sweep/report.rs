@@ -190,7 +190,7 @@ pub struct Enumeration {
 }
 
 impl Report {
-    pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::CrashImages) {
+    pub(crate) fn count_enumeration(&mut self, scenario: &Scenario, crash: &faultfs::Sifted) {
         self.count_enumerated(scenario, &Enumerated::of(crash));
     }
 
@@ -296,16 +296,17 @@ impl Report {
 pub(crate) const VIOLATIONS_KEPT_PER_CELL: u64 = 3;
 
 impl Report {
-    /// Whether `image` has not yet been judged against the run with digest `run`; marks it.
+    /// Whether the image with hash `image` (rebooted as `boot`) has not yet been judged against
+    /// the run with digest `run`; marks it.
     pub(crate) fn first_judgement(
         &mut self,
         key: &CellKey,
-        image: &faultfs::Image,
+        (image, boot): (&Digest, u64),
         run: &Digest,
     ) -> bool {
         let mut hasher = Hasher::new();
-        hasher.update(image.hash());
-        hasher.update(image.boot().to_le_bytes());
+        hasher.update(image);
+        hasher.update(boot.to_le_bytes());
         hasher.update(run);
         let fresh = self.judged.insert(hasher.finish());
         if !fresh {
@@ -342,11 +343,11 @@ impl Report {
     /// skipped, or the reduction is reported broken.
     pub(crate) fn note_crash(
         &mut self,
-        crash: &faultfs::CrashImages,
+        crash: &faultfs::Sifted,
         (machine, run): (&Digest, &Digest),
         skipped: u64,
     ) {
-        if !crash.exhaustive {
+        if !crash.crash.exhaustive {
             return;
         }
         let enumerated = Enumerated::of(crash);
@@ -378,9 +379,10 @@ struct Enumerated {
 }
 
 impl Enumerated {
-    fn of(crash: &faultfs::CrashImages) -> Enumerated {
+    fn of(sifted: &faultfs::Sifted) -> Enumerated {
+        let crash = &sifted.crash;
         Enumerated {
-            images: crash.images.len(),
+            images: sifted.distinct,
             exhaustive: crash.exhaustive,
             checked_groups: crash.checked_groups,
             reduced_pieces: crash.reduced_pieces,
@@ -540,8 +542,8 @@ pub fn merge(parts: Vec<Report>, scenarios: &[String]) -> Report {
 mod tests {
     use super::*;
 
-    fn crash(pending_pieces: usize) -> faultfs::CrashImages {
-        faultfs::CrashImages {
+    fn crash(pending_pieces: usize) -> faultfs::Sifted {
+        faultfs::Sifted::from(faultfs::CrashImages {
             mode: CrashMode::PowerLoss,
             images: Vec::new(),
             generated: 1,
@@ -549,7 +551,7 @@ mod tests {
             pending_pieces,
             reduced_pieces: 0,
             checked_groups: 0,
-        }
+        })
     }
 
     /// When verifying the reductions, a power loss whose digest equals one enumerated before
@@ -566,6 +568,7 @@ mod tests {
         assert_eq!(report.unequal_stand_ins.len(), 1, "another enumeration under one digest");
         let machine_with_an_image = [3; 16];
         let empty = faultfs::SimFs::new(faultfs::FaultPlan::none(1)).crash(CrashMode::PowerLoss);
+        let empty = faultfs::Sifted::from(empty);
         report.note_crash(&empty, (&machine_with_an_image, &run), 0);
         report.note_crash(&empty, (&machine_with_an_image, &run), 1);
         assert_eq!(report.unequal_stand_ins.len(), 1, "every image judged before: as expected");
