@@ -1637,7 +1637,7 @@ fn volatile_image(state: &State) -> Image {
     let image = walk(
         state,
         entries_of,
-        |_, file| (Arc::new(file.volatile.clone()), digest(&file.volatile)),
+        |_, file| (Arc::clone(&file.volatile), digest(&file.volatile)),
         hash,
     );
     debug_assert!(

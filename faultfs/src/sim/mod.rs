@@ -143,7 +143,8 @@ const SYMLINKS_FOLLOWED_MAX: usize = 40;
 #[derive(Clone, Debug)]
 pub(crate) struct FileNode {
     durable: Arc<Vec<u8>>,
-    volatile: Vec<u8>,
+    /// Shared with the machines this one was copied from or to, until one of them changes it.
+    volatile: Arc<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -414,7 +415,7 @@ impl SimFs {
                         state.image_files.insert(ino, path.clone());
                         Node::File(FileNode {
                             durable: Arc::clone(bytes),
-                            volatile: bytes.to_vec(),
+                            volatile: Arc::clone(bytes),
                         })
                     }
                     ImageNode::Symlink(target) => Node::Symlink(target.clone()),
@@ -666,6 +667,12 @@ impl SimFs {
     /// comparing images by what was read of them ([`Image::digest_within`]) compares those in
     /// full.
     pub fn observed(&self) -> Observed {
+        self.observed_with(&BTreeSet::new())
+    }
+
+    /// What [`SimFs::observed`] would answer after [`SimFs::note_read`] of `paths`, leaving
+    /// this machine as it is (what it counts as read unchanged).
+    pub fn observed_with(&self, paths: &BTreeSet<String>) -> Observed {
         let state = self.lock();
         if state.exposed {
             return Observed::Everything;
@@ -674,9 +681,8 @@ impl SimFs {
             state.image_files_read.len() <= state.image_files.len(),
             "only an image's files are counted as read"
         );
-        let files: BTreeSet<String> = state
-            .image_files_read
-            .iter()
+        let also = state.image_files_at(paths);
+        let files: BTreeSet<String> = (state.image_files_read.iter().chain(&also))
             .map(|ino| state.image_files.get(ino).expect("a file read is an image file").clone())
             .collect();
         Observed::Files(files)
@@ -727,7 +733,7 @@ impl SimFs {
                 Node::File(file) => {
                     hasher.update(b"f");
                     hasher.update((file.volatile.len() as u64).to_le_bytes());
-                    hasher.update(&file.volatile);
+                    hasher.update(file.volatile.as_slice());
                 }
                 Node::Symlink(target) => {
                     hasher.update(b"l");
@@ -786,13 +792,8 @@ impl SimFs {
     /// read, for [`SimFs::observed`]: what ops that did not run here read of a machine alike.
     pub fn note_read(&self, paths: &BTreeSet<String>) {
         let mut state = self.lock();
-        for path in paths {
-            let components = split_image_path(path);
-            let Some(ino) = state.lookup_components(&components) else { continue };
-            if state.image_files.contains_key(&ino) {
-                state.image_files_read.insert(ino);
-            }
-        }
+        let read = state.image_files_at(paths);
+        state.image_files_read.extend(read);
         debug_assert!(
             state.image_files_read.len() <= state.image_files.len(),
             "only an image's files are counted as read"
@@ -865,6 +866,16 @@ impl State {
     pub(crate) fn inode(&self, ino: Ino) -> &Inode {
         debug_assert!(ino < self.next_ino, "inode {ino} was handed out");
         self.inodes.get(&ino).unwrap_or_else(|| panic!("inode {ino} is linked but missing"))
+    }
+
+    /// The files this machine was rebuilt with from an image that `paths` (absolute, the last
+    /// link not followed) name now.
+    fn image_files_at(&self, paths: &BTreeSet<String>) -> Vec<Ino> {
+        let named = paths.iter().filter_map(|path| {
+            let components = split_image_path(path);
+            self.lookup_components(&components)
+        });
+        named.filter(|ino| self.image_files.contains_key(ino)).collect()
     }
 
     /// Fails if the simulated process has crashed.
@@ -1049,7 +1060,7 @@ impl State {
         );
         let ino = self.new_inode(Node::File(FileNode {
             durable: Arc::new(Vec::new()),
-            volatile: Vec::new(),
+            volatile: Arc::new(Vec::new()),
         }));
         self.bind(vec![NameChange { dir: parent, name: name.to_owned(), target: Some(ino) }]);
         ino
@@ -1200,7 +1211,7 @@ impl State {
     fn write(&mut self, ino: Ino, offset: u64, bytes: &[u8]) {
         let now = self.clock_ms;
         let file = self.file_mut(ino);
-        apply_write(&mut file.volatile, offset, bytes);
+        apply_write(Arc::make_mut(&mut file.volatile), offset, bytes);
         debug_assert!(
             file.volatile.get(to_usize(offset)..).is_some_and(|tail| tail.starts_with(bytes)),
             "reads see a write at once"
@@ -1218,7 +1229,7 @@ impl State {
     fn set_len(&mut self, ino: Ino, len: u64) {
         let now = self.clock_ms;
         let file = self.file_mut(ino);
-        file.volatile.resize(to_usize(len), 0);
+        Arc::make_mut(&mut file.volatile).resize(to_usize(len), 0);
         debug_assert_eq!(file.volatile.len() as u64, len, "reads see a length change at once");
         self.inodes.get_mut(&ino).expect("open files keep their inode").modified_ms = now;
         self.pending.push(Pending::Data { ino, change: DataChange::SetLen { len } });
