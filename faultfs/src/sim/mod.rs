@@ -667,12 +667,6 @@ impl SimFs {
     /// comparing images by what was read of them ([`Image::digest_within`]) compares those in
     /// full.
     pub fn observed(&self) -> Observed {
-        self.observed_with(&BTreeSet::new())
-    }
-
-    /// What [`SimFs::observed`] would answer after [`SimFs::note_read`] of `paths`, leaving
-    /// this machine as it is (what it counts as read unchanged).
-    pub fn observed_with(&self, paths: &BTreeSet<String>) -> Observed {
         let state = self.lock();
         if state.exposed {
             return Observed::Everything;
@@ -681,8 +675,7 @@ impl SimFs {
             state.image_files_read.len() <= state.image_files.len(),
             "only an image's files are counted as read"
         );
-        let also = state.image_files_at(paths);
-        let files: BTreeSet<String> = (state.image_files_read.iter().chain(&also))
+        let files: BTreeSet<String> = (state.image_files_read.iter())
             .map(|ino| state.image_files.get(ino).expect("a file read is an image file").clone())
             .collect();
         Observed::Files(files)

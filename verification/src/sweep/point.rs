@@ -570,52 +570,72 @@ fn judge_to_end(
         return recovered.judge_rest(scenario, run, &judging.allowed);
     }
     let machine = recovered.fs.content_digest();
-    let key: Digest = {
-        let mut hasher = judgement_key(scenario, seed);
-        hasher.update(machine);
-        hasher.update(judging.digest);
-        hasher.finish()
-    };
-    let known = CONTINUATIONS.get(&key);
-    if let Some(known) = &known
-        && !report.verify
+    if !report.verify
+        && let Some((verdict, read)) =
+            shared_after_recovery(report, &machine, scenario, judging, seed)
     {
-        report.shared += 1;
-        recovered.fs.note_read(&known.read);
-        return known.verdict.clone();
+        recovered.fs.note_read(&read);
+        return verdict;
     }
-    let work_key: Digest = {
-        let mut hasher = judgement_key(scenario, seed);
-        hasher.update(machine);
-        phase::Worked::inputs(&mut hasher, scenario, run);
-        hasher.finish()
-    };
-    let known_work = WORKS.get(&work_key);
     let fs = recovered.fs.clone();
-    let work = match &known_work {
-        Some(known) if !report.verify => {
-            report.worked += 1;
-            fs.note_read(&known.read);
-            Arc::clone(known)
-        }
-        _ => {
-            let mark = fs.mark_reads();
-            let worked = recovered.work(scenario, run);
-            let ran = Work { worked, read: fs.read_since(&mark) };
-            let what = "the continued work on one recovered machine";
-            if settle(&WORKS, work_key, known_work, &ran, what, report) {
-                report.worked += 1;
-            }
-            Arc::new(ran)
-        }
-    };
-    let verdict = work.worked.judge(run, &judging.allowed);
-    let ran = Continuation { verdict, read: work.read.clone() };
+    let mark = fs.mark_reads();
+    let worked = recovered.work(scenario, run);
+    let ran = Work { worked, read: fs.read_since(&mark) };
+    let key = work_key(scenario, seed, &machine, run);
+    let what = "the continued work on one recovered machine";
+    if settle(&WORKS, key, WORKS.get(&key), &ran, what, report) {
+        report.worked += 1;
+    }
+    let verdict = ran.worked.judge(run, &judging.allowed);
+    let ran = Continuation { verdict, read: ran.read };
+    let key = continuation_key(scenario, seed, &machine, judging);
     let what = "the judgement after recovery to one machine";
-    if settle(&CONTINUATIONS, key, known, &ran, what, report) {
+    if settle(&CONTINUATIONS, key, CONTINUATIONS.get(&key), &ran, what, report) {
         report.shared += 1;
     }
     ran.verdict
+}
+
+/// What follows recovery to the machine whose content digest is `machine` against the run
+/// `judging` reads (see [`judge_to_end`]), as remembered: the continuation judged against a run
+/// that agrees with it there, or the continued work on that machine for a run it agrees with on
+/// what the work reads of it, judged against this run here. Its verdict and the files it read
+/// (their paths when it began); `None` when neither is remembered.
+fn shared_after_recovery(
+    report: &mut Report,
+    machine: &Digest,
+    scenario: &Scenario,
+    judging: &Judging,
+    seed: u64,
+) -> Option<(Vec<String>, BTreeSet<String>)> {
+    let key = continuation_key(scenario, seed, machine, judging);
+    if let Some(known) = CONTINUATIONS.get(&key) {
+        report.shared += 1;
+        return Some((known.verdict.clone(), known.read.clone()));
+    }
+    let work = WORKS.get(&work_key(scenario, seed, machine, &judging.run))?;
+    report.worked += 1;
+    let verdict = work.worked.judge(&judging.run, &judging.allowed);
+    let ran = Continuation { verdict, read: work.read.clone() };
+    CONTINUATIONS.insert(key, Arc::new(ran.clone()));
+    Some((ran.verdict, ran.read))
+}
+
+/// The key of a continuation after recovery to `machine` (a content digest) against the run
+/// `judging` reads: see [`CONTINUATIONS`].
+fn continuation_key(scenario: &Scenario, seed: u64, machine: &Digest, judging: &Judging) -> Digest {
+    let mut hasher = judgement_key(scenario, seed);
+    hasher.update(machine);
+    hasher.update(judging.digest);
+    hasher.finish()
+}
+
+/// The key of the continued work on `machine` (a content digest) for `run`: see [`WORKS`].
+fn work_key(scenario: &Scenario, seed: u64, machine: &Digest, run: &run::Execution) -> Digest {
+    let mut hasher = judgement_key(scenario, seed);
+    hasher.update(machine);
+    phase::Worked::inputs(&mut hasher, scenario, run);
+    hasher.finish()
 }
 
 /// A last phase's continued work on one recovered machine (see `phase::Worked`), and the
