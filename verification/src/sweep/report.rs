@@ -418,8 +418,12 @@ impl Report {
     }
 
     fn class_key(key: &CellKey, run: &Digest) -> Digest {
+        let (scenario, transition, boundary, mode) = key;
         let mut hasher = Hasher::new();
-        hasher.update(format!("{key:?}").as_bytes());
+        for name in [scenario.as_str(), transition, boundary, mode.name()] {
+            hasher.update((name.len() as u64).to_le_bytes());
+            hasher.update(name.as_bytes());
+        }
         hasher.update(run);
         hasher.finish()
     }
