@@ -503,7 +503,8 @@ fn ephemeral(state: &State) -> (BTreeSet<Ino>, BTreeSet<Ino>) {
 struct Builder<'a, 'k> {
     state: &'a State,
     pieces: &'a Pieces,
-    durable_hashes: BTreeMap<Ino, Digest>,
+    /// The hash of each file's durable bytes, by inode number, once worked out.
+    durable_hashes: Vec<Option<Digest>>,
     /// The data pieces (chunks and lengths) of each file, in issue order.
     by_file: BTreeMap<Ino, Vec<usize>>,
     /// A file's bytes and their hash, by the file and the choices of its pieces.
@@ -743,7 +744,7 @@ impl<'a> Builder<'a, '_> {
         Builder {
             state,
             pieces,
-            durable_hashes: BTreeMap::new(),
+            durable_hashes: vec![None; usize::try_from(state.next_ino).expect("inodes fit memory")],
             by_file,
             outcomes: HashMap::new(),
             seen: HashSet::new(),
@@ -1126,8 +1127,10 @@ impl<'a> Builder<'a, '_> {
         let mut content = |ino, file: &FileNode| match files.get(&ino) {
             Some((bytes, hash)) => (Arc::clone(bytes), *hash),
             None => {
-                let hash =
-                    *durable_hashes.entry(ino).or_insert_with(|| digest(file.durable.as_slice()));
+                let known = usize::try_from(ino).ok().and_then(|at| durable_hashes.get_mut(at));
+                let hash = *known
+                    .expect("every inode is numbered below the next")
+                    .get_or_insert_with(|| digest(file.durable.as_slice()));
                 (Arc::clone(&file.durable), hash)
             }
         };
