@@ -296,6 +296,15 @@ impl Report {
 pub(crate) const VIOLATIONS_KEPT_PER_CELL: u64 = 3;
 
 impl Report {
+    /// The cell `key` (its key copied only the first time: most images count in a cell that
+    /// holds some already).
+    pub(crate) fn cell(&mut self, key: &CellKey) -> &mut Cell {
+        if !self.cells.contains_key(key) {
+            self.cells.insert(key.clone(), Cell::default());
+        }
+        self.cells.get_mut(key).expect("the cell was just made if it was missing")
+    }
+
     /// Whether the image with hash `image` (rebooted as `boot`) has not yet been judged against
     /// the run with digest `run`; marks it.
     pub(crate) fn first_judgement(
@@ -311,7 +320,7 @@ impl Report {
         let fresh = self.judged.insert(hasher.finish());
         if !fresh {
             self.repeated += 1;
-            self.cells.entry(key.clone()).or_default().repeated += 1;
+            self.cell(key).repeated += 1;
         }
         fresh
     }
@@ -332,7 +341,7 @@ impl Report {
         };
         self.count_enumerated(scenario, &known);
         self.repeated += known.images as u64;
-        self.cells.entry(key.clone()).or_default().repeated += known.images as u64;
+        self.cell(key).repeated += known.images as u64;
         true
     }
 
@@ -446,7 +455,7 @@ impl Report {
             .find_map(|class| class.verdicts.get(&image.digest_within(&class.read)))?
             .clone();
         self.equivalent += 1;
-        self.cells.entry(key.clone()).or_default().equivalent += 1;
+        self.cell(key).equivalent += 1;
         Some(verdict)
     }
 
@@ -495,7 +504,7 @@ pub(crate) fn record(
     messages: Vec<String>,
 ) {
     report.images += 1;
-    let cell = report.cells.entry(key.clone()).or_default();
+    let cell = report.cell(key);
     cell.images += 1;
     if messages.is_empty() {
         return;
