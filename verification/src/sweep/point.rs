@@ -286,10 +286,13 @@ fn judge_power_loss(
     report: &mut Report,
 ) -> (Vec<(usize, Vec<String>)>, faultfs::Sifted, u64) {
     let boot = fs.boot() + 1;
-    let repeated = report.repeated;
+    let mut skipped = 0;
     let sifted = fs.crash_sifted(CrashMode::PowerLoss, &mut |image| {
-        !report.first_judgement(key, (image, boot), run_digest)
+        let known = !report.first_judgement((image, boot), run_digest);
+        skipped += u64::from(known);
+        known
     });
+    report.note_skipped(key, skipped);
     report.count_enumeration(scenario, &sifted);
     let mut verdicts = Vec::new();
     for (&index, image) in sifted.positions.iter().zip(&sifted.crash.images) {
@@ -298,7 +301,7 @@ fn judge_power_loss(
             verdicts.push((index, messages));
         }
     }
-    (verdicts, sifted, report.repeated - repeated)
+    (verdicts, sifted, skipped)
 }
 
 /// Judges the last phase on `image` (a power loss's, not judged against the same run at this

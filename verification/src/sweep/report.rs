@@ -306,23 +306,23 @@ impl Report {
     }
 
     /// Whether the image with hash `image` (rebooted as `boot`) has not yet been judged against
-    /// the run with digest `run`; marks it.
-    pub(crate) fn first_judgement(
-        &mut self,
-        key: &CellKey,
-        (image, boot): (&Digest, u64),
-        run: &Digest,
-    ) -> bool {
-        let mut hasher = Hasher::new();
-        hasher.update(image);
-        hasher.update(boot.to_le_bytes());
-        hasher.update(run);
-        let fresh = self.judged.insert(hasher.finish());
-        if !fresh {
-            self.repeated += 1;
-            self.cell(key).repeated += 1;
+    /// the run with digest `run`; marks it. The caller counts it as skipped
+    /// ([`Report::note_skipped`]) when it was.
+    pub(crate) fn first_judgement(&mut self, (image, boot): (&Digest, u64), run: &Digest) -> bool {
+        let mut bytes = [0; 40];
+        let boot = boot.to_le_bytes();
+        let key = image.iter().chain(&boot).chain(run);
+        for (byte, from) in bytes.iter_mut().zip(key) {
+            *byte = *from;
         }
-        fresh
+        self.judged.insert(faultfs::digest(&bytes))
+    }
+
+    /// Counts `skipped` images of cell `key` as skipped: each judged against the same run at
+    /// this crash point before ([`Report::first_judgement`]).
+    pub(crate) fn note_skipped(&mut self, key: &CellKey, skipped: u64) {
+        self.repeated += skipped;
+        self.cell(key).repeated += skipped;
     }
 
     /// Whether a power loss of a machine whose `SimFs::power_loss_digest` is `machine`, judged
