@@ -203,8 +203,7 @@ fn judge_deeper(
     let key = place.key(&name, CrashMode::PowerLoss);
     report.cells.entry(key.clone()).or_default().points += 1;
     let run_digest = digest_of(&checked.run);
-    let (verdicts, _, _) =
-        judge_power_loss(fs, &key, scenario, (&checked.run, &run_digest), seed, report);
+    let verdicts = judge_power_loss(fs, &key, scenario, (&checked.run, &run_digest), seed, report);
     for (index, messages) in verdicts {
         let token = Token { then_power: Some(index), ..place.token.clone() };
         record(report, &key, token, place, messages);
@@ -274,9 +273,10 @@ fn compare_kept_crash(
 }
 
 /// The verdicts on the images of a power loss of `fs` in cell `key` against `run` (its digest
-/// `run_digest`), each with its image number, as [`judge_image`] judges them; the power loss
-/// (the images built) and how many of its images were skipped: those judged against the same
-/// run at this crash point before (`Report::first_judgement`), which are left unbuilt.
+/// `run_digest`), each with its image number, as [`judge_image`] judges them. The images
+/// judged against the same run at this crash point before (`Report::first_judgement`) are
+/// skipped and left unbuilt; a power loss enumerated before at this point, against the same
+/// run, with the same digest (`Report::repeated_crash`) is not enumerated again.
 fn judge_power_loss(
     fs: &SimFs,
     key: &CellKey,
@@ -284,7 +284,15 @@ fn judge_power_loss(
     (run, run_digest): (&run::Execution, &Digest),
     seed: u64,
     report: &mut Report,
-) -> (Vec<(usize, Vec<String>)>, faultfs::Sifted, u64) {
+) -> Vec<(usize, Vec<String>)> {
+    // Neighbouring ops of a phase, and the power losses after a phase and after each first
+    // command, often leave what a power loss keeps as it was (a lock taken or released, a sync
+    // with nothing pending), against the same run. When verifying the reductions, it is
+    // enumerated anyway, and must leave the same images, every one skipped.
+    let machine = fs.power_loss_digest();
+    if !report.verify && report.repeated_crash(scenario, key, (&machine, run_digest)) {
+        return Vec::new();
+    }
     let boot = fs.boot() + 1;
     let mut skipped = 0;
     let sifted = fs.crash_sifted(CrashMode::PowerLoss, &mut |image| {
@@ -301,7 +309,8 @@ fn judge_power_loss(
             verdicts.push((index, messages));
         }
     }
-    (verdicts, sifted, skipped)
+    report.note_crash(&sifted, (&machine, run_digest), skipped);
+    verdicts
 }
 
 /// Judges the last phase on `image` (a power loss's, not judged against the same run at this
@@ -396,19 +405,8 @@ fn judge_second_crash(
             vec![(0, judge_to_end(report, machine, scenario, (run, &judging), seed))]
         }
         CrashMode::PowerLoss => {
-            // Neighbouring ops of a phase often leave what a power loss keeps as it was (a
-            // lock taken or released, a sync with nothing pending), against the same run.
-            // When verifying the reductions, it is enumerated anyway, and must leave the same
-            // images, every one skipped.
-            let machine = halted.fs.power_loss_digest();
-            if !report.verify && report.repeated_crash(scenario, key, (&machine, run_digest)) {
-                return Vec::new();
-            }
             let run = (&*halted.run, run_digest);
-            let (verdicts, sifted, skipped) =
-                judge_power_loss(&halted.fs, key, scenario, run, seed, report);
-            report.note_crash(&sifted, (&machine, run_digest), skipped);
-            verdicts
+            judge_power_loss(&halted.fs, key, scenario, run, seed, report)
         }
     }
 }
@@ -449,8 +447,7 @@ fn judge_first_commands(
             continue;
         }
         let run_digest = digest_of(&next);
-        let (verdicts, _, _) =
-            judge_power_loss(&fs, &key, scenario, (&next, &run_digest), seed, report);
+        let verdicts = judge_power_loss(&fs, &key, scenario, (&next, &run_digest), seed, report);
         for (index, messages) in verdicts {
             let token = Token { first: Some((n, index)), ..place.token.clone() };
             record(report, &key, token, place, messages);
