@@ -15,6 +15,17 @@ use std::io;
 /// A 128-bit digest (XXH3-128, little-endian).
 pub type Digest = [u8; 16];
 
+/// How sets and maps keyed by digests hash them: a digest is already uniform, so a fast fixed
+/// hash of it serves (a keyed, collision-resistant one protects against chosen keys, which a
+/// digest of what the program under test wrote is not).
+pub type DigestState = foldhash::fast::FixedState;
+
+/// A set of digests.
+pub type DigestSet = std::collections::HashSet<Digest, DigestState>;
+
+/// A map keyed by digests.
+pub type DigestMap<V> = std::collections::HashMap<Digest, V, DigestState>;
+
 /// The digest of `bytes`.
 pub fn digest(bytes: &[u8]) -> Digest {
     xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()

@@ -53,7 +53,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::SystemTime;
 
-pub use digest::{Digest, Hasher, digest};
+pub use digest::{Digest, DigestMap, DigestSet, DigestState, Hasher, digest};
 pub use error::{Error, Result};
 pub use kill::{KILL_AT_ENV, KILL_TRACE_ENV, KillFile, KillFs, KillPoint};
 pub use plan::{Fault, FaultPlan};

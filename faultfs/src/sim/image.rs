@@ -509,7 +509,7 @@ struct Builder<'a, 'k> {
     by_file: BTreeMap<Ino, Vec<usize>>,
     /// A file's bytes and their hash, by the file and the choices of its pieces.
     outcomes: HashMap<(Ino, Vec<Choice>), FileBytes>,
-    seen: HashSet<Digest>,
+    seen: crate::DigestSet,
     /// What [`tree_hash`] gathers, kept for the next image (its room grows once).
     tree_hasher: Hasher,
     /// Whether the caller knows the distinct image with this hash already (then it is not
@@ -747,7 +747,7 @@ impl<'a> Builder<'a, '_> {
             durable_hashes: vec![None; usize::try_from(state.next_ino).expect("inodes fit memory")],
             by_file,
             outcomes: HashMap::new(),
-            seen: HashSet::new(),
+            seen: crate::DigestSet::default(),
             tree_hasher: Hasher::new(),
             known: None,
             images: Vec::new(),

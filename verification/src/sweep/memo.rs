@@ -8,10 +8,9 @@
 //! just judged. Nothing here is written to disk; the sweep's report does not depend on it
 //! beyond its `reused` and `shared` counts.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use faultfs::Digest;
+use faultfs::{Digest, DigestMap};
 
 /// How many shards a memo's entries are spread over, by the first byte of their key: enough
 /// that workers rarely wait for one another.
@@ -20,7 +19,7 @@ const SHARDS: usize = 16;
 /// Entries by a digest, at most `max` of them; past it, a shard forgets all of its
 /// own and starts over (what was forgotten is judged again, at the cost of the time only).
 pub(crate) struct Memo<V> {
-    shards: [Mutex<HashMap<Digest, Arc<V>>>; SHARDS],
+    shards: [Mutex<DigestMap<Arc<V>>>; SHARDS],
     max: usize,
 }
 
@@ -48,7 +47,7 @@ impl<V> Memo<V> {
         debug_assert!(shard.len() <= self.max / SHARDS, "a shard keeps at most its share");
     }
 
-    fn shard(&self, key: &Digest) -> &Mutex<HashMap<Digest, Arc<V>>> {
+    fn shard(&self, key: &Digest) -> &Mutex<DigestMap<Arc<V>>> {
         &self.shards[usize::from(key[0]) % SHARDS]
     }
 }

@@ -105,11 +105,11 @@ pub struct Report {
     /// the same.
     pub repeated: u64,
     /// (image, boot, run) digests already judged at this crash point.
-    judged: std::collections::HashSet<Digest>,
+    judged: faultfs::DigestSet,
     /// The power losses enumerated exhaustively at this crash point, by a digest of (what
     /// their images depend on, the run they were judged against), with how many images each
     /// left and how they were enumerated: every image of one was judged against that run here.
-    crashes: std::collections::HashMap<Digest, Enumerated>,
+    crashes: faultfs::DigestMap<Enumerated>,
     /// Images not judged because an image judged at the same crash point, in the same cell and
     /// against the same run agreed with them on everything its judgement could observe (every
     /// path, kind, length and link target, and the bytes of every file it read): the
@@ -117,7 +117,7 @@ pub struct Report {
     /// same way (see `faultfs`'s `Image::digest_within`).
     pub equivalent: u64,
     /// Per (cell, run), the judged images' digests, grouped by the files their judgement read.
-    classes: std::collections::HashMap<Digest, Vec<Class>>,
+    classes: faultfs::DigestMap<Vec<Class>>,
     /// Last phases whose continued work did not run again: recovery had left the same machine
     /// (every path, kind, byte and link, the boot and the pid; not the times) as before a
     /// continuation that ran against the same run of the same scenario, and the continued work
@@ -413,7 +413,7 @@ struct Class {
     /// The files (paths in the image) the judgements read.
     read: BTreeSet<String>,
     /// Each judged image's digest within `read`, and its verdict.
-    verdicts: std::collections::HashMap<Digest, Vec<String>>,
+    verdicts: faultfs::DigestMap<Vec<String>>,
 }
 
 impl Report {
@@ -480,7 +480,9 @@ impl Report {
             Some(class) => {
                 class.verdicts.insert(digest, verdict);
             }
-            None => classes.push(Class { read, verdicts: [(digest, verdict)].into() }),
+            None => {
+                classes.push(Class { read, verdicts: [(digest, verdict)].into_iter().collect() })
+            }
         }
     }
 
