@@ -92,7 +92,8 @@ impl Runs {
     }
 
     /// The next point for `worker`: the front of its run; when that is done, the front of the
-    /// back half of the longest run left, which becomes its run. `None` when none is left.
+    /// back half (rounded up) of the longest run left, which becomes its run. `None` when none
+    /// is left.
     fn next(&self, worker: usize) -> Option<usize> {
         let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
         if runs.get(worker).is_some_and(|own| own.is_empty()) {
@@ -100,8 +101,7 @@ impl Runs {
                 .map(|(owner, run)| (owner, run.len()))
                 .max_by_key(|&(owner, len)| (len, std::cmp::Reverse(owner)))?;
             let run = runs.get_mut(longest)?;
-            let middle = run.end - left / 2;
-            let stolen = middle.min(run.end - usize::from(left > 0))..run.end;
+            let stolen = run.end - left.div_ceil(2)..run.end;
             run.end = stolen.start;
             *runs.get_mut(worker)? = stolen;
         }
@@ -142,12 +142,13 @@ mod tests {
         }
         let runs = Runs::new(10, 2);
         assert_eq!((0..5).map(|_| runs.next(0)).collect::<Vec<_>>(), [0, 1, 2, 3, 4].map(Some));
-        // Worker 0 is done with its run; worker 1's (5..10) is split: 0 takes 8 and 9.
-        assert_eq!(runs.next(0), Some(8));
-        assert_eq!(runs.next(1), Some(5));
-        assert_eq!(runs.next(0), Some(9));
+        // Worker 0 is done with its run; worker 1's (5..10) is split: 0 takes 7, 8 and 9.
         assert_eq!(runs.next(0), Some(7));
-        assert_eq!(runs.next(1), Some(6));
+        assert_eq!(runs.next(1), Some(5));
+        assert_eq!(runs.next(0), Some(8));
+        assert_eq!(runs.next(0), Some(9));
+        // Then 0 takes the one left of 1's run (6).
+        assert_eq!(runs.next(0), Some(6));
         assert_eq!((runs.next(0), runs.next(1)), (None, None));
     }
 }
