@@ -60,7 +60,7 @@ pub use plan::{Fault, FaultPlan};
 pub use real::{RealFile, RealFs};
 pub use sim::{
     CheckedBlocks, CrashImages, CrashMode, EXHAUSTIVE_IMAGES_MAX, EXHAUSTIVE_PIECES_MAX, Image,
-    ImageNode, Media, Observed, REBOOT_CLOCK_MS, ReadMark, Rules, Sifted, SimFile, SimFs,
+    ImageNode, Media, Observed, REBOOT_CLOCK_MS, ReadMark, Reads, Rules, Sifted, SimFile, SimFs,
     chunk_bytes,
 };
 pub use trace::{OpKind, Trace, TraceEntry};

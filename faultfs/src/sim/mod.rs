@@ -308,6 +308,31 @@ pub struct ReadMark {
     paths: BTreeMap<Ino, String>,
 }
 
+/// What the processes on a machine rebuilt from an image have read of it so far, and which of
+/// its files each path names now (see [`SimFs::reads`]): enough to say what
+/// [`SimFs::observed`] would say after more reads, with the machine gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reads {
+    /// What [`SimFs::observed`] says now.
+    observed: Observed,
+    /// The image file each reachable path names now, by that path (every name of a file).
+    names: BTreeMap<String, String>,
+}
+
+impl Reads {
+    /// What [`SimFs::observed`] would say after [`SimFs::note_read`] of `paths` (as
+    /// [`SimFs::read_since`] gives them: one reachable name per file).
+    pub fn observed_with(&self, paths: &BTreeSet<String>) -> Observed {
+        match &self.observed {
+            Observed::Everything => Observed::Everything,
+            Observed::Files(files) => {
+                let named = paths.iter().filter_map(|path| self.names.get(path)).cloned();
+                Observed::Files(files.iter().cloned().chain(named).collect())
+            }
+        }
+    }
+}
+
 /// What the processes on a machine rebuilt from an image saw of the image's file bytes (see
 /// [`SimFs::observed`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -779,6 +804,23 @@ impl SimFs {
             read.iter().filter_map(|ino| mark.paths.get(ino).cloned()).collect();
         debug_assert!(paths.len() <= mark.paths.len(), "only files reachable at the mark");
         paths
+    }
+
+    /// What [`SimFs::observed`] says now, and the image file each path reachable now names: a
+    /// harness that remembers what a machine rebuilt from an image came to after some ops can
+    /// say what was observed of another machine rebuilt from the same image after the same ops
+    /// and more (those some machine alike ran, whose reads it knows by their paths) without
+    /// running any of them ([`Reads::observed_with`]).
+    pub fn reads(&self) -> Reads {
+        let observed = self.observed();
+        let state = self.lock();
+        let mut names = BTreeMap::new();
+        state.each_visible(|path, ino, _| {
+            if let Some(file) = state.image_files.get(&ino) {
+                names.insert(path.to_owned(), file.clone());
+            }
+        });
+        Reads { observed, names }
     }
 
     /// Counts the files at `paths` (absolute, resolved without following a last symlink) as

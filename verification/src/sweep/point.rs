@@ -157,7 +157,8 @@ pub(crate) fn judge_sequence(
             Source::Restart(_) => {
                 let fs = source.machine(FaultPlan::none(seed));
                 let judging = judging(scenario, run, sequence.run_digest, seed);
-                let verdict = judge_to_end(report, fs.clone(), scenario, (run, &judging), seed);
+                let verdict =
+                    judge_to_end(report, fs.clone(), scenario, (run, &judging), seed, None);
                 (verdict, fs.observed())
             }
         };
@@ -358,7 +359,7 @@ fn judge_image_to_end(
     let judging = judging(scenario, run, run_digest, seed);
     if !report.reduce {
         let machine = SimFs::from_image(image, FaultPlan::none(seed));
-        let verdict = judge_to_end(report, machine.clone(), scenario, (run, &judging), seed);
+        let verdict = judge_to_end(report, machine.clone(), scenario, (run, &judging), seed, None);
         return (verdict, machine.observed());
     }
     let key: Digest = {
@@ -376,9 +377,29 @@ fn judge_image_to_end(
         report.reused += 1;
         return Judged::clone(known);
     }
+    let recovery = recovery_key(scenario, seed, image, &judging.run);
+    let recalled = (RECOVERIES.get(&recovery))
+        .and_then(|recovered| judged_after(&recovered, scenario, &judging, seed));
+    if !report.verify
+        && let Some((judged, how)) = recalled
+    {
+        if let Some(how) = how {
+            how.count(report);
+        }
+        JUDGEMENTS.insert(key, Arc::new(judged.clone()));
+        return judged;
+    }
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
-    let verdict = judge_to_end(report, machine.clone(), scenario, (run, &judging), seed);
+    let verdict =
+        judge_to_end(report, machine.clone(), scenario, (run, &judging), seed, Some(&recovery));
     let judged = (verdict, machine.observed());
+    if let Some((recalled, _)) = recalled
+        && recalled != judged
+    {
+        report.unequal_stand_ins.push(format!(
+            "one image judged after its recovery as remembered went {recalled:?}, and {judged:?} when run"
+        ));
+    }
     let what = "one image judged against one run";
     if settle(&JUDGEMENTS, key, known, &judged, what, report) {
         report.reused += 1;
@@ -402,7 +423,7 @@ fn judge_second_crash(
             let machine = halted.fs.restart(FaultPlan::none(seed));
             let judging = judging(scenario, &halted.run, run_digest, seed);
             let run = &halted.run;
-            vec![(0, judge_to_end(report, machine, scenario, (run, &judging), seed))]
+            vec![(0, judge_to_end(report, machine, scenario, (run, &judging), seed, None))]
         }
         CrashMode::PowerLoss => {
             let run = (&*halted.run, run_digest);
@@ -560,22 +581,33 @@ fn judge_to_end(
     scenario: &Scenario,
     (whole, judging): (&run::Execution, &Judging),
     seed: u64,
+    recovery: Option<&Digest>,
 ) -> Vec<String> {
     let run = if report.reduce { &judging.run } else { whole };
-    let recovered = match phase::recover_only(fs, scenario, run, seed) {
+    let recovered = match phase::recover_only(fs.clone(), scenario, run, seed) {
         Ok(recovered) => recovered,
-        Err(violations) => return violations,
+        Err(violations) => {
+            if let Some(key) = recovery {
+                let ran = Recovery { outcome: Err(violations.clone()), reads: fs.reads() };
+                remember_recovery(report, *key, &ran);
+            }
+            return violations;
+        }
     };
     if !report.reduce {
         return recovered.judge_rest(scenario, run, &judging.allowed);
     }
     let machine = recovered.fs.content_digest();
+    if let Some(key) = recovery {
+        let ran = Recovery { outcome: Ok(machine), reads: recovered.fs.reads() };
+        remember_recovery(report, *key, &ran);
+    }
     if !report.verify
-        && let Some((verdict, read)) =
-            shared_after_recovery(report, &machine, scenario, judging, seed)
+        && let Some((shared, how)) = shared_after_recovery(&machine, scenario, judging, seed)
     {
-        recovered.fs.note_read(&read);
-        return verdict;
+        how.count(report);
+        recovered.fs.note_read(&shared.read);
+        return shared.verdict;
     }
     let fs = recovered.fs.clone();
     let mark = fs.mark_reads();
@@ -596,29 +628,111 @@ fn judge_to_end(
     ran.verdict
 }
 
+/// What recovery came to on a machine rebuilt from an image: the content digest of the machine
+/// it left (`SimFs::content_digest`), or the violations that ended the phase there; and what it
+/// read of the image, with the image file each path names after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Recovery {
+    outcome: Result<Digest, Vec<String>>,
+    reads: faultfs::Reads,
+}
+
+/// The recoveries every worker has run on a machine rebuilt from an image, by a digest of
+/// (scenario, seed, the engine variant, image, boot, medium, the sessions the run created).
+/// Recovery is a deterministic program of these: it opens the store the scenario configures
+/// (ids seeded with the seed and the boot) and recovers each session created that has a record
+/// (`phase::recover_all`), reading nothing else of the run. The same image judged against runs
+/// that differ elsewhere (what was acknowledged, what was in flight) recovers once.
+static RECOVERIES: LazyLock<Memo<Recovery>> = LazyLock::new(|| Memo::new(65_536));
+
+/// The key of the recovery of a machine rebuilt from `image` after a crash of `run`: see
+/// [`RECOVERIES`].
+fn recovery_key(
+    scenario: &Scenario,
+    seed: u64,
+    image: &faultfs::Image,
+    run: &run::Execution,
+) -> Digest {
+    let mut hasher = judgement_key(scenario, seed);
+    hasher.update(image.hash());
+    hasher.update(image.boot().to_le_bytes());
+    write!(hasher, "{:?}", image.media()).expect("hashing does not fail");
+    for id in run.created.keys() {
+        hasher.update((id.len() as u64).to_le_bytes());
+        hasher.update(id.as_bytes());
+    }
+    hasher.finish()
+}
+
+/// Remembers the recovery `ran` under `key` (when verifying the reductions, one remembered
+/// already must agree with it).
+fn remember_recovery(report: &mut Report, key: Digest, ran: &Recovery) {
+    let what = "the recovery of one image";
+    settle(&RECOVERIES, key, RECOVERIES.get(&key), ran, what, report);
+}
+
+/// The judgement of a machine rebuilt from an image whose recovery is remembered as
+/// `recovered`, against the run `judging` reads, without running anything: the violations
+/// recovery met, or what follows it as remembered ([`shared_after_recovery`], and which was
+/// shared), with what recovery and what follows read of the image. `None` when what follows is
+/// not remembered.
+fn judged_after(
+    recovered: &Recovery,
+    scenario: &Scenario,
+    judging: &Judging,
+    seed: u64,
+) -> Option<(Judged, Option<Shared>)> {
+    match &recovered.outcome {
+        Err(violations) => {
+            Some(((violations.clone(), recovered.reads.observed_with(&BTreeSet::new())), None))
+        }
+        Ok(machine) => {
+            let (shared, how) = shared_after_recovery(machine, scenario, judging, seed)?;
+            let observed = recovered.reads.observed_with(&shared.read);
+            Some(((shared.verdict, observed), Some(how)))
+        }
+    }
+}
+
 /// What follows recovery to the machine whose content digest is `machine` against the run
 /// `judging` reads (see [`judge_to_end`]), as remembered: the continuation judged against a run
 /// that agrees with it there, or the continued work on that machine for a run it agrees with on
 /// what the work reads of it, judged against this run here. Its verdict and the files it read
-/// (their paths when it began); `None` when neither is remembered.
+/// (their paths when it began), and which of the two it was; `None` when neither is remembered.
 fn shared_after_recovery(
-    report: &mut Report,
     machine: &Digest,
     scenario: &Scenario,
     judging: &Judging,
     seed: u64,
-) -> Option<(Vec<String>, BTreeSet<String>)> {
+) -> Option<(Continuation, Shared)> {
     let key = continuation_key(scenario, seed, machine, judging);
     if let Some(known) = CONTINUATIONS.get(&key) {
-        report.shared += 1;
-        return Some((known.verdict.clone(), known.read.clone()));
+        return Some((Continuation::clone(&known), Shared::Continuation));
     }
     let work = WORKS.get(&work_key(scenario, seed, machine, &judging.run))?;
-    report.worked += 1;
     let verdict = work.worked.judge(&judging.run, &judging.allowed);
     let ran = Continuation { verdict, read: work.read.clone() };
     CONTINUATIONS.insert(key, Arc::new(ran.clone()));
-    Some((ran.verdict, ran.read))
+    Some((ran, Shared::Work))
+}
+
+/// Which remembered judgement [`shared_after_recovery`] shared.
+#[derive(Clone, Copy, Debug)]
+enum Shared {
+    /// The continuation, judged against a run that agrees with this one on what it reads.
+    Continuation,
+    /// The continued work, judged here.
+    Work,
+}
+
+impl Shared {
+    /// Counts the sharing in `report`.
+    fn count(self, report: &mut Report) {
+        match self {
+            Shared::Continuation => report.shared += 1,
+            Shared::Work => report.worked += 1,
+        }
+    }
 }
 
 /// The key of a continuation after recovery to `machine` (a content digest) against the run
