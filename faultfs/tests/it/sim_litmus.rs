@@ -5,6 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test setup: a failed step should panic with its error")]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use faultfs::{
@@ -306,6 +307,29 @@ fn a_visible_digest_tells_apart_what_an_op_can_and_a_mark_names_the_files_read()
     assert_eq!(read, ["/d/a".to_owned(), "/d/b".to_owned()].into(), "named as at the mark");
     alike.note_read(&read);
     assert_eq!(alike.observed(), ran.observed());
+}
+
+/// What a machine rebuilt from an image has read, and what each path names after ops that
+/// renamed its files, say what it observes after more reads, the machine gone.
+#[test]
+fn reads_say_what_more_reads_would_observe() {
+    let fs = fs_with_dir(Rules::default());
+    for (path, bytes) in [("/d/a", b"aa"), ("/d/b", b"bb"), ("/d/e", b"ee")] {
+        fs.open(p(path), OpenOptions::create(), B).unwrap().append(bytes, B).unwrap();
+    }
+    let image = fs.crash(CrashMode::ProcessKill).images.remove(0);
+    let ran = SimFs::from_image(&image, FaultPlan::none(1));
+    assert_eq!(ran.read(p("/d/b")).unwrap(), b"bb");
+    ran.rename(p("/d/a"), p("/d/c"), B).unwrap();
+    let reads = ran.reads();
+    assert_eq!(reads.observed_with(&BTreeSet::new()), ran.observed(), "what was read so far");
+    let mark = ran.mark_reads();
+    assert_eq!(ran.read(p("/d/c")).unwrap(), b"aa", "an image file under its new name");
+    let read = ran.read_since(&mark);
+    assert_eq!(read, ["/d/c".to_owned()].into());
+    let expected = Observed::Files(["/d/a".to_owned(), "/d/b".to_owned()].into());
+    assert_eq!(ran.observed(), expected, "named as in the image; /d/e unread");
+    assert_eq!(reads.observed_with(&read), expected);
 }
 
 /// The content digest is the visible digest without the times: the same files written by
