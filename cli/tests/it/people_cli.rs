@@ -273,7 +273,19 @@ fn the_sweep_ends_with_a_summary_that_says_when_it_stopped_early() {
     assert!(said.contains("the sweep was cut short by its budget"), "{said}");
     let all = common::spex(&["verify", "sweep", "--budget", "1s", "--seed", "4"]);
     let said = String::from_utf8(all.stderr).unwrap();
-    assert!(said.contains("not finished: ") && said.contains("close (0 of "), "{said}");
+    // Which scenarios a second of work reaches depends on the machine; what must hold is that
+    // each one named as not finished says how far it got, short of its end.
+    let unfinished = said
+        .split_once("not finished: ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(first, _)| first)
+        .unwrap_or_else(|| panic!("no unfinished scenario named: {said}"));
+    let (_, counts) = unfinished.split_once(" (").expect("a scenario and its counts");
+    let (judged, planned) =
+        counts.trim_end_matches(" points").split_once(" of ").expect("judged of planned");
+    let judged: u64 = judged.parse().expect("judged points");
+    let planned: u64 = planned.parse().expect("planned points");
+    assert!(judged < planned, "{said}");
     let partial = common::spex(&[
         "verify",
         "sweep",
