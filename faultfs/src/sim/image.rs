@@ -878,8 +878,7 @@ impl<'a> Builder<'a, '_> {
             files.insert(ino, outcome.clone());
         }
         debug_assert!(files.len() <= self.by_file.len(), "only files with pieces change");
-        let entries = entries.iter().map(|(ino, dir)| (*ino, dir)).collect();
-        self.assemble(&entries, &files);
+        self.assemble(&[(&entries, &files)][..]);
     }
 
     /// Every image of every subset of the pieces, when there are few enough of them
@@ -921,21 +920,37 @@ impl<'a> Builder<'a, '_> {
             product.checked_mul(distinct.len()).filter(|&n| n <= EXHAUSTIVE_IMAGES_MAX)
         });
         let Some(product) = product else { return false };
+        debug_assert!(
+            {
+                let mut changed = BTreeSet::new();
+                outcomes.iter().all(|distinct| {
+                    let of_group: BTreeSet<(bool, Ino)> = distinct
+                        .iter()
+                        .flat_map(|outcome| {
+                            let dirs = outcome.entries.keys().map(|&dir| (true, dir));
+                            dirs.chain(outcome.files.keys().map(|&file| (false, file)))
+                        })
+                        .collect();
+                    of_group.into_iter().all(|key| changed.insert(key))
+                })
+            },
+            "the groups change disjoint directories and files: an image's changes are the union \
+             of its groups' outcomes"
+        );
         // Mixed radix over the groups, the first group fastest: combination 0 is the durable
         // state (every group's first outcome is its empty subset).
+        let mut chosen = Vec::with_capacity(outcomes.len());
         for combination in 0..product {
             let mut rest = combination;
-            let mut entries = BTreeMap::new();
-            let mut files = BTreeMap::new();
+            chosen.clear();
             for distinct in &outcomes {
                 let outcome =
                     distinct.get(rest % distinct.len()).expect("an index modulo the length");
                 rest /= distinct.len();
-                entries.extend(outcome.entries.iter().map(|(ino, dir)| (*ino, dir)));
-                files.extend(outcome.files.iter().map(|(ino, file)| (*ino, file.clone())));
+                chosen.push((&outcome.entries, &outcome.files));
             }
             self.generated += 1;
-            self.assemble(&entries, &files);
+            self.assemble(chosen.as_slice());
         }
         debug_assert!(self.seen.len() <= self.generated, "each image is a generated one");
         true
@@ -1112,19 +1127,14 @@ impl<'a> Builder<'a, '_> {
     /// files hold `files` (bytes and their hash; the durable bytes elsewhere), unless an equal
     /// one was made before (most are: distinct choices of pieces often leave equal machines).
     /// It is built unless the caller knows it already ([`Builder::known`]).
-    fn assemble(
-        &mut self,
-        entries: &BTreeMap<Ino, &BTreeMap<String, Ino>>,
-        files: &BTreeMap<Ino, (Arc<Vec<u8>>, Digest)>,
-    ) {
+    fn assemble<'c>(&mut self, changes: impl Changes<'c>)
+    where
+        'a: 'c,
+    {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
-        debug_assert!(
-            files.keys().all(|ino| matches!(state.inode(*ino).node, Node::File(_))),
-            "only files have contents"
-        );
-        let entries_of = |dir| entries.get(&dir).copied().unwrap_or(&state.dir(dir).durable);
-        let mut content = |ino, file: &FileNode| match files.get(&ino) {
+        let entries_of = |dir| changes.entries(dir).unwrap_or(&state.dir(dir).durable);
+        let mut content = |ino, file: &FileNode| match changes.file(ino) {
             Some((bytes, hash)) => (Arc::clone(bytes), *hash),
             None => {
                 let known = usize::try_from(ino).ok().and_then(|at| durable_hashes.get_mut(at));
@@ -1240,6 +1250,27 @@ fn walk<'a>(
 
 /// A file's bytes in an image, shared, and their digest.
 type FileBytes = (Arc<Vec<u8>>, Digest);
+
+/// What an image changes of the durable state: the entries of the directories it changes and
+/// the bytes of the files it changes, as one or more parts that change disjoint directories
+/// and files (the outcomes of independent groups of pieces), looked up where they are rather
+/// than gathered into one map per image.
+trait Changes<'c>: Copy {
+    /// The entries of `dir`, when the image changes them.
+    fn entries(self, dir: Ino) -> Option<&'c BTreeMap<String, Ino>>;
+    /// The bytes of file `ino` and their hash, when the image changes them.
+    fn file(self, ino: Ino) -> Option<&'c FileBytes>;
+}
+
+impl<'c> Changes<'c> for &[(&'c DirEntries, &'c BTreeMap<Ino, FileBytes>)] {
+    fn entries(self, dir: Ino) -> Option<&'c BTreeMap<String, Ino>> {
+        self.iter().find_map(|(entries, _)| entries.get(&dir))
+    }
+
+    fn file(self, ino: Ino) -> Option<&'c FileBytes> {
+        self.iter().find_map(|(_, files)| files.get(&ino))
+    }
+}
 
 /// Directories' entries, by directory.
 type DirEntries = BTreeMap<Ino, BTreeMap<String, Ino>>;
