@@ -878,7 +878,7 @@ impl<'a> Builder<'a, '_> {
             files.insert(ino, outcome.clone());
         }
         debug_assert!(files.len() <= self.by_file.len(), "only files with pieces change");
-        self.assemble(&[(&entries, &files)][..]);
+        self.assemble(&[(&entries, &files)]);
     }
 
     /// Every image of every subset of the pieces, when there are few enough of them
@@ -1123,27 +1123,28 @@ impl<'a> Builder<'a, '_> {
         Some(standing)
     }
 
-    /// Adds the image whose directories hold `entries` (the durable ones elsewhere) and whose
-    /// files hold `files` (bytes and their hash; the durable bytes elsewhere), unless an equal
+    /// Adds the image whose directories and files hold what `changes` gives them (entries, and
+    /// bytes with their hash; the durable ones elsewhere), unless an equal
     /// one was made before (most are: distinct choices of pieces often leave equal machines).
     /// It is built unless the caller knows it already ([`Builder::known`]).
-    fn assemble<'c>(&mut self, changes: impl Changes<'c>)
-    where
-        'a: 'c,
-    {
+    fn assemble(&mut self, changes: &Changes<'_>) {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
-        let entries_of = |dir| changes.entries(dir).unwrap_or(&state.dir(dir).durable);
-        let mut content = |ino, file: &FileNode| match changes.file(ino) {
-            Some((bytes, hash)) => (Arc::clone(bytes), *hash),
-            None => {
-                let known = usize::try_from(ino).ok().and_then(|at| durable_hashes.get_mut(at));
-                let hash = *known
-                    .expect("every inode is numbered below the next")
-                    .get_or_insert_with(|| digest(file.durable.as_slice()));
-                (Arc::clone(&file.durable), hash)
-            }
+        let entries_of = |dir| {
+            let changed = changes.iter().find_map(|(entries, _)| entries.get(&dir));
+            changed.unwrap_or(&state.dir(dir).durable)
         };
+        let mut content =
+            |ino, file: &FileNode| match changes.iter().find_map(|(_, files)| files.get(&ino)) {
+                Some((bytes, hash)) => (Arc::clone(bytes), *hash),
+                None => {
+                    let known = usize::try_from(ino).ok().and_then(|at| durable_hashes.get_mut(at));
+                    let hash = *known
+                        .expect("every inode is numbered below the next")
+                        .get_or_insert_with(|| digest(file.durable.as_slice()));
+                    (Arc::clone(&file.durable), hash)
+                }
+            };
         let hasher = &mut self.tree_hasher;
         let hash = tree_hash(hasher, state, entries_of, |ino, file| content(ino, file).1);
         if !self.seen.insert(hash) {
@@ -1251,26 +1252,11 @@ fn walk<'a>(
 /// A file's bytes in an image, shared, and their digest.
 type FileBytes = (Arc<Vec<u8>>, Digest);
 
-/// What an image changes of the durable state: the entries of the directories it changes and
-/// the bytes of the files it changes, as one or more parts that change disjoint directories
-/// and files (the outcomes of independent groups of pieces), looked up where they are rather
+/// What an image changes of the durable state, as the parts (the outcomes of independent
+/// groups of pieces) that change disjoint directories and files: each part the entries of the
+/// directories it changes and the bytes of the files it changes. Looked up part by part rather
 /// than gathered into one map per image.
-trait Changes<'c>: Copy {
-    /// The entries of `dir`, when the image changes them.
-    fn entries(self, dir: Ino) -> Option<&'c BTreeMap<String, Ino>>;
-    /// The bytes of file `ino` and their hash, when the image changes them.
-    fn file(self, ino: Ino) -> Option<&'c FileBytes>;
-}
-
-impl<'c> Changes<'c> for &[(&'c DirEntries, &'c BTreeMap<Ino, FileBytes>)] {
-    fn entries(self, dir: Ino) -> Option<&'c BTreeMap<String, Ino>> {
-        self.iter().find_map(|(entries, _)| entries.get(&dir))
-    }
-
-    fn file(self, ino: Ino) -> Option<&'c FileBytes> {
-        self.iter().find_map(|(_, files)| files.get(&ino))
-    }
-}
+type Changes<'c> = [(&'c DirEntries, &'c BTreeMap<Ino, FileBytes>)];
 
 /// Directories' entries, by directory.
 type DirEntries = BTreeMap<Ino, BTreeMap<String, Ino>>;
