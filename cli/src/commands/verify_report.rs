@@ -96,6 +96,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
         "sharedContinuations": report.shared,
         "sharedWork": report.worked,
         "reusedJudgements": report.reused,
+        "recalledRecoveries": report.recalled,
         "reach": report.reach.iter().map(|(scenario, reach)| json!({
             "scenario": scenario, "planned": reach.planned, "done": reach.done,
         })).collect::<Vec<_>>(),
@@ -159,6 +160,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
     report.shared = u64_of(document, "sharedContinuations")?;
     report.worked = u64_of(document, "sharedWork")?;
     report.reused = u64_of(document, "reusedJudgements")?;
+    report.recalled = u64_of(document, "recalledRecoveries")?;
     report.elapsed = Duration::from_millis(u64_of(document, "elapsedMs")?);
     report.jobs = usize::try_from(u64_of(document, "jobs")?)?;
     for reach in array(document, "reach")? {

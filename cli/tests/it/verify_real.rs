@@ -86,7 +86,8 @@ fn four_shard_processes_merge_to_one_run() {
         let object = document.as_object_mut().expect("an object");
         // How the work is shared out changes its speed, which of the images that recover
         // alike runs the work after recovery (`sharedContinuations`, `sharedWork`), and which
-        // judgement of an image against a run others reuse (`reusedJudgements`): not a verdict.
+        // judgement of an image against a run others reuse (`reusedJudgements`) and which
+        // image's recovery others recall (`recalledRecoveries`): not a verdict.
         for varying in [
             "elapsedMs",
             "jobs",
@@ -96,6 +97,7 @@ fn four_shard_processes_merge_to_one_run() {
             "sharedContinuations",
             "sharedWork",
             "reusedJudgements",
+            "recalledRecoveries",
         ] {
             object.remove(varying);
         }

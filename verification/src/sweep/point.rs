@@ -380,6 +380,9 @@ fn judge_image_to_end(
     let recovery = recovery_key(scenario, seed, image, &judging.run);
     let recalled = (RECOVERIES.get(&recovery))
         .and_then(|recovered| judged_after(&recovered, scenario, &judging, seed));
+    if recalled.is_some() {
+        report.recalled += 1;
+    }
     if !report.verify
         && let Some((judged, how)) = recalled
     {

@@ -136,6 +136,13 @@ pub struct Report {
     /// crash point) of the same scenario, and a judgement is a deterministic program of those
     /// (see `point::judge_image_to_end`). Like `shared`, this count may differ with `--jobs`.
     pub reused: u64,
+    /// Of the judged images that did not reuse a judgement, those whose recovery did not run
+    /// again: the same image had been recovered for a run that created the same sessions, and
+    /// recovery is a deterministic program of those (see `point::RECOVERIES`); what followed it
+    /// was shared (counted in `shared` or `worked` too). When verifying the reductions, the
+    /// images whose remembered recovery was compared with the one run. Like `shared`, this count
+    /// may differ with `--jobs`.
+    pub recalled: u64,
 
     /// When verifying the reduction ([`Options::verify_equivalent`]), every image stood for
     /// whose own verdict differs from the one of the image that stood for it (none, if the
@@ -251,6 +258,7 @@ impl Report {
         self.equivalent += part.equivalent;
         self.shared += part.shared;
         self.worked += part.worked;
+        self.recalled += part.recalled;
         self.reused += part.reused;
         self.unequal_stand_ins.extend(part.unequal_stand_ins);
         self.reached.extend(part.reached);

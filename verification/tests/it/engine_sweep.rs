@@ -335,6 +335,9 @@ fn images_a_judged_one_stands_for_change_no_verdict() {
     // And each judgement of an image against a run runs again where the same image was judged
     // against the same run in another cell, and must have observed the same and agreed.
     assert!(checked.reused > 100, "judgements compared: {}", checked.reused);
+    // And each recovery of an image runs again where the same image was recovered for a run
+    // that created the same sessions, and what follows must be judged as remembered.
+    assert!(checked.recalled > 100, "recoveries compared: {}", checked.recalled);
     assert!(
         checked.unequal_stand_ins.is_empty(),
         "{} images stood for are judged otherwise; the first: {:?}",
