@@ -86,14 +86,14 @@ impl Boundary {
 
 impl fmt::Debug for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_assert!(!self.0.is_empty(), "a boundary has a name");
+        assert!(!self.0.is_empty(), "a boundary has a name");
         f.pad(self.0)
     }
 }
 
 impl fmt::Display for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_assert!(!self.0.is_empty(), "a boundary has a name");
+        assert!(!self.0.is_empty(), "a boundary has a name");
         f.pad(self.0)
     }
 }
@@ -124,7 +124,7 @@ impl OpenOptions {
             create_new: false,
             truncate: false,
         };
-        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        assert!(options.consistent(), "an open asks for write access to change anything");
         options
     }
 
@@ -137,7 +137,7 @@ impl OpenOptions {
             create_new: false,
             truncate: false,
         };
-        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        assert!(options.consistent(), "an open asks for write access to change anything");
         options
     }
 
@@ -150,7 +150,7 @@ impl OpenOptions {
             create_new: false,
             truncate: false,
         };
-        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        assert!(options.consistent(), "an open asks for write access to change anything");
         options
     }
 
@@ -163,7 +163,7 @@ impl OpenOptions {
             create_new: true,
             truncate: false,
         };
-        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        assert!(options.consistent(), "an open asks for write access to change anything");
         options
     }
 
@@ -176,14 +176,14 @@ impl OpenOptions {
             create_new: false,
             truncate: true,
         };
-        debug_assert!(options.consistent(), "an open asks for write access to change anything");
+        assert!(options.consistent(), "an open asks for write access to change anything");
         options
     }
 
     /// Whether opening with these options can change storage (and so is a boundary).
     pub const fn mutates(&self) -> bool {
         let mutates = self.create || self.create_new || self.truncate;
-        debug_assert!(!mutates || self.write, "only a writable open changes storage");
+        assert!(!mutates || self.write, "only a writable open changes storage");
         mutates
     }
 
@@ -238,7 +238,7 @@ impl Metadata {
             .modified
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |at| u64::try_from(at.as_nanos()).unwrap_or(u64::MAX));
-        debug_assert!(ns > 0 || self.modified <= std::time::UNIX_EPOCH, "0 is the epoch or before");
+        assert!(ns > 0 || self.modified <= std::time::UNIX_EPOCH, "0 is the epoch or before");
         ns
     }
 }
@@ -383,7 +383,7 @@ pub trait File: Send + Sync {
         let mut buf = vec![0u8; len];
         let filled = self.read_full_at(0, &mut buf)?;
         buf.truncate(filled);
-        debug_assert!(buf.len() <= len, "a file is read to the end it had when measured");
+        assert!(buf.len() <= len, "a file is read to the end it had when measured");
         Ok(buf)
     }
 }

@@ -3,6 +3,9 @@
 //! Durability is whatever the kernel and the disk give for these calls; the crate contract
 //! (see the crate documentation) is what callers may rely on. A failed sync is reported and
 //! never retried here: after fsyncgate, a retry can report success for data that is gone.
+//!
+//! Its assertions are `assert!`: this is the shipped binary's data path, checked in every build
+//! (the simulator's are debug assertions, on in the test build).
 #![expect(
     clippy::disallowed_methods,
     clippy::disallowed_types,
@@ -36,7 +39,7 @@ pub struct RealFile {
 }
 
 fn context(op: OpKind, path: &Path, boundary: Option<Boundary>) -> impl FnOnce(io::Error) -> Error {
-    debug_assert!(!path.as_os_str().is_empty(), "an error names the path it is about");
+    assert!(!path.as_os_str().is_empty(), "an error names the path it is about");
     let path = path.to_path_buf();
     move |source| Error::Io { op, path, boundary, source }
 }
@@ -69,31 +72,28 @@ impl Fs for RealFs {
         if kind != FileKind::File {
             return Err(on_error()(not_a_file(kind)));
         }
-        debug_assert!(
-            !options.create_new || metadata.len() == 0,
-            "a file created new starts empty"
-        );
+        assert!(!options.create_new || metadata.len() == 0, "a file created new starts empty");
         Ok(RealFile { file, path: path.to_path_buf() })
     }
 
     fn rename(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
-        debug_assert_ne!(from, to, "a rename moves a file between two names");
+        assert_ne!(from, to, "a rename moves a file between two names");
         fs::rename(from, to).map_err(context(OpKind::Rename, to, Some(boundary)))
     }
 
     fn hard_link(&self, from: &Path, to: &Path, boundary: Boundary) -> Result<()> {
-        debug_assert_ne!(from, to, "a hard link gives a file a second name");
+        assert_ne!(from, to, "a hard link gives a file a second name");
         fs::hard_link(from, to).map_err(context(OpKind::HardLink, to, Some(boundary)))
     }
 
     fn remove_file(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        debug_assert!(path.file_name().is_some(), "a removal names an entry: {path:?}");
+        assert!(path.file_name().is_some(), "a removal names an entry: {path:?}");
         fs::remove_file(path).map_err(context(OpKind::RemoveFile, path, Some(boundary)))
     }
 
     fn create_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt as _;
-        debug_assert!(path.file_name().is_some(), "a new directory is an entry: {path:?}");
+        assert!(path.file_name().is_some(), "a new directory is an entry: {path:?}");
         fs::DirBuilder::new().mode(DIR_MODE).create(path).map_err(context(
             OpKind::CreateDir,
             path,
@@ -102,12 +102,12 @@ impl Fs for RealFs {
     }
 
     fn remove_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        debug_assert!(path.file_name().is_some(), "a removal names an entry: {path:?}");
+        assert!(path.file_name().is_some(), "a removal names an entry: {path:?}");
         fs::remove_dir(path).map_err(context(OpKind::RemoveDir, path, Some(boundary)))
     }
 
     fn sync_dir(&self, path: &Path, boundary: Boundary) -> Result<()> {
-        debug_assert!(!path.as_os_str().is_empty(), "a directory sync names its directory");
+        assert!(!path.as_os_str().is_empty(), "a directory sync names its directory");
         let on_error = || context(OpKind::SyncDir, path, Some(boundary));
         // O_DIRECTORY: anything else in the directory's place fails at once (a FIFO would block).
         let dir = fs::OpenOptions::new()
@@ -160,7 +160,7 @@ impl Fs for RealFs {
 
     fn process_start_ms(&self, pid: u32) -> Result<Option<u64>> {
         let start = proc_start_ms(pid)?;
-        debug_assert!(
+        assert!(
             pid != std::process::id() || start.is_some(),
             "this process runs: its own start time reads"
         );
@@ -177,7 +177,7 @@ fn escape_name(bytes: &[u8]) -> String {
             out.push_str(&format!("\\x{byte:02x}"));
         }
     }
-    debug_assert!(out.len() >= bytes.len(), "an escaped name loses no byte");
+    assert!(out.len() >= bytes.len(), "an escaped name loses no byte");
     out
 }
 
@@ -204,7 +204,7 @@ fn directory_flag() -> i32 {
 
 /// The error of an open that found something other than a regular file.
 fn not_a_file(kind: FileKind) -> io::Error {
-    debug_assert_ne!(kind, FileKind::File, "a regular file is never refused as one");
+    assert_ne!(kind, FileKind::File, "a regular file is never refused as one");
     let what = match kind {
         FileKind::Dir => "a directory",
         FileKind::Symlink => "a symbolic link",
@@ -224,7 +224,7 @@ fn kind_of(file_type: &fs::FileType) -> FileKind {
     } else {
         FileKind::Other
     };
-    debug_assert!(file_type.is_symlink() || kind != FileKind::Symlink, "only a link is a link");
+    assert!(file_type.is_symlink() || kind != FileKind::Symlink, "only a link is a link");
     kind
 }
 
@@ -272,13 +272,13 @@ fn proc_start_ms(pid: u32) -> Result<Option<u64>> {
         .ok_or_else(|| malformed("no btime in /proc/stat"))?;
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
     let start_ms = boot_secs * 1000 + start_ticks * 1000 / ticks_per_second;
-    debug_assert!(start_ms >= boot_secs * 1000, "a process starts after its machine booted");
+    assert!(start_ms >= boot_secs * 1000, "a process starts after its machine booted");
     Ok(Some(start_ms))
 }
 
 impl File for RealFile {
     fn path(&self) -> &Path {
-        debug_assert!(!self.path.as_os_str().is_empty(), "an open file has a path");
+        assert!(!self.path.as_os_str().is_empty(), "an open file has a path");
         &self.path
     }
 
@@ -316,7 +316,7 @@ impl File for RealFile {
     }
 
     fn set_len(&self, len: u64, boundary: Boundary) -> Result<()> {
-        debug_assert!(i64::try_from(len).is_ok(), "a length fits the kernel's file offset");
+        assert!(i64::try_from(len).is_ok(), "a length fits the kernel's file offset");
         self.file.set_len(len).map_err(context(OpKind::SetLen, &self.path, Some(boundary)))
     }
 
