@@ -34,6 +34,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+// The builder's sets and maps are keyed by what the simulator made (choices, entries, digests):
+// a fast fixed hash serves, as for digests (`crate::DigestState`).
+use foldhash::fast::FixedState;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -508,7 +511,7 @@ struct Builder<'a, 'k> {
     /// The data pieces (chunks and lengths) of each file, in issue order.
     by_file: BTreeMap<Ino, Vec<usize>>,
     /// A file's bytes and their hash, by the file and the choices of its pieces.
-    outcomes: HashMap<(Ino, Vec<Choice>), FileBytes>,
+    outcomes: HashMap<(Ino, Vec<Choice>), FileBytes, FixedState>,
     seen: crate::DigestSet,
     /// What [`tree_hash`] gathers, kept for the next image (its room grows once).
     tree_hasher: Hasher,
@@ -746,7 +749,7 @@ impl<'a> Builder<'a, '_> {
             pieces,
             durable_hashes: vec![None; usize::try_from(state.next_ino).expect("inodes fit memory")],
             by_file,
-            outcomes: HashMap::new(),
+            outcomes: HashMap::default(),
             seen: crate::DigestSet::default(),
             tree_hasher: Hasher::new(),
             known: None,
@@ -1101,7 +1104,7 @@ impl<'a> Builder<'a, '_> {
         let versions = options.iter().try_fold(1usize, |product, (_, contents)| {
             product.checked_mul(contents.len()).filter(|&n| n <= BLOCK_VERSIONS_MAX)
         })?;
-        let mut told_apart: HashSet<Option<Digest>> = HashSet::new();
+        let mut told_apart: HashSet<Option<Digest>, FixedState> = HashSet::default();
         let mut standing = Vec::new();
         let mut bytes = span(file, lo, hi).to_vec();
         for version in 0..versions {
@@ -1275,7 +1278,7 @@ struct Outcome {
 /// their files' hashes.
 #[derive(Default)]
 struct Distinct {
-    seen: HashSet<(DirEntries, FileHashes)>,
+    seen: HashSet<(DirEntries, FileHashes), FixedState>,
     outcomes: Vec<Outcome>,
 }
 

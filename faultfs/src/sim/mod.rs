@@ -479,15 +479,19 @@ impl SimFs {
         let mut state = {
             let mut state = self.lock();
             state.exposed = true;
-            state.clone()
+            // The copy starts with an empty trace and keeps no crashes: neither is copied.
+            let trace = std::mem::take(&mut state.trace);
+            let kept = state.kept.take();
+            let copy = state.clone();
+            state.trace = trace;
+            state.kept = kept;
+            copy
         };
         let pid = self.process_id + 1;
         state.clock_ms += 1;
         state.processes.remove(&self.process_id);
         state.processes.insert(pid, state.clock_ms);
         let crashed_machine = state.machine;
-        state.trace = Trace::default();
-        state.kept = None;
         state.plan = plan;
         state.op_count = 0;
         state.halted = None;

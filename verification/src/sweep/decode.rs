@@ -169,14 +169,14 @@ fn optional_text(object: &Map<String, Value>, key: &str) -> Result<Option<String
     }
 }
 
-/// A line's bytes and what they parse to.
-type ParsedLines = HashMap<Box<[u8]>, Result<Line, String>>;
+/// A line's bytes and what they parse to (hashed fast: the lines are what the engine wrote).
+type ParsedLines = HashMap<Box<[u8]>, Result<Line, String>, foldhash::fast::FixedState>;
 
 thread_local! {
     /// Lines parsed on this thread, by their bytes: a sweep decodes the same lines in image
     /// after image, and a line's parse depends on its bytes alone. Cleared when it grows past
     /// [`PARSED_LINES_MAX`].
-    static PARSED: RefCell<ParsedLines> = RefCell::new(HashMap::new());
+    static PARSED: RefCell<ParsedLines> = RefCell::new(HashMap::default());
 }
 
 /// The most lines [`PARSED`] remembers per thread.
