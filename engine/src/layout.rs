@@ -179,7 +179,16 @@ impl SegmentNo {
     /// The segment's file name.
     pub fn file_name(self) -> String {
         debug_assert!(self <= SegmentNo::MAX, "segment {} has no 12-digit name", self.0);
-        let name = format!("{:0width$}.ndjson", self.0, width = SEGMENT_NAME_DIGITS);
+        // Digit by digit, not through `format!`: a segment's path is built on every read of it.
+        let mut digits = [b'0'; SEGMENT_NAME_DIGITS];
+        let mut rest = self.0;
+        for digit in digits.iter_mut().rev() {
+            *digit = b'0' + u8::try_from(rest % 10).expect("a digit");
+            rest /= 10;
+        }
+        let mut name = String::with_capacity(SEGMENT_NAME_DIGITS + ".ndjson".len());
+        name.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
+        name.push_str(".ndjson");
         debug_assert_eq!(
             name.len(),
             SEGMENT_NAME_DIGITS + ".ndjson".len(),
