@@ -15,6 +15,7 @@
 //! This module drives; `check` judges.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use faultfs::{Digest, Fs, SimFs};
 use spex_engine::Store;
@@ -45,8 +46,8 @@ pub(crate) struct Checked {
 pub(crate) struct Halted {
     /// The halted filesystem, to take the crash's images from (or to restart).
     pub(crate) fs: SimFs,
-    /// The run as it stood at the crash.
-    pub(crate) run: Box<Execution>,
+    /// The run as it stood at the crash (shared by the crashes at ops that hand back the same).
+    pub(crate) run: Arc<Execution>,
 }
 
 /// Runs recovery on every session that has a record (every writer would run it first).
@@ -87,17 +88,21 @@ pub(crate) fn check_image_crashed_everywhere(
     fs.keep_crashes();
     let mut course = Course { fs: fs.clone(), marks: Vec::new(), delivered: Vec::new() };
     let checked = check_image_along(fs.clone(), scenario, run, seed, Some(&mut course));
-    let mut last: Option<((Option<usize>, usize), Digest)> = None;
+    let mut last: Option<((Option<usize>, usize), Arc<Execution>, Digest)> = None;
     let crashes = (fs.kept_crashes().into_iter())
         .map(|machine| {
             let (_, op) = machine.halted().expect("a kept crash is halted");
-            let (run, which) = course.run_at(op);
-            let digest = match last {
-                Some((seen, digest)) if seen == which => digest,
-                _ => digest_of(&run),
+            let which = course.which_at(op);
+            let (run, digest) = match &last {
+                Some((seen, run, digest)) if *seen == which => (Arc::clone(run), *digest),
+                _ => {
+                    let run = Arc::new(course.run_at(op));
+                    let digest = digest_of(&run);
+                    (run, digest)
+                }
             };
-            last = Some((which, digest));
-            (Halted { run: Box::new(run), fs: machine }, digest)
+            last = Some((which, Arc::clone(&run), digest));
+            (Halted { run, fs: machine }, digest)
         })
         .collect();
     (checked, crashes)
@@ -125,24 +130,30 @@ impl Course {
         self.delivered.push((part, self.fs.op_count(), mid.to_owned()));
     }
 
-    /// The run a crash at op `op` hands back: the run of the part the op falls in (the last
-    /// part begun at or before it: parts that issued no op are passed over), and what that part
-    /// delivered before the op; and which part and how many of its deliveries that is (ops
-    /// alike in both hand back the same run).
-    fn run_at(&self, op: u64) -> (Execution, (Option<usize>, usize)) {
+    /// The part a crash at op `op` falls in (the last part begun at or before it: parts that
+    /// issued no op are passed over), and how many of that part's deliveries were made before
+    /// it: ops alike in both hand back the same run ([`Course::run_at`]).
+    fn which_at(&self, op: u64) -> (Option<usize>, usize) {
+        let part = self.marks.iter().rposition(|(from, _)| *from <= op);
+        let delivered =
+            self.delivered.iter().filter(|(of, at, _)| Some(*of) == part && *at <= op).count();
+        (part, delivered)
+    }
+
+    /// The run a crash at op `op` hands back: the run of the part the op falls in, and what
+    /// that part delivered before the op.
+    fn run_at(&self, op: u64) -> Execution {
         let part = self.marks.iter().rposition(|(from, _)| *from <= op);
         let Some((_, run)) = part.and_then(|part| self.marks.get(part)) else {
             unreachable!("the first part begins before the phase's first op")
         };
         let mut run = run.clone();
-        let before = run.delivered.len();
         run.delivered.extend(
             (self.delivered.iter())
                 .filter(|(of, at, _)| Some(*of) == part && *at <= op)
                 .map(|(_, _, mid)| mid.clone()),
         );
-        let which = (part, run.delivered.len() - before);
-        (run, which)
+        run
     }
 }
 
@@ -160,7 +171,7 @@ fn check_image_along(
     let store = match open(fs.clone(), scenario, seed) {
         Ok(store) => store,
         Err(error) if error.is_crash() => {
-            return Err(Halted { fs, run: Box::new(run.continued(scenario)) });
+            return Err(Halted { fs, run: Arc::new(run.continued(scenario)) });
         }
         Err(error) => {
             return Ok(Checked {
@@ -171,7 +182,7 @@ fn check_image_along(
     };
     let (violations, next) = check_store_along(&store, scenario, run, course);
     if fs.halted().is_some() {
-        return Err(Halted { fs, run: Box::new(next) });
+        return Err(Halted { fs, run: Arc::new(next) });
     }
     Ok(Checked { violations, run: next })
 }
@@ -397,7 +408,7 @@ pub(crate) fn first_command(
     let mut next = run.continued(scenario);
     let store = match open(fs.clone(), scenario, seed) {
         Ok(store) => store,
-        Err(error) if error.is_crash() => return Err(Halted { fs, run: Box::new(next) }),
+        Err(error) if error.is_crash() => return Err(Halted { fs, run: Arc::new(next) }),
         Err(error) => {
             return Ok((vec![format!("the store does not open after the kill: {error}")], next));
         }
@@ -408,7 +419,7 @@ pub(crate) fn first_command(
     let answer = perform(&store, step, &mut delivered, &mut violations, None);
     next.delivered.extend(delivered);
     if fs.halted().is_some() {
-        return Err(Halted { fs, run: Box::new(next) });
+        return Err(Halted { fs, run: Arc::new(next) });
     }
     match answer {
         Err(error) => violations.push(format!(

@@ -870,7 +870,7 @@ pub fn crash_in_phase(
     let fs = SimFs::from_image(image, FaultPlan::crash_at(seed, j));
     match phase::check_image(fs, scenario, run, seed) {
         Ok(_) => None,
-        Err(halted) => Some((*halted.run, halted.fs)),
+        Err(halted) => Some((Arc::unwrap_or_clone(halted.run), halted.fs)),
     }
 }
 

@@ -133,7 +133,7 @@ impl Replaying<'_> {
             return Err(format!("the phase after the crash has no op {j}"));
         };
         self.machine = self.after(&halted.fs, mode, index, "the second crash")?;
-        self.judged = *halted.run;
+        self.judged = std::sync::Arc::unwrap_or_clone(halted.run);
         Ok(())
     }
 
@@ -183,7 +183,7 @@ impl Replaying<'_> {
             return Err(format!("the first command has no op {j}"));
         };
         self.machine = self.after(&halted.fs, mode, index, "the crash in the first command")?;
-        self.judged = *halted.run;
+        self.judged = std::sync::Arc::unwrap_or_clone(halted.run);
         Ok(())
     }
 
