@@ -88,7 +88,7 @@ pub(crate) fn check_image_crashed_everywhere(
     fs.keep_crashes();
     let mut course = Course { fs: fs.clone(), marks: Vec::new(), delivered: Vec::new() };
     let checked = check_image_along(fs.clone(), scenario, run, seed, Some(&mut course));
-    let mut last: Option<((Option<usize>, usize), Arc<Execution>, Digest)> = None;
+    let mut last: Option<(PartAt, Arc<Execution>, Digest)> = None;
     let crashes = (fs.kept_crashes().into_iter())
         .map(|machine| {
             let (_, op) = machine.halted().expect("a kept crash is halted");
@@ -118,6 +118,10 @@ pub(crate) struct Course {
     delivered: Vec<(usize, u64, String)>,
 }
 
+/// Where an op falls in a phase's course: the part it falls in, and how many of that part's
+/// deliveries were made before it (see [`Course::which_at`]).
+type PartAt = (Option<usize>, usize);
+
 impl Course {
     /// From the op about to be issued on, a crash hands back `run`.
     fn mark(&mut self, run: &Execution) {
@@ -133,7 +137,7 @@ impl Course {
     /// The part a crash at op `op` falls in (the last part begun at or before it: parts that
     /// issued no op are passed over), and how many of that part's deliveries were made before
     /// it: ops alike in both hand back the same run ([`Course::run_at`]).
-    fn which_at(&self, op: u64) -> (Option<usize>, usize) {
+    fn which_at(&self, op: u64) -> PartAt {
         let part = self.marks.iter().rposition(|(from, _)| *from <= op);
         let delivered =
             self.delivered.iter().filter(|(of, at, _)| Some(*of) == part && *at <= op).count();
