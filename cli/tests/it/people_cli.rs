@@ -259,16 +259,11 @@ fn a_seed_in_json_is_a_string_that_replays_exactly() {
 fn the_sweep_ends_with_a_summary_that_says_when_it_stopped_early() {
     // The rollover scenario, the longest, takes several seconds even where the sweep is fast:
     // a second's budget cuts it short.
-    let run = common::spex(&[
-        "verify",
-        "sweep",
-        "--scenario",
-        "rollover",
-        "--budget",
-        "1s",
-        "--seed",
-        "4",
-    ]);
+    let rollover = |more: &[&str]| {
+        let base = ["verify", "sweep", "--scenario", "rollover", "--budget", "1s", "--seed", "4"];
+        common::spex(&[&base[..], more].concat())
+    };
+    let run = rollover(&[]);
     let text = String::from_utf8(run.stdout).unwrap();
     assert!(
         text.starts_with("swept 1 scenario (rollover) under kill and power, depth 2, seed 4\n"),
@@ -296,30 +291,10 @@ fn the_sweep_ends_with_a_summary_that_says_when_it_stopped_early() {
     let judged: u64 = judged.parse().expect("judged points");
     let planned: u64 = planned.parse().expect("planned points");
     assert!(judged < planned, "{said}");
-    let partial = common::spex(&[
-        "verify",
-        "sweep",
-        "--scenario",
-        "rollover",
-        "--budget",
-        "1s",
-        "--seed",
-        "4",
-        "--partial",
-    ]);
+    let partial = rollover(&["--partial"]);
     assert_eq!(partial.status.code(), Some(0));
     assert!(text.lines().count() < 12, "one screen, no matrix without --matrix: {text}");
-    let run = common::spex(&[
-        "verify",
-        "sweep",
-        "--scenario",
-        "rollover",
-        "--budget",
-        "1s",
-        "--seed",
-        "4",
-        "--matrix",
-    ]);
+    let run = rollover(&["--matrix"]);
     let text = String::from_utf8(run.stdout).unwrap();
     assert!(text.starts_with("scenario   transition"), "{text}");
 }

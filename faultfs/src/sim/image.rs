@@ -1127,8 +1127,8 @@ impl<'a> Builder<'a, '_> {
     }
 
     /// Adds the image whose directories and files hold what `changes` gives them (entries, and
-    /// bytes with their hash; the durable ones elsewhere), unless an equal
-    /// one was made before (most are: distinct choices of pieces often leave equal machines).
+    /// bytes with their hash; the durable ones elsewhere), unless an equal one was made before
+    /// (most are: distinct choices of pieces often leave equal machines).
     /// It is built unless the caller knows it already ([`Builder::known`]).
     fn assemble(&mut self, changes: &Changes<'_>) {
         let state = self.state;
