@@ -454,7 +454,7 @@ fn render_summary(seed: u64, args: &SweepArgs, options: &Options, report: &Repor
     let (rate, per_core) = images_per_second(report);
     let _ = writeln!(
         out,
-        "images judged: {}; {} more stood for by a judged image that agrees with them on everything its judgement read; {} more skipped: the same image against the same run at the same crash point; of the judged, {} had the verdict of the same image judged against the same run elsewhere, {} shared the judgement after recovery with an image recovered to the same machine, and {} more the continued work, judged against their own run",
+        "images judged: {}; {} more stood for by a judged image that agrees with them on everything its judgement read; {} more skipped: the same image against the same run at the same crash point; of the judged, {} had the verdict of the same image (or restarted machine) judged against the same run elsewhere, {} shared the judgement after recovery with an image recovered to the same machine, and {} more the continued work, judged against their own run",
         report.images,
         report.equivalent,
         report.repeated,

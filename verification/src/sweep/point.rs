@@ -157,8 +157,7 @@ pub(crate) fn judge_sequence(
             Source::Restart(_) => {
                 let fs = source.machine(FaultPlan::none(seed));
                 let judging = judging(scenario, run, sequence.run_digest, seed);
-                let verdict =
-                    judge_to_end(report, fs.clone(), scenario, (run, &judging), seed, None);
+                let verdict = judge_restarted(report, fs.clone(), scenario, (run, &judging), seed);
                 (verdict, fs.observed())
             }
         };
@@ -426,7 +425,7 @@ fn judge_second_crash(
             let machine = halted.fs.restart(FaultPlan::none(seed));
             let judging = judging(scenario, &halted.run, run_digest, seed);
             let run = &halted.run;
-            vec![(0, judge_to_end(report, machine, scenario, (run, &judging), seed, None))]
+            vec![(0, judge_restarted(report, machine, scenario, (run, &judging), seed))]
         }
         CrashMode::PowerLoss => {
             let run = (&*halted.run, run_digest);
@@ -540,6 +539,52 @@ fn torn_tail(image: &faultfs::Image) -> bool {
         !bytes.is_empty() && (!bytes.ends_with(b"\n") || last.contains(&0))
     })
 }
+
+/// The last phase of a sequence on `fs`, a machine restarted after a kill, as [`judge_to_end`]
+/// judges it against `whole` (what it reads of the run: `judging`). With no crash planned
+/// after it, it is a deterministic program of what every op of the next process sees
+/// (`SimFs::visible_digest`: every reachable path with its kind, bytes, link target and time,
+/// the clock, the running processes, the pid, the boot and the locks held; what is pending
+/// rather than durable shows only in a later crash's images), what it reads of the run, the
+/// scenario, the seed and the engine variant. So a restarted machine that every process sees
+/// as another one judged against a run that agrees with it there (a neighbouring op of the
+/// same phase that only read, synced or locked) gets that one's verdict. When verifying the
+/// reductions, it runs anyway and must reach the same.
+fn judge_restarted(
+    report: &mut Report,
+    fs: SimFs,
+    scenario: &Scenario,
+    (whole, judging): (&run::Execution, &Judging),
+    seed: u64,
+) -> Vec<String> {
+    if !report.reduce {
+        return judge_to_end(report, fs, scenario, (whole, judging), seed, None);
+    }
+    let key: Digest = {
+        let mut hasher = judgement_key(scenario, seed);
+        hasher.update(fs.visible_digest());
+        hasher.update(judging.digest);
+        hasher.finish()
+    };
+    let known = RESTARTS.get(&key);
+    if let Some(known) = &known
+        && !report.verify
+    {
+        report.reused += 1;
+        return Vec::clone(known);
+    }
+    let verdict = judge_to_end(report, fs, scenario, (whole, judging), seed, None);
+    let what = "one restarted machine judged against one run";
+    if settle(&RESTARTS, key, known, &verdict, what, report) {
+        report.reused += 1;
+    }
+    verdict
+}
+
+/// The judgements of a machine restarted after a kill against a run every worker has run, by
+/// a digest of (scenario, seed, the engine variant, what the machine shows every process,
+/// run): see [`judge_restarted`].
+static RESTARTS: LazyLock<Memo<Vec<String>>> = LazyLock::new(|| Memo::new(65_536));
 
 /// What follows recovery in a last phase (the recovered store judged, the continued work, its
 /// judgement): its verdict, and the files it read (by their paths when it began).

@@ -134,7 +134,9 @@ pub struct Report {
     /// Judged images whose judgement did not run again: the same image (paths, kinds, bytes,
     /// boot, medium) had been judged against the same run in another cell (another sequence or
     /// crash point) of the same scenario, and a judgement is a deterministic program of those
-    /// (see `point::judge_image_to_end`). Like `shared`, this count may differ with `--jobs`.
+    /// (see `point::judge_image_to_end`); or a machine restarted after a kill that every
+    /// process sees as one judged against the same run before (see `point::judge_restarted`).
+    /// Like `shared`, this count may differ with `--jobs`.
     pub reused: u64,
     /// Of the judged images that did not reuse a judgement, those whose recovery did not run
     /// again: the same image had been recovered for a run that created the same sessions, and
