@@ -942,17 +942,24 @@ impl<'a> Builder<'a, '_> {
         );
         // Mixed radix over the groups, the first group fastest: combination 0 is the durable
         // state (every group's first outcome is its empty subset).
+        let mut unseen = Unseen::new(&outcomes);
+        let mut digits = Vec::with_capacity(outcomes.len());
         let mut chosen = Vec::with_capacity(outcomes.len());
         for combination in 0..product {
             let mut rest = combination;
+            digits.clear();
             chosen.clear();
             for distinct in &outcomes {
-                let outcome =
-                    distinct.get(rest % distinct.len()).expect("an index modulo the length");
+                let digit = rest % distinct.len();
+                let outcome = distinct.get(digit).expect("an index modulo the length");
                 rest /= distinct.len();
+                digits.push(digit);
                 chosen.push((&outcome.entries, &outcome.files));
             }
             self.generated += 1;
+            if unseen.repeats(self.state, &digits, &chosen) {
+                continue;
+            }
             self.assemble(chosen.as_slice());
         }
         debug_assert!(self.seen.len() <= self.generated, "each image is a generated one");
@@ -1283,16 +1290,98 @@ struct Distinct {
 }
 
 impl Distinct {
-    /// Adds the outcome of applying the pieces `choices` keeps, unless an equal one is in.
+    /// Adds the outcome of applying the pieces `choices` keeps, unless an equal one is in. A
+    /// directory or file it leaves as it durably is counts as unchanged (pieces that undo each
+    /// other, as a lock file linked and unlinked, or bytes rewritten alike), so that outcomes
+    /// leaving the same image are one.
     fn add(&mut self, state: &State, pieces: &Pieces, choices: &[Choice]) {
         let changed = Changed::gather(state, pieces, choices);
-        let files = changed.hashed_files(state);
+        let mut files = changed.hashed_files(state);
+        files.retain(|&ino, (bytes, _)| match &state.inode(ino).node {
+            Node::File(file) => **bytes != *file.durable,
+            Node::Dir(_) | Node::Symlink(_) | Node::Special => true,
+        });
+        let mut entries = changed.entries;
+        entries.retain(|&dir, entries| *entries != state.dir(dir).durable);
         let hashes = files.iter().map(|(ino, (_, hash))| (*ino, *hash)).collect();
-        if self.seen.insert((changed.entries.clone(), hashes)) {
-            self.outcomes.push(Outcome { entries: changed.entries, files });
+        if self.seen.insert((entries.clone(), hashes)) {
+            self.outcomes.push(Outcome { entries, files });
         }
         debug_assert_eq!(self.seen.len(), self.outcomes.len(), "one outcome per distinct one");
     }
+}
+
+/// Which combinations of the groups' outcomes repeat an image generated before. A group none
+/// of whose directories and files the combination's directories reach from the root shows
+/// nothing in its image, and what is reached does not depend on it (it changes only the
+/// entries of directories not reached), so every outcome of it but its first (the durable
+/// state) gives the image the same combination with its first gives. That one comes first in
+/// the mixed-radix order (its digit 0, every other digit the same; each group unseen in one is
+/// unseen in the other), and is generated; the others are counted as generated and left
+/// unhashed, and the images and their order are those of hashing every combination.
+struct Unseen {
+    /// Per group, the directories and files it changes.
+    changed: Vec<Vec<Ino>>,
+    /// The groups that change some directory's entries: what is reached depends on them alone.
+    naming: Vec<usize>,
+    /// Per choice of the naming groups' outcomes (their digits), which groups are unseen.
+    unseen: HashMap<Vec<usize>, Vec<bool>, FixedState>,
+    key: Vec<usize>,
+}
+
+impl Unseen {
+    fn new(outcomes: &[Vec<Outcome>]) -> Unseen {
+        let changed = (outcomes.iter())
+            .map(|distinct| {
+                let inodes: BTreeSet<Ino> = (distinct.iter())
+                    .flat_map(|outcome| outcome.entries.keys().chain(outcome.files.keys()))
+                    .copied()
+                    .collect();
+                inodes.into_iter().collect()
+            })
+            .collect();
+        let naming = (outcomes.iter().enumerate())
+            .filter(|(_, distinct)| distinct.iter().any(|outcome| !outcome.entries.is_empty()))
+            .map(|(group, _)| group)
+            .collect();
+        Unseen { changed, naming, unseen: HashMap::default(), key: Vec::new() }
+    }
+
+    /// Whether the combination of the groups' outcomes numbered `digits` (their changes
+    /// `chosen`) repeats an image generated before: some group unseen in it is past its first
+    /// outcome.
+    fn repeats(&mut self, state: &State, digits: &[usize], chosen: &Changes<'_>) -> bool {
+        self.key.clear();
+        self.key.extend(self.naming.iter().map(|&group| digits.get(group).copied().unwrap_or(0)));
+        if !self.unseen.contains_key(&self.key) {
+            let reached = reached(state, chosen);
+            let unseen = (self.changed.iter())
+                .map(|inodes| inodes.iter().all(|ino| !reached.contains(ino)))
+                .collect();
+            self.unseen.insert(self.key.clone(), unseen);
+        }
+        let unseen = self.unseen.get(&self.key).expect("worked out above");
+        digits.iter().zip(unseen).any(|(&digit, &unseen)| unseen && digit > 0)
+    }
+}
+
+/// The directories and files reached from the root through the entries `changes` gives each
+/// directory it changes (the durable ones elsewhere), the root among them.
+fn reached(state: &State, changes: &Changes<'_>) -> BTreeSet<Ino> {
+    let entries_of = |dir| {
+        let changed = changes.iter().find_map(|(entries, _)| entries.get(&dir));
+        changed.unwrap_or(&state.dir(dir).durable)
+    };
+    let mut reached = BTreeSet::from([ROOT_INO]);
+    let mut open = vec![ROOT_INO];
+    while let Some(dir) = open.pop() {
+        for &ino in entries_of(dir).values() {
+            if reached.insert(ino) && matches!(state.inode(ino).node, Node::Dir(_)) {
+                open.push(ino);
+            }
+        }
+    }
+    reached
 }
 
 /// One content a chunk of a checked file may hold, and the one piece that leaves it (none: the
