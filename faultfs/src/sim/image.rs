@@ -523,6 +523,11 @@ struct Builder<'a, 'k> {
     /// The position of each image built among the distinct ones (`seen`), in generation order.
     positions: Vec<usize>,
     generated: usize,
+    /// Combinations of groups' outcomes counted as generated but left unhashed: they repeat an
+    /// image generated before ([`Unseen`]).
+    unhashed: usize,
+    /// Whether those are left unhashed (off only to compare both enumerations).
+    leave_unseen: bool,
     /// Groups enumerated block by block (see [`Builder::block_outcomes`]).
     checked_groups: usize,
     /// The files in the declared [`CheckedBlocks`] format: those a name in it links, now, durably
@@ -756,6 +761,8 @@ impl<'a> Builder<'a, '_> {
             images: Vec::new(),
             positions: Vec::new(),
             generated: 0,
+            unhashed: 0,
+            leave_unseen: true,
             checked_groups: 0,
             checked_files: checked_files(state),
         }
@@ -957,7 +964,8 @@ impl<'a> Builder<'a, '_> {
                 chosen.push((&outcome.entries, &outcome.files));
             }
             self.generated += 1;
-            if unseen.repeats(self.state, &digits, &chosen) {
+            if self.leave_unseen && unseen.repeats(self.state, &digits, &chosen) {
+                self.unhashed += 1;
                 continue;
             }
             self.assemble(chosen.as_slice());
@@ -1757,4 +1765,65 @@ fn volatile_image(state: &State) -> Image {
         "a kill keeps every name the root holds"
     );
     image
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::{Boundary, FaultPlan, File as _, Fs as _, OpenOptions, SimFs};
+
+    const B: Boundary = Boundary::new("test");
+
+    /// The product of the groups' outcomes leaves unhashed only combinations that repeat an
+    /// image: with and without leaving them out, the same images in the same order, and they
+    /// are the images of every subset of the pieces applied one by one. The pending changes
+    /// give both kinds of repeat: a file written in a directory not yet linked (its bytes and
+    /// the directory's entries show only where the directory's name survives), and a lock file
+    /// linked and unlinked (its directory's outcome with both left as it durably is).
+    #[test]
+    fn combinations_left_unhashed_change_no_image_nor_its_place() {
+        let fs = SimFs::new(FaultPlan::none(1));
+        fs.create_dir(Path::new("/d"), B).unwrap();
+        let file = fs.open(Path::new("/d/a"), OpenOptions::create(), B).unwrap();
+        file.append(b"durable", B).unwrap();
+        file.sync_data(B).unwrap();
+        fs.sync_dir(Path::new("/"), B).unwrap();
+        fs.sync_dir(Path::new("/d"), B).unwrap();
+        fs.create_dir(Path::new("/d/new"), B).unwrap();
+        let inner = fs.open(Path::new("/d/new/f"), OpenOptions::create(), B).unwrap();
+        inner.append(b"inner", B).unwrap();
+        drop(fs.open(Path::new("/d/lock"), OpenOptions::create(), B).unwrap());
+        fs.remove_file(Path::new("/d/lock"), B).unwrap();
+        file.append(b" more", B).unwrap();
+
+        let state = fs.lock();
+        let pieces = Pieces::collect(&state);
+        assert!(pieces.len() <= 12, "few enough pieces for every subset: {}", pieces.len());
+        let enumerate = |leave_unseen| {
+            let mut builder = Builder::new(&state, &pieces);
+            builder.leave_unseen = leave_unseen;
+            assert!(builder.every_subset(), "every subset enumerated");
+            let hashes: Vec<Digest> = builder.images.iter().map(Image::hash).collect();
+            (hashes, builder.generated, builder.unhashed)
+        };
+        let (left, generated, unhashed) = enumerate(true);
+        let (every, every_generated, none) = enumerate(false);
+        assert!(unhashed > 0, "some combinations repeat an image ({generated} generated)");
+        assert_eq!(none, 0);
+        assert_eq!(left, every, "the same images in the same order");
+        assert_eq!(generated, every_generated, "the same combinations counted");
+
+        let mut one_by_one = Builder::new(&state, &pieces);
+        for mask in 0u32..(1 << pieces.len()) {
+            let choices: Vec<Choice> = (0..pieces.len())
+                .map(|i| if mask & (1 << i) == 0 { Choice::Skip } else { Choice::Apply })
+                .collect();
+            one_by_one.add(&choices);
+        }
+        let subsets: BTreeSet<Digest> = one_by_one.images.iter().map(Image::hash).collect();
+        assert_eq!(left.iter().copied().collect::<BTreeSet<_>>(), subsets);
+        assert_eq!(left.len(), subsets.len(), "each image once");
+    }
 }

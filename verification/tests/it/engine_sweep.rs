@@ -361,3 +361,42 @@ fn images_a_judged_one_stands_for_change_no_verdict() {
     }
     assert!(stood_for_in_violating_cells > 0, "some image stood for sits in a violating cell");
 }
+
+/// At depth 2, a machine restarted after a kill of the phase is judged once per what every
+/// process sees of it and run (`point::judge_restarted`). Verifying, each repeat is judged
+/// anyway and must agree; and the sweep judging every machine (no reduction) finds the
+/// mutant's violations in the same cells as the reduced one. The mutant (a send that enqueues
+/// before it appends) leaves violations at some restarted machines and not at others, so a key
+/// that joined machines a process tells apart gives some of them another's verdict (a key
+/// without the visible digest does: 32 unequal).
+#[test]
+fn restarted_machines_judged_once_change_no_verdict() {
+    let options = |reduce_equivalent: bool, verify_equivalent: bool| Options {
+        scenarios: vec![sweep::scenario::named("send").expect("a scenario")],
+        modes: vec![CrashMode::ProcessKill],
+        faults: Vec::new(),
+        depth2: true,
+        shard: (0, 4),
+        reduce_equivalent,
+        verify_equivalent,
+        ..Options::full(4)
+    };
+    spex_engine::mutant::select(Some(Mutant::EnqueueBeforeAppend));
+    let checked = sweep::sweep(&options(true, true), &mut |_| {});
+    let reduced = sweep::sweep(&options(true, false), &mut |_| {});
+    let every = sweep::sweep(&options(false, false), &mut |_| {});
+    spex_engine::mutant::select(None);
+    assert!(checked.reused > 100, "judgements compared: {}", checked.reused);
+    assert!(
+        checked.unequal_stand_ins.is_empty(),
+        "{} judgements repeated are judged otherwise; the first: {:?}",
+        checked.unequal_stand_ins.len(),
+        checked.unequal_stand_ins.first()
+    );
+    assert!(!every.violations.is_empty(), "the mutant is caught");
+    assert_eq!(reduced.cells.keys().collect::<Vec<_>>(), every.cells.keys().collect::<Vec<_>>());
+    for (key, cell) in &every.cells {
+        let with = reduced.cells[key];
+        assert_eq!(with.violations > 0, cell.violations > 0, "{key:?}: {with:?} vs {cell:?}");
+    }
+}
