@@ -209,14 +209,17 @@ impl Image {
         let mut hasher = Hasher::with_capacity(4096);
         hasher.update(self.boot.to_le_bytes());
         hasher.update([u8::from(self.media == Media::StaleTails)]);
+        // Both are in path order: the files read are found walking beside the nodes.
+        let mut read = read.iter().peekable();
         for ((path, node), content) in self.nodes.iter().zip(&self.contents) {
             hasher.update(path.as_bytes());
+            while read.next_if(|read| *read < path).is_some() {}
             match node {
                 ImageNode::Dir => hasher.update([0, 0]),
                 ImageNode::File(bytes) => {
                     hasher.update([0, 1]);
                     hasher.update((bytes.len() as u64).to_le_bytes());
-                    if read.contains(path) {
+                    if read.next_if_eq(&path).is_some() {
                         hasher.update([1]);
                         hasher.update(content);
                     }
@@ -888,7 +891,9 @@ impl<'a> Builder<'a, '_> {
             files.insert(ino, outcome.clone());
         }
         debug_assert!(files.len() <= self.by_file.len(), "only files with pieces change");
-        self.assemble(&[(&entries, &files)]);
+        let mut changes = Changes::new(state);
+        changes.set(&entries, &files);
+        self.assemble(&changes);
     }
 
     /// Every image of every subset of the pieces, when there are few enough of them
@@ -948,27 +953,30 @@ impl<'a> Builder<'a, '_> {
              of its groups' outcomes"
         );
         // Mixed radix over the groups, the first group fastest: combination 0 is the durable
-        // state (every group's first outcome is its empty subset).
+        // state (every group's first outcome is its empty subset, which changes nothing). From
+        // one combination to the next, only the groups whose digit moved change their slots.
         let mut unseen = Unseen::new(&outcomes);
-        let mut digits = Vec::with_capacity(outcomes.len());
-        let mut chosen = Vec::with_capacity(outcomes.len());
+        let mut digits = vec![0; outcomes.len()];
+        let mut changes = Changes::new(self.state);
         for combination in 0..product {
             let mut rest = combination;
-            digits.clear();
-            chosen.clear();
-            for distinct in &outcomes {
-                let digit = rest % distinct.len();
-                let outcome = distinct.get(digit).expect("an index modulo the length");
+            for (digit, distinct) in digits.iter_mut().zip(&outcomes) {
+                let next = rest % distinct.len();
                 rest /= distinct.len();
-                digits.push(digit);
-                chosen.push((&outcome.entries, &outcome.files));
+                if next != *digit {
+                    let outcome = |at: usize| distinct.get(at).expect("an index modulo the length");
+                    let (was, now) = (outcome(*digit), outcome(next));
+                    changes.unset(&was.entries, &was.files);
+                    changes.set(&now.entries, &now.files);
+                    *digit = next;
+                }
             }
             self.generated += 1;
-            if self.leave_unseen && unseen.repeats(self.state, &digits, &chosen) {
+            if self.leave_unseen && unseen.repeats(self.state, &digits, &changes) {
                 self.unhashed += 1;
                 continue;
             }
-            self.assemble(chosen.as_slice());
+            self.assemble(&changes);
         }
         debug_assert!(self.seen.len() <= self.generated, "each image is a generated one");
         true
@@ -1148,21 +1156,17 @@ impl<'a> Builder<'a, '_> {
     fn assemble(&mut self, changes: &Changes<'_>) {
         let state = self.state;
         let durable_hashes = &mut self.durable_hashes;
-        let entries_of = |dir| {
-            let changed = changes.iter().find_map(|(entries, _)| entries.get(&dir));
-            changed.unwrap_or(&state.dir(dir).durable)
+        let entries_of = |dir| changes.entries(dir).unwrap_or(&state.dir(dir).durable);
+        let mut content = |ino, file: &FileNode| match changes.file(ino) {
+            Some((bytes, hash)) => (Arc::clone(bytes), *hash),
+            None => {
+                let known = usize::try_from(ino).ok().and_then(|at| durable_hashes.get_mut(at));
+                let hash = *known
+                    .expect("every inode is numbered below the next")
+                    .get_or_insert_with(|| digest(file.durable.as_slice()));
+                (Arc::clone(&file.durable), hash)
+            }
         };
-        let mut content =
-            |ino, file: &FileNode| match changes.iter().find_map(|(_, files)| files.get(&ino)) {
-                Some((bytes, hash)) => (Arc::clone(bytes), *hash),
-                None => {
-                    let known = usize::try_from(ino).ok().and_then(|at| durable_hashes.get_mut(at));
-                    let hash = *known
-                        .expect("every inode is numbered below the next")
-                        .get_or_insert_with(|| digest(file.durable.as_slice()));
-                    (Arc::clone(&file.durable), hash)
-                }
-            };
         let hasher = &mut self.tree_hasher;
         let hash = tree_hash(hasher, state, entries_of, |ino, file| content(ino, file).1);
         if !self.seen.insert(hash) {
@@ -1270,11 +1274,58 @@ fn walk<'a>(
 /// A file's bytes in an image, shared, and their digest.
 type FileBytes = (Arc<Vec<u8>>, Digest);
 
-/// What an image changes of the durable state, as the parts (the outcomes of independent
-/// groups of pieces) that change disjoint directories and files: each part the entries of the
-/// directories it changes and the bytes of the files it changes. Looked up part by part rather
-/// than gathered into one map per image.
-type Changes<'c> = [(&'c DirEntries, &'c BTreeMap<Ino, FileBytes>)];
+/// What an image changes of the durable state: the entries of the directories it changes and
+/// the bytes of the files it changes, by inode number (every inode is numbered below the
+/// state's next). It is set from the outcomes of independent groups of pieces, which change
+/// disjoint directories and files, so one group's outcome is swapped for another's by
+/// unsetting the first and setting the second.
+struct Changes<'c> {
+    dirs: Vec<Option<&'c BTreeMap<String, Ino>>>,
+    files: Vec<Option<&'c FileBytes>>,
+}
+
+impl<'c> Changes<'c> {
+    /// Nothing changed: the durable state.
+    fn new(state: &State) -> Changes<'c> {
+        let inodes = usize::try_from(state.next_ino).expect("an inode number fits in memory");
+        Changes { dirs: vec![None; inodes], files: vec![None; inodes] }
+    }
+
+    /// The directories in `entries` hold those entries, the files in `files` those bytes.
+    fn set(&mut self, entries: &'c DirEntries, files: &'c BTreeMap<Ino, FileBytes>) {
+        for (&dir, entries) in entries {
+            *Changes::slot(&mut self.dirs, dir) = Some(entries);
+        }
+        for (&ino, bytes) in files {
+            *Changes::slot(&mut self.files, ino) = Some(bytes);
+        }
+    }
+
+    /// The directories in `entries` and the files in `files` go back to their durable state.
+    fn unset(&mut self, entries: &DirEntries, files: &BTreeMap<Ino, FileBytes>) {
+        for &dir in entries.keys() {
+            *Changes::slot(&mut self.dirs, dir) = None;
+        }
+        for &ino in files.keys() {
+            *Changes::slot(&mut self.files, ino) = None;
+        }
+    }
+
+    /// The entries of directory `dir`, if changed.
+    fn entries(&self, dir: Ino) -> Option<&'c BTreeMap<String, Ino>> {
+        *usize::try_from(dir).ok().and_then(|at| self.dirs.get(at))?
+    }
+
+    /// The bytes of file `ino` and their hash, if changed.
+    fn file(&self, ino: Ino) -> Option<&'c FileBytes> {
+        *usize::try_from(ino).ok().and_then(|at| self.files.get(at))?
+    }
+
+    fn slot<T>(slots: &mut [Option<T>], ino: Ino) -> &mut Option<T> {
+        (usize::try_from(ino).ok().and_then(|at| slots.get_mut(at)))
+            .expect("every inode is numbered below the next")
+    }
+}
 
 /// Directories' entries, by directory.
 type DirEntries = BTreeMap<Ino, BTreeMap<String, Ino>>;
@@ -1355,14 +1406,14 @@ impl Unseen {
         Unseen { changed, naming, unseen: HashMap::default(), key: Vec::new() }
     }
 
-    /// Whether the combination of the groups' outcomes numbered `digits` (their changes
-    /// `chosen`) repeats an image generated before: some group unseen in it is past its first
+    /// Whether the combination of the groups' outcomes numbered `digits` (what they change:
+    /// `changes`) repeats an image generated before: some group unseen in it is past its first
     /// outcome.
-    fn repeats(&mut self, state: &State, digits: &[usize], chosen: &Changes<'_>) -> bool {
+    fn repeats(&mut self, state: &State, digits: &[usize], changes: &Changes<'_>) -> bool {
         self.key.clear();
         self.key.extend(self.naming.iter().map(|&group| digits.get(group).copied().unwrap_or(0)));
         if !self.unseen.contains_key(&self.key) {
-            let reached = reached(state, chosen);
+            let reached = reached(state, changes);
             let unseen = (self.changed.iter())
                 .map(|inodes| inodes.iter().all(|ino| !reached.contains(ino)))
                 .collect();
@@ -1376,10 +1427,7 @@ impl Unseen {
 /// The directories and files reached from the root through the entries `changes` gives each
 /// directory it changes (the durable ones elsewhere), the root among them.
 fn reached(state: &State, changes: &Changes<'_>) -> BTreeSet<Ino> {
-    let entries_of = |dir| {
-        let changed = changes.iter().find_map(|(entries, _)| entries.get(&dir));
-        changed.unwrap_or(&state.dir(dir).durable)
-    };
+    let entries_of = |dir| changes.entries(dir).unwrap_or(&state.dir(dir).durable);
     let mut reached = BTreeSet::from([ROOT_INO]);
     let mut open = vec![ROOT_INO];
     while let Some(dir) = open.pop() {
