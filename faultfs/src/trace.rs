@@ -102,7 +102,7 @@ pub struct TraceEntry {
     /// Op-specific detail (offset and length, new length, ...), empty when there is none.
     pub detail: String,
     /// The outcome: `ok`, or the fault that was injected.
-    pub outcome: String,
+    pub outcome: &'static str,
 }
 
 impl fmt::Display for TraceEntry {
@@ -197,7 +197,7 @@ mod tests {
             op: OpKind::Append,
             target: "/f".to_owned(),
             detail: String::new(),
-            outcome: "ok".to_owned(),
+            outcome: "ok",
         }
     }
 

@@ -30,10 +30,7 @@ fn fingerprint(options: &Options, depth: u8, mutant: Option<Mutant>) -> Value {
         "deepPowerImages": options.deep_power_images,
         "everyImage": !options.reduce_equivalent,
         "faults": options.faults.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "media": match options.media {
-            faultfs::Media::ZeroTails => "zero-tails",
-            faultfs::Media::StaleTails => "stale-tails",
-        },
+        "media": options.media.name(),
     })
 }
 

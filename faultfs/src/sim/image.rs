@@ -1736,6 +1736,16 @@ pub enum Media {
     StaleTails,
 }
 
+impl Media {
+    /// The medium's name, as options and reports spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Media::ZeroTails => "zero-tails",
+            Media::StaleTails => "stale-tails",
+        }
+    }
+}
+
 /// The stale pattern of [`Media::StaleTails`].
 const STALE: &[u8] = b"\xA5stale{\"kind\":\n";
 

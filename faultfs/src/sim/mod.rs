@@ -948,7 +948,7 @@ impl State {
             Some((op_index, fault)) if op_index == index => Some(fault),
             _ => None,
         };
-        let outcome = fault.map_or_else(|| "ok".to_owned(), |fault| fault.name().to_owned());
+        let outcome = fault.map_or("ok", Fault::name);
         self.trace.push(TraceEntry { index, boundary, op, target, detail, outcome });
         debug_assert_eq!(
             self.trace.entries().len() as u64,

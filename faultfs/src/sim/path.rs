@@ -4,6 +4,8 @@
 use std::io;
 use std::path::Path;
 
+use smallvec::SmallVec;
+
 use super::{Ino, Node, ROOT_INO, SYMLINKS_FOLLOWED_MAX, State, io_error};
 use crate::{Boundary, Error, OpKind, Result};
 
@@ -87,16 +89,20 @@ impl State {
     }
 }
 
+/// A path's names, in order: held inline up to a depth no store path exceeds (an op splits its
+/// path once, and most ops are on paths a few names deep).
+pub(super) type Components<'p> = SmallVec<[&'p str; 8]>;
+
 /// Splits `path` into normal components; `/` and `.` are skipped, `..` is refused so that a
 /// simulated path can never escape where the caller meant it to be. Paths are Unix paths:
 /// components are what lies between slashes, as `Path::components` reads them.
-pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Vec<&str>> {
+pub(super) fn normalize(path: &Path, op: OpKind) -> Result<Components<'_>> {
     let refuse = |reason: &'static str| {
         Error::io(op, path, None, io::Error::new(io::ErrorKind::InvalidInput, reason))
     };
     // One check of the whole path (a name holds no `/`, so its bytes are valid alone too).
     let text = path.to_str().ok_or_else(|| refuse("path is not UTF-8"))?;
-    let mut components = Vec::with_capacity(8);
+    let mut components = Components::new();
     // Split at each `/` byte (a byte search: `str::split` with a char pattern costs more on
     // paths this short); a `/` is one byte in UTF-8, so each piece is whole characters.
     let mut start = 0;
@@ -151,7 +157,8 @@ mod tests {
                     _ => None,
                 })
                 .collect();
-            assert_eq!(normalize(path, OpKind::Open).expect("a plain path"), expected, "{path:?}");
+            let components = normalize(path, OpKind::Open).expect("a plain path");
+            assert_eq!(components.as_slice(), expected, "{path:?}");
         }
         for path in ["/a/../b", "..", "a/.."] {
             assert!(normalize(Path::new(path), OpKind::Open).is_err(), "{path} is refused");
