@@ -172,26 +172,28 @@ pub(crate) struct Inode {
 
 /// Every inode of a machine, by number. Numbers are handed out in order from the root's and
 /// never reused (an unlinked inode stays, unreachable: an open handle may still use it), so
-/// the table is a vector indexed by number.
+/// the table is a vector indexed by number. Each inode is shared with the copies of the machine
+/// (a crash kept at each op, a restart) until one of them changes it: a copy costs a pointer
+/// per inode, and a change copies the one inode it changes.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Inodes(Vec<Inode>);
+pub(crate) struct Inodes(Vec<Arc<Inode>>);
 
 impl Inodes {
     /// Adds inode `ino`, the next number: `None`, as a map's insert of a new key.
     fn insert(&mut self, ino: Ino, inode: Inode) -> Option<Inode> {
         assert_eq!(ino, self.0.len() as Ino, "inode numbers are handed out in order");
-        self.0.push(inode);
+        self.0.push(Arc::new(inode));
         None
     }
 
     pub(crate) fn get(&self, ino: &Ino) -> Option<&Inode> {
         debug_assert!(!self.0.is_empty(), "a machine always has its root");
-        self.0.get(usize::try_from(*ino).ok()?)
+        self.0.get(usize::try_from(*ino).ok()?).map(|inode| &**inode)
     }
 
     fn get_mut(&mut self, ino: &Ino) -> Option<&mut Inode> {
         debug_assert!(!self.0.is_empty(), "a machine always has its root");
-        self.0.get_mut(usize::try_from(*ino).ok()?)
+        self.0.get_mut(usize::try_from(*ino).ok()?).map(Arc::make_mut)
     }
 
     fn contains_key(&self, ino: &Ino) -> bool {
@@ -207,7 +209,7 @@ impl Inodes {
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &Inode> {
         debug_assert!(!self.0.is_empty(), "a machine always has its root");
-        self.0.iter()
+        self.0.iter().map(|inode| &**inode)
     }
 
     fn len(&self) -> usize {
@@ -218,8 +220,9 @@ impl Inodes {
 
 /// A change to one inode's bytes, pending until that inode is synced.
 #[derive(Clone, Debug)]
+/// A write's bytes are shared with the copies of the machine.
 pub(crate) enum DataChange {
-    Write { offset: u64, bytes: Vec<u8> },
+    Write { offset: u64, bytes: Arc<[u8]> },
     SetLen { len: u64 },
 }
 
@@ -1258,7 +1261,7 @@ impl State {
         self.inodes.get_mut(&ino).expect("open files keep their inode").modified_ms = now;
         self.pending.push(Pending::Data {
             ino,
-            change: DataChange::Write { offset, bytes: bytes.to_vec() },
+            change: DataChange::Write { offset, bytes: Arc::from(bytes) },
         });
         if !self.rules.data_needs_sync {
             self.sync_file(ino, false);
