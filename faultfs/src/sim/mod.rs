@@ -218,9 +218,9 @@ impl Inodes {
     }
 }
 
-/// A change to one inode's bytes, pending until that inode is synced.
+/// A change to one inode's bytes, pending until that inode is synced. A write's bytes are shared
+/// with the copies of the machine.
 #[derive(Clone, Debug)]
-/// A write's bytes are shared with the copies of the machine.
 pub(crate) enum DataChange {
     Write { offset: u64, bytes: Arc<[u8]> },
     SetLen { len: u64 },
