@@ -2,6 +2,7 @@
 //! hashable, so two runs from the same seed can be compared bit for bit.
 
 use std::fmt;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -123,15 +124,17 @@ impl fmt::Display for TraceEntry {
     }
 }
 
-/// The ordered list of mutating ops of a run.
+/// The ordered list of mutating ops of a run. Each entry is shared with the copies of the trace
+/// (a simulated machine copied at each op keeps the trace up to there), so a copy costs a
+/// pointer per entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Trace {
-    entries: Vec<TraceEntry>,
+    entries: Vec<Arc<TraceEntry>>,
 }
 
 impl Trace {
     /// The entries, in issue order.
-    pub fn entries(&self) -> &[TraceEntry] {
+    pub fn entries(&self) -> &[Arc<TraceEntry>] {
         debug_assert!(
             self.entries.last().is_none_or(|last| last.index as usize >= self.entries.len() - 1),
             "a trace's entries are numbered among the run's ops"
@@ -155,7 +158,7 @@ impl Trace {
             self.entries.last().is_none_or(|last| last.index < entry.index),
             "trace entries are in op order"
         );
-        self.entries.push(entry);
+        self.entries.push(Arc::new(entry));
     }
 
     /// SHA-256 over the printed trace, as lowercase hex. Equal hashes mean identical runs.

@@ -286,7 +286,8 @@ pub(crate) struct State {
     /// The most pieces of one group whose every subset a power loss enumerates.
     group_pieces_max: usize,
     /// The files this machine was rebuilt with from an image, by inode: their paths in it.
-    image_files: BTreeMap<Ino, String>,
+    /// Shared with the copies of the machine (it never changes after the rebuild).
+    image_files: Arc<BTreeMap<Ino, String>>,
     /// Those of them some read has seen the bytes of.
     image_files_read: BTreeSet<Ino>,
     /// Every file some read reached since [`SimFs::mark_reads`], while marking.
@@ -385,7 +386,7 @@ impl SimFs {
             ephemeral: Vec::new(),
             media: Media::ZeroTails,
             group_pieces_max: GROUP_PIECES_MAX_DEFAULT,
-            image_files: BTreeMap::new(),
+            image_files: Arc::default(),
             image_files_read: BTreeSet::new(),
             read_since_mark: None,
             exposed: false,
@@ -440,7 +441,7 @@ impl SimFs {
                 let inode = match node {
                     ImageNode::Dir => Node::Dir(DirNode::default()),
                     ImageNode::File(bytes) => {
-                        state.image_files.insert(ino, path.clone());
+                        Arc::make_mut(&mut state.image_files).insert(ino, path.clone());
                         Node::File(FileNode {
                             durable: Arc::clone(bytes),
                             volatile: Arc::clone(bytes),
