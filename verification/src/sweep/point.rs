@@ -118,10 +118,9 @@ pub(crate) fn judge_sequence(
     let first = place.token.mode;
     let run = sequence.run;
     let key = place.key("", first);
+    let class = Report::class_key(&key, sequence.run_digest);
     let stand_in = match source {
-        Source::Reboot(image) if !sequence.deep => {
-            report.stood_for(&key, image, sequence.run_digest)
-        }
+        Source::Reboot(image) if !sequence.deep => report.stood_for(&key, &class, image),
         Source::Reboot(_) | Source::Restart(_) => None,
     };
     if stand_in.is_some() && !report.verify {
@@ -152,7 +151,9 @@ pub(crate) fn judge_sequence(
         // Nothing follows the phase: judged as a last one.
         let (verdict, observed) = match source {
             Source::Reboot(image) => {
-                judge_image_to_end(report, image, scenario, run, sequence.run_digest, seed)
+                let judging = judging(scenario, run, sequence.run_digest, seed);
+                let judged = judge_image_to_end(report, image, scenario, (run, &judging), seed);
+                judged.as_ref().clone()
             }
             Source::Restart(_) => {
                 let fs = source.machine(FaultPlan::none(seed));
@@ -170,10 +171,10 @@ pub(crate) fn judge_sequence(
         return;
     }
     if let Source::Reboot(image) = source {
-        report.note_judged(&key, image, sequence.run_digest, observed, &messages);
+        report.note_judged(&class, image, &observed, &messages);
     }
     let clean = messages.is_empty();
-    record(report, &key, place.token.clone(), place, messages);
+    record(report, &key, || place.token.clone(), place, messages);
     if let Some((fs, checked, crashes)) = deeper.filter(|_| clean) {
         judge_deeper(options, sequence, source, place, report, (&fs, &checked), crashes);
     }
@@ -205,7 +206,7 @@ fn judge_deeper(
     let run_digest = digest_of(&checked.run);
     let verdicts = judge_power_loss(fs, &key, scenario, (&checked.run, &run_digest), seed, report);
     for (index, messages) in verdicts {
-        let token = Token { then_power: Some(index), ..place.token.clone() };
+        let token = || Token { then_power: Some(index), ..place.token.clone() };
         record(report, &key, token, place, messages);
     }
     if first == CrashMode::ProcessKill {
@@ -229,7 +230,7 @@ fn judge_deeper(
             for (index, messages) in
                 judge_second_crash((&halted, &halted_digest), second, &key, scenario, seed, report)
             {
-                let token = Token { second: Some((second, j, index)), ..place.token.clone() };
+                let token = || Token { second: Some((second, j, index)), ..place.token.clone() };
                 record(report, &key, token, place, messages);
             }
         }
@@ -303,9 +304,12 @@ fn judge_power_loss(
     report.note_skipped(key, skipped);
     report.count_enumeration(scenario, &sifted);
     let mut verdicts = Vec::new();
+    // Every image is judged against the same run, in the same class of stand-ins.
+    let against = (run, &*judging(scenario, run, run_digest, seed));
+    let class = Report::class_key(key, run_digest);
     for (&index, image) in sifted.positions.iter().zip(&sifted.crash.images) {
         debug_assert_eq!(image.boot(), boot, "an image is rebooted as one more boot");
-        if let Some(messages) = judge_image(report, key, image, scenario, run, run_digest, seed) {
+        if let Some(messages) = judge_image(report, (key, &class), image, scenario, against, seed) {
             verdicts.push((index, messages));
         }
     }
@@ -314,32 +318,34 @@ fn judge_power_loss(
 }
 
 /// Judges the last phase on `image` (a power loss's, not judged against the same run at this
-/// crash point before) in cell `key` against `run` (its digest `run_digest`); `None` when a
-/// judged image stands for it.
+/// crash point before) in cell `key` (its class of stand-ins `class`: [`Report::class_key`])
+/// against `run` (what the last phase reads of it: `judging`); `None` when a judged image
+/// stands for it.
 fn judge_image(
     report: &mut Report,
-    key: &CellKey,
+    (key, class): (&CellKey, &Digest),
     image: &faultfs::Image,
     scenario: &Scenario,
-    run: &run::Execution,
-    run_digest: &Digest,
+    (run, judging): (&run::Execution, &Judging),
     seed: u64,
 ) -> Option<Vec<String>> {
-    let stand_in = report.stood_for(key, image, run_digest);
+    let stand_in = report.stood_for(key, class, image);
     if stand_in.is_some() && !report.verify {
         return None;
     }
-    let (messages, observed) = judge_image_to_end(report, image, scenario, run, run_digest, seed);
+    let judged = judge_image_to_end(report, image, scenario, (run, judging), seed);
+    let (messages, observed) = &*judged;
     if let Some(verdict) = stand_in {
-        report.compare_stand_in(key, &verdict, &messages);
+        report.compare_stand_in(key, &verdict, messages);
         return None;
     }
-    report.note_judged(key, image, run_digest, observed, &messages);
-    Some(messages)
+    report.note_judged(class, image, observed, messages);
+    Some(messages.clone())
 }
 
 /// The last phase of a sequence on a machine rebuilt from `image`, as [`judge_to_end`] judges
-/// it against `run` (its digest `run_digest`): its verdict and what it observed of the image.
+/// it against `run` (what the last phase reads of it: `judging`): its verdict and what it
+/// observed of the image, shared with the memo that keeps it.
 /// It is a deterministic program of the image (its paths, kinds, bytes, boot and medium), what
 /// the last phase reads of the run ([`Judging`]), the scenario, the seed and the engine variant
 /// (a rebuilt machine's clock, ids and process table are the same for every image; its machine
@@ -351,15 +357,13 @@ fn judge_image_to_end(
     report: &mut Report,
     image: &faultfs::Image,
     scenario: &Scenario,
-    run: &run::Execution,
-    run_digest: &Digest,
+    (run, judging): (&run::Execution, &Judging),
     seed: u64,
-) -> Judged {
-    let judging = judging(scenario, run, run_digest, seed);
+) -> Arc<Judged> {
     if !report.reduce {
         let machine = SimFs::from_image(image, FaultPlan::none(seed));
-        let verdict = judge_to_end(report, machine.clone(), scenario, (run, &judging), seed, None);
-        return (verdict, machine.observed());
+        let verdict = judge_to_end(report, machine.clone(), scenario, (run, judging), seed, None);
+        return Arc::new((verdict, machine.observed()));
     }
     let key: Digest = {
         let mut hasher = judgement_key(scenario, seed);
@@ -374,11 +378,11 @@ fn judge_image_to_end(
         && !report.verify
     {
         report.reused += 1;
-        return Judged::clone(known);
+        return Arc::clone(known);
     }
     let recovery = recovery_key(scenario, seed, image, &judging.run);
     let recalled = (RECOVERIES.get(&recovery))
-        .and_then(|recovered| judged_after(&recovered, scenario, &judging, seed));
+        .and_then(|recovered| judged_after(&recovered, scenario, judging, seed));
     if recalled.is_some() {
         report.recalled += 1;
     }
@@ -388,12 +392,13 @@ fn judge_image_to_end(
         if let Some(how) = how {
             how.count(report);
         }
-        JUDGEMENTS.insert(key, Arc::new(judged.clone()));
+        let judged = Arc::new(judged);
+        JUDGEMENTS.insert(key, Arc::clone(&judged));
         return judged;
     }
     let machine = SimFs::from_image(image, FaultPlan::none(seed));
     let verdict =
-        judge_to_end(report, machine.clone(), scenario, (run, &judging), seed, Some(&recovery));
+        judge_to_end(report, machine.clone(), scenario, (run, judging), seed, Some(&recovery));
     let judged = (verdict, machine.observed());
     if let Some((recalled, _)) = recalled
         && recalled != judged
@@ -406,7 +411,7 @@ fn judge_image_to_end(
     if settle(&JUDGEMENTS, key, known, &judged, what, report) {
         report.reused += 1;
     }
-    judged
+    Arc::new(judged)
 }
 
 /// The verdicts on the machines a crash in `mode` of the halted phase (and the digest of its
@@ -465,14 +470,14 @@ fn judge_first_commands(
         };
         report.note_reached(&fs);
         if !messages.is_empty() {
-            let token = Token { first: Some((n, usize::MAX)), ..place.token.clone() };
+            let token = || Token { first: Some((n, usize::MAX)), ..place.token.clone() };
             record(report, &key, token, place, messages);
             continue;
         }
         let run_digest = digest_of(&next);
         let verdicts = judge_power_loss(&fs, &key, scenario, (&next, &run_digest), seed, report);
         for (index, messages) in verdicts {
-            let token = Token { first: Some((n, index)), ..place.token.clone() };
+            let token = || Token { first: Some((n, index)), ..place.token.clone() };
             record(report, &key, token, place, messages);
         }
         if !options.depth2 {
@@ -503,8 +508,10 @@ fn judge_first_commands(
                     seed,
                     report,
                 ) {
-                    let token =
-                        Token { first_crash: Some((n, second, j, index)), ..place.token.clone() };
+                    let token = || Token {
+                        first_crash: Some((n, second, j, index)),
+                        ..place.token.clone()
+                    };
                     record(report, &key, token, place, messages);
                 }
             }

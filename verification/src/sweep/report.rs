@@ -436,7 +436,10 @@ impl Report {
         }
     }
 
-    fn class_key(key: &CellKey, run: &Digest) -> Digest {
+    /// The key of the judged images that may stand for others in cell `key` against the run
+    /// with digest `run` ([`Report::stood_for`], [`Report::note_judged`]): worked out once per
+    /// crash, not per image.
+    pub(crate) fn class_key(key: &CellKey, run: &Digest) -> Digest {
         let (scenario, transition, boundary, mode) = key;
         let mut hasher = Hasher::new();
         for name in [scenario.as_str(), transition, boundary, mode.name()] {
@@ -449,17 +452,17 @@ impl Report {
 
     /// The verdict of an image judged at this crash point in `key` against the run with digest
     /// `run` that stands for `image` (they agree on everything that judgement observed);
-    /// counts `image` as stood for.
+    /// counts `image` as stood for. `class` is [`Report::class_key`] of `key` and `run`.
     pub(crate) fn stood_for(
         &mut self,
         key: &CellKey,
+        class: &Digest,
         image: &faultfs::Image,
-        run: &Digest,
     ) -> Option<Vec<String>> {
         if !self.reduce {
             return None;
         }
-        let classes = self.classes.get(&Report::class_key(key, run))?;
+        let classes = self.classes.get(class)?;
         let verdict = classes
             .iter()
             .find_map(|class| class.verdicts.get(&image.digest_within(&class.read)))?
@@ -469,30 +472,31 @@ impl Report {
         Some(verdict)
     }
 
-    /// Notes that `image` was judged in `key` against the run with digest `run`, what its
-    /// judgement observed of it, and its verdict.
+    /// Notes that `image` was judged against a run, in the class `class` of judged images
+    /// ([`Report::class_key`] of its cell and the run's digest), what its judgement observed of
+    /// it, and its verdict.
     pub(crate) fn note_judged(
         &mut self,
-        key: &CellKey,
+        class: &Digest,
         image: &faultfs::Image,
-        run: &Digest,
-        observed: faultfs::Observed,
+        observed: &faultfs::Observed,
         verdict: &[String],
     ) {
         let faultfs::Observed::Files(read) = observed else { return };
         if !self.reduce {
             return;
         }
-        let digest = image.digest_within(&read);
-        let classes = self.classes.entry(Report::class_key(key, run)).or_default();
+        let digest = image.digest_within(read);
+        let classes = self.classes.entry(*class).or_default();
         let verdict = verdict.to_vec();
-        match classes.iter_mut().find(|class| class.read == read) {
+        match classes.iter_mut().find(|class| class.read == *read) {
             Some(class) => {
                 class.verdicts.insert(digest, verdict);
             }
-            None => {
-                classes.push(Class { read, verdicts: [(digest, verdict)].into_iter().collect() })
-            }
+            None => classes.push(Class {
+                read: read.clone(),
+                verdicts: [(digest, verdict)].into_iter().collect(),
+            }),
         }
     }
 
@@ -507,11 +511,12 @@ impl Report {
     }
 }
 
-/// Counts one judged image in its cell, and keeps its violation (the first few per cell).
+/// Counts one judged image in its cell, and keeps its violation (the first few per cell) with
+/// the token `token` makes (only then: most images are judged clean).
 pub(crate) fn record(
     report: &mut Report,
     key: &CellKey,
-    token: Token,
+    token: impl FnOnce() -> Token,
     place: &Place<'_>,
     messages: Vec<String>,
 ) {
@@ -524,7 +529,7 @@ pub(crate) fn record(
     cell.violations += 1;
     if cell.violations <= VIOLATIONS_KEPT_PER_CELL {
         report.violations.push(Violation {
-            token,
+            token: token(),
             transition: key.1.clone(),
             boundary: place.boundary.clone(),
             messages,
