@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 // The builder's sets and maps are keyed by what the simulator made (choices, entries, digests):
 // a fast fixed hash serves, as for digests (`crate::DigestState`).
@@ -116,6 +116,10 @@ pub struct Image {
     /// rest), in the order of `nodes`.
     contents: Vec<Digest>,
     hash: Digest,
+    /// A digest of the paths, kinds, file lengths and link targets, in path order: the part of
+    /// [`Image::digest_within`] that is the same whatever was read, worked out at its first
+    /// call (an image is compared under several sets of files read).
+    shape: OnceLock<Digest>,
     /// The boot a machine rebuilt from this image is (one more than the crashed machine's).
     pub(crate) boot: u64,
     /// The medium of the machine that crashed, which the rebuilt one keeps.
@@ -206,29 +210,44 @@ impl Image {
     /// [`SimFs::observed`]: super::SimFs::observed
     pub fn digest_within(&self, read: &BTreeSet<String>) -> Digest {
         debug_assert_eq!(self.contents.len(), self.nodes.len(), "one content hash per node");
-        let mut hasher = Hasher::with_capacity(4096);
+        let mut hasher = Hasher::with_capacity(64 + 24 * read.len());
         hasher.update(self.boot.to_le_bytes());
         hasher.update([u8::from(self.media == Media::StaleTails)]);
-        // Both are in path order: the files read are found walking beside the nodes.
+        hasher.update(self.shape.get_or_init(|| self.shape_digest()));
+        // Both are in path order: the files read are found walking beside the nodes, each
+        // named by its position among them (the shape fixes which path that is).
         let mut read = read.iter().peekable();
-        for ((path, node), content) in self.nodes.iter().zip(&self.contents) {
-            hasher.update(path.as_bytes());
+        for (at, ((path, node), content)) in self.nodes.iter().zip(&self.contents).enumerate() {
+            if read.peek().is_none() {
+                break;
+            }
             while read.next_if(|read| *read < path).is_some() {}
+            if read.next_if_eq(&path).is_some() && matches!(node, ImageNode::File(_)) {
+                hasher.update((at as u64).to_le_bytes());
+                hasher.update(content);
+            }
+        }
+        hasher.finish()
+    }
+
+    /// See [`Image::shape`]: each path (length first), its kind, a file's length and a link's
+    /// target's hash.
+    fn shape_digest(&self) -> Digest {
+        let mut hasher = Hasher::with_capacity(4096);
+        for ((path, node), content) in self.nodes.iter().zip(&self.contents) {
+            hasher.update((path.len() as u64).to_le_bytes());
+            hasher.update(path.as_bytes());
             match node {
-                ImageNode::Dir => hasher.update([0, 0]),
+                ImageNode::Dir => hasher.update([0]),
                 ImageNode::File(bytes) => {
-                    hasher.update([0, 1]);
+                    hasher.update([1]);
                     hasher.update((bytes.len() as u64).to_le_bytes());
-                    if read.next_if_eq(&path).is_some() {
-                        hasher.update([1]);
-                        hasher.update(content);
-                    }
                 }
                 ImageNode::Symlink(_) => {
-                    hasher.update([0, 2]);
+                    hasher.update([2]);
                     hasher.update(content);
                 }
-                ImageNode::Special => hasher.update([0, 3]),
+                ImageNode::Special => hasher.update([3]),
             }
         }
         hasher.finish()
@@ -1265,6 +1284,7 @@ fn walk<'a>(
         nodes: nodes.into_iter().map(|(path, (node, _))| (path, node)).collect(),
         contents,
         hash,
+        shape: OnceLock::new(),
         boot: 0,
         media: Media::ZeroTails,
         checked_blocks: None,

@@ -217,6 +217,9 @@ fn judge_deeper(
     }
     // A crash at every op of the phase.
     assert_eq!(crashes.len() as u64, fs.op_count(), "a crash kept at each op of the phase");
+    let keys: Vec<(CrashMode, CellKey)> = (options.modes.iter())
+        .map(|&second| (second, place.key(&format!("{}+{}", first.name(), second.name()), second)))
+        .collect();
     for (j, (halted, halted_digest)) in (0..).zip(crashes) {
         if report.verify {
             compare_kept_crash((&halted, &halted_digest), source, scenario, run, (seed, j), report);
@@ -224,14 +227,14 @@ fn judge_deeper(
         if let Some((boundary, _)) = halted.fs.halted() {
             report.note_crashed(boundary.name());
         }
-        for &second in &options.modes {
-            let key = place.key(&format!("{}+{}", first.name(), second.name()), second);
-            report.cells.entry(key.clone()).or_default().points += 1;
+        for (second, key) in &keys {
+            let second = *second;
+            report.cell(key).points += 1;
             for (index, messages) in
-                judge_second_crash((&halted, &halted_digest), second, &key, scenario, seed, report)
+                judge_second_crash((&halted, &halted_digest), second, key, scenario, seed, report)
             {
                 let token = || Token { second: Some((second, j, index)), ..place.token.clone() };
-                record(report, &key, token, place, messages);
+                record(report, key, token, place, messages);
             }
         }
     }
