@@ -2,7 +2,7 @@
 
 /// The sweeps allocate on every simulated op; mimalloc, as the `spex` binary has.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: spex_alloc::Mimalloc = spex_alloc::Mimalloc;
 
 mod conformance;
 mod crash_images;
