@@ -13,7 +13,7 @@
 //!
 //! Nothing here is on a crash path: the allocator holds no state of its own.
 
-#![allow(unsafe_code, reason = "a global allocator is an unsafe trait; its calls into mimalloc")]
+#![expect(unsafe_code, reason = "a global allocator is an unsafe trait; its calls into mimalloc")]
 
 use std::alloc::{GlobalAlloc, Layout};
 
