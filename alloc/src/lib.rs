@@ -5,9 +5,11 @@
 //! aligned entry points take their fast path only when the block size class a request rounds
 //! to is a power of two, and otherwise allocate a larger block and align inside it (an extra
 //! call, and a block of another size class than the same request without an alignment gets).
-//! Its size classes are multiples of 8 bytes, of 16 above 16 bytes, starting 16-aligned in
-//! their page, so a request aligned to at most 8, or to 16 with a size that is a multiple of
-//! 16, is already aligned in the class its size rounds to: it is asked without an alignment.
+//! Its size classes are multiples of 8 bytes and start 16-aligned in their page, and a size that
+//! is a multiple of 16 rounds to a class that is one too (16, 32, 48, 64, then classes a
+//! sixteenth of a power of two apart), so a request aligned to at most 8, or to 16 with a size
+//! that is a multiple of 16, is already aligned in the class its size rounds to: it is asked
+//! without an alignment.
 //! Every other request goes through the aligned entry points. On the sweep this takes 4 % fewer
 //! instructions (BENCHMARKS.md, "Crash sweep throughput").
 //!
@@ -16,6 +18,7 @@
 #![expect(unsafe_code, reason = "a global allocator is an unsafe trait; its calls into mimalloc")]
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
 
 /// mimalloc as the global allocator (see the crate header).
 #[derive(Debug)]
@@ -26,37 +29,39 @@ fn natural(size: usize, align: usize) -> bool {
     align <= 8 || (align == 16 && size.is_multiple_of(16))
 }
 
+/// A new block for `layout`: from `plain`, mimalloc's entry point without an alignment, where
+/// the size class gives the alignment (see `natural`), else from its aligned twin `aligned`.
+///
+/// # Safety
+///
+/// `plain` and `aligned` are one of mimalloc's pairs of allocation entry points (`mi_malloc`
+/// and `mi_malloc_aligned`, or `mi_zalloc` and `mi_zalloc_aligned`).
+#[inline]
+unsafe fn new_block(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    let (size, align) = (layout.size(), layout.align());
+    // SAFETY: mimalloc's entry points take any size and a power-of-two alignment.
+    let block = unsafe { if natural(size, align) { plain(size) } else { aligned(size, align) } };
+    debug_assert!(block.is_null() || (block as usize).is_multiple_of(align), "aligned");
+    block.cast()
+}
+
 // SAFETY: every block comes from mimalloc, aligned as the layout asks (plain entry points only
 // where its size classes give that alignment: see `natural`), and goes back to `mi_free`.
 unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        // SAFETY: mimalloc's entry points take any size and a power-of-two alignment.
-        let block = unsafe {
-            if natural(size, align) {
-                libmimalloc_sys::mi_malloc(size)
-            } else {
-                libmimalloc_sys::mi_malloc_aligned(size, align)
-            }
-        };
-        debug_assert!(block.is_null() || (block as usize).is_multiple_of(align), "aligned");
-        block.cast()
+        // SAFETY: mimalloc's pair of allocation entry points.
+        unsafe { new_block(layout, libmimalloc_sys::mi_malloc, libmimalloc_sys::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        // SAFETY: as in `alloc`.
-        let block = unsafe {
-            if natural(size, align) {
-                libmimalloc_sys::mi_zalloc(size)
-            } else {
-                libmimalloc_sys::mi_zalloc_aligned(size, align)
-            }
-        };
-        debug_assert!(block.is_null() || (block as usize).is_multiple_of(align), "aligned");
-        block.cast()
+        // SAFETY: mimalloc's pair of zeroing allocation entry points.
+        unsafe { new_block(layout, libmimalloc_sys::mi_zalloc, libmimalloc_sys::mi_zalloc_aligned) }
     }
 
     #[inline]
