@@ -298,26 +298,99 @@ fn judge_power_loss(
         return Vec::new();
     }
     let boot = fs.boot() + 1;
-    let mut skipped = 0;
-    let sifted = fs.crash_sifted(CrashMode::PowerLoss, &mut |image| {
-        let known = !report.first_judgement((image, boot), run_digest);
-        skipped += u64::from(known);
-        known
-    });
+    let (loss, new, skipped) = sift_power_loss(fs, (&machine, boot), run_digest, report);
+    let sifted = &loss.sifted;
     report.note_skipped(key, skipped);
-    report.count_enumeration(scenario, &sifted);
+    report.count_enumeration(scenario, sifted);
     let mut verdicts = Vec::new();
     // Every image is judged against the same run, in the same class of stand-ins.
     let against = (run, &*judging(scenario, run, run_digest, seed));
     let class = Report::class_key(key, run_digest);
-    for (&index, image) in sifted.positions.iter().zip(&sifted.crash.images) {
+    for at in new {
+        let (Some(&index), Some(image)) = (sifted.positions.get(at), sifted.crash.images.get(at))
+        else {
+            unreachable!("an image new here is one built")
+        };
         debug_assert_eq!(image.boot(), boot, "an image is rebooted as one more boot");
         if let Some(messages) = judge_image(report, (key, &class), image, scenario, against, seed) {
             verdicts.push((index, messages));
         }
     }
-    report.note_crash(&sifted, (&machine, run_digest), skipped);
+    report.note_crash(sifted, (&machine, run_digest), skipped);
     verdicts
+}
+
+/// A power loss enumerated exhaustively: its images as sifted the first time (those that
+/// sifting's caller knew left unbuilt), and every distinct image's hash, in generation order.
+struct PowerLoss {
+    sifted: faultfs::Sifted,
+    hashes: Vec<Digest>,
+}
+
+/// The power losses every worker has enumerated exhaustively, by the machine's
+/// `SimFs::power_loss_digest`: machines with equal digests leave the same images in the same
+/// order (whatever the run they are judged against, the engine variant or the crash point), so
+/// the images are built once for many. Neighbouring ops of a phase, and the same phase after
+/// different first crashes, often leave equal machines.
+static POWER_LOSSES: LazyLock<Memo<PowerLoss>> = LazyLock::new(|| Memo::new(2_048));
+
+/// The images of a power loss of `fs` (its `power_loss_digest` `machine`, its images rebooted
+/// as `boot`) not judged against the run with digest `run` at this crash point before, each now
+/// marked judged: the power loss, the index of each such image among those built in it, and how
+/// many images were skipped as judged before. A power loss enumerated before by any worker is
+/// not enumerated again when it built every image new here; when verifying the reductions, it
+/// is, and must leave the same images.
+fn sift_power_loss(
+    fs: &SimFs,
+    (machine, boot): (&Digest, u64),
+    run: &Digest,
+    report: &mut Report,
+) -> (Arc<PowerLoss>, Vec<usize>, u64) {
+    let known = POWER_LOSSES.get(machine);
+    if let Some(loss) = known.as_ref().filter(|_| !report.verify) {
+        // The images new here, by their position among the distinct ones, each with its index
+        // among those built (`None`: it was not built then).
+        let mut built = loss.sifted.positions.iter().enumerate().peekable();
+        let new: Option<Vec<usize>> = (loss.hashes.iter().enumerate())
+            .filter(|(_, image)| !report.judged_before((image, boot), run))
+            .map(|(position, _)| {
+                while built.next_if(|&(_, &at)| at < position).is_some() {}
+                built.next_if(|&(_, &at)| at == position).map(|(index, _)| index)
+            })
+            .collect();
+        if let Some(new) = new {
+            for image in &loss.hashes {
+                report.first_judgement((image, boot), run);
+            }
+            let skipped = (loss.hashes.len() - new.len()) as u64;
+            return (Arc::clone(loss), new, skipped);
+        }
+    }
+    let mut hashes = Vec::new();
+    let mut skipped = 0;
+    let sifted = fs.crash_sifted(CrashMode::PowerLoss, &mut |image| {
+        hashes.push(*image);
+        let known = !report.first_judgement((image, boot), run);
+        skipped += u64::from(known);
+        known
+    });
+    assert_eq!(hashes.len(), sifted.distinct, "sifting asks once per distinct image");
+    if let Some(known) = &known
+        && known.hashes != hashes
+    {
+        report.unequal_stand_ins.push(format!(
+            "a power loss with the digest of one enumerated before left {} distinct images, \
+             that one {} (or others, or in another order)",
+            hashes.len(),
+            known.hashes.len()
+        ));
+    }
+    let new = (0..sifted.crash.images.len()).collect();
+    let loss = Arc::new(PowerLoss { sifted, hashes });
+    if loss.sifted.crash.exhaustive {
+        POWER_LOSSES.insert(*machine, Arc::clone(&loss));
+    }
+    (loss, new, skipped)
 }
 
 /// Judges the last phase on `image` (a power loss's, not judged against the same run at this

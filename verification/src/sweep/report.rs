@@ -318,14 +318,14 @@ impl Report {
     /// Whether the image with hash `image` (rebooted as `boot`) has not yet been judged against
     /// the run with digest `run`; marks it. The caller counts it as skipped
     /// ([`Report::note_skipped`]) when it was.
-    pub(crate) fn first_judgement(&mut self, (image, boot): (&Digest, u64), run: &Digest) -> bool {
-        let mut bytes = [0; 40];
-        let boot = boot.to_le_bytes();
-        let key = image.iter().chain(&boot).chain(run);
-        for (byte, from) in bytes.iter_mut().zip(key) {
-            *byte = *from;
-        }
-        self.judged.insert(faultfs::digest(&bytes))
+    pub(crate) fn first_judgement(&mut self, image: (&Digest, u64), run: &Digest) -> bool {
+        self.judged.insert(judgement_of(image, run))
+    }
+
+    /// Whether the image with hash `image` (rebooted as `boot`) was judged against the run
+    /// with digest `run` before ([`Report::first_judgement`]); marks nothing.
+    pub(crate) fn judged_before(&self, image: (&Digest, u64), run: &Digest) -> bool {
+        self.judged.contains(&judgement_of(image, run))
     }
 
     /// Counts `skipped` images of cell `key` as skipped: each judged against the same run at
@@ -408,6 +408,17 @@ impl Enumerated {
             pending_pieces: crash.pending_pieces,
         }
     }
+}
+
+/// What [`Report::first_judgement`] marks: the image's hash, its boot and the run's digest.
+fn judgement_of((image, boot): (&Digest, u64), run: &Digest) -> Digest {
+    let mut bytes = [0; 40];
+    let boot = boot.to_le_bytes();
+    let key = image.iter().chain(&boot).chain(run);
+    for (byte, from) in bytes.iter_mut().zip(key) {
+        *byte = *from;
+    }
+    faultfs::digest(&bytes)
 }
 
 fn crash_key(machine: &Digest, run: &Digest) -> Digest {
