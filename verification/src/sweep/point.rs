@@ -349,18 +349,22 @@ fn sift_power_loss(
     let known = POWER_LOSSES.get(machine);
     if let Some(loss) = known.as_ref().filter(|_| !report.verify) {
         // The images new here, by their position among the distinct ones, each with its index
-        // among those built (`None`: it was not built then).
+        // among those built (`None`: it was not built then), and the marks they leave.
         let mut built = loss.sifted.positions.iter().enumerate().peekable();
+        let mut marks = Vec::new();
         let new: Option<Vec<usize>> = (loss.hashes.iter().enumerate())
-            .filter(|(_, image)| !report.judged_before((image, boot), run))
-            .map(|(position, _)| {
+            .filter_map(|(position, image)| {
+                report.unjudged((image, boot), run).map(|mark| (position, mark))
+            })
+            .map(|(position, mark)| {
+                marks.push(mark);
                 while built.next_if(|&(_, &at)| at < position).is_some() {}
                 built.next_if(|&(_, &at)| at == position).map(|(index, _)| index)
             })
             .collect();
         if let Some(new) = new {
-            for image in &loss.hashes {
-                report.first_judgement((image, boot), run);
+            for mark in marks {
+                report.mark_judged(mark);
             }
             let skipped = (loss.hashes.len() - new.len()) as u64;
             return (Arc::clone(loss), new, skipped);

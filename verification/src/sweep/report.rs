@@ -322,10 +322,18 @@ impl Report {
         self.judged.insert(judgement_of(image, run))
     }
 
-    /// Whether the image with hash `image` (rebooted as `boot`) was judged against the run
-    /// with digest `run` before ([`Report::first_judgement`]); marks nothing.
-    pub(crate) fn judged_before(&self, image: (&Digest, u64), run: &Digest) -> bool {
-        self.judged.contains(&judgement_of(image, run))
+    /// The mark [`Report::first_judgement`] leaves for the image with hash `image` (rebooted
+    /// as `boot`) against the run with digest `run`, unless it was left before; marks nothing
+    /// (see [`Report::mark_judged`]).
+    pub(crate) fn unjudged(&self, image: (&Digest, u64), run: &Digest) -> Option<Digest> {
+        let mark = judgement_of(image, run);
+        (!self.judged.contains(&mark)).then_some(mark)
+    }
+
+    /// Leaves `mark`, which [`Report::unjudged`] gave since the last mark left.
+    pub(crate) fn mark_judged(&mut self, mark: Digest) {
+        let new = self.judged.insert(mark);
+        debug_assert!(new, "an image is marked judged against a run once");
     }
 
     /// Counts `skipped` images of cell `key` as skipped: each judged against the same run at
