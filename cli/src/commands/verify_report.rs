@@ -94,6 +94,7 @@ fn document(seed: &Value, shard: (u64, u64), swept: &Value, report: &Report) -> 
         "sharedWork": report.worked,
         "reusedJudgements": report.reused,
         "recalledRecoveries": report.recalled,
+        "keptPowerLosses": report.kept_power_losses,
         "reach": report.reach.iter().map(|(scenario, reach)| json!({
             "scenario": scenario, "planned": reach.planned, "done": reach.done,
         })).collect::<Vec<_>>(),
@@ -158,6 +159,7 @@ fn sweep_part(document: &Value) -> anyhow::Result<SweepPart> {
     report.worked = u64_of(document, "sharedWork")?;
     report.reused = u64_of(document, "reusedJudgements")?;
     report.recalled = u64_of(document, "recalledRecoveries")?;
+    report.kept_power_losses = u64_of(document, "keptPowerLosses")?;
     report.elapsed = Duration::from_millis(u64_of(document, "elapsedMs")?);
     report.jobs = usize::try_from(u64_of(document, "jobs")?)?;
     for reach in array(document, "reach")? {

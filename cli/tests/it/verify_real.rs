@@ -86,8 +86,9 @@ fn four_shard_processes_merge_to_one_run() {
         let object = document.as_object_mut().expect("an object");
         // How the work is shared out changes its speed, which of the images that recover
         // alike runs the work after recovery (`sharedContinuations`, `sharedWork`), and which
-        // judgement of an image against a run others reuse (`reusedJudgements`) and which
-        // image's recovery others recall (`recalledRecoveries`): not a verdict.
+        // judgement of an image against a run others reuse (`reusedJudgements`), which
+        // image's recovery others recall (`recalledRecoveries`) and which power loss's images
+        // others are served (`keptPowerLosses`): not a verdict.
         for varying in [
             "elapsedMs",
             "jobs",
@@ -98,6 +99,7 @@ fn four_shard_processes_merge_to_one_run() {
             "sharedWork",
             "reusedJudgements",
             "recalledRecoveries",
+            "keptPowerLosses",
         ] {
             object.remove(varying);
         }

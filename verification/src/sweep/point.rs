@@ -367,6 +367,7 @@ fn sift_power_loss(
                 report.mark_judged(mark);
             }
             let skipped = (loss.hashes.len() - new.len()) as u64;
+            report.kept_power_losses += 1;
             return (Arc::clone(loss), new, skipped);
         }
     }
@@ -379,6 +380,7 @@ fn sift_power_loss(
         known
     });
     assert_eq!(hashes.len(), sifted.distinct, "sifting asks once per distinct image");
+    report.kept_power_losses += u64::from(known.is_some());
     if let Some(known) = &known
         && known.hashes != hashes
     {

@@ -145,6 +145,11 @@ pub struct Report {
     /// images whose remembered recovery was compared with the one run. Like `shared`, this count
     /// may differ with `--jobs`.
     pub recalled: u64,
+    /// Power losses whose images were not enumerated again: one with the same power-loss
+    /// digest had been enumerated exhaustively and had built every image new at this point (see
+    /// `point::POWER_LOSSES`). When verifying the reductions, the power losses enumerated again
+    /// and compared with the one kept. Like `shared`, this count may differ with `--jobs`.
+    pub kept_power_losses: u64,
 
     /// When verifying the reduction ([`Options::verify_equivalent`]), every image stood for
     /// whose own verdict differs from the one of the image that stood for it (none, if the
@@ -261,6 +266,7 @@ impl Report {
         self.shared += part.shared;
         self.worked += part.worked;
         self.recalled += part.recalled;
+        self.kept_power_losses += part.kept_power_losses;
         self.reused += part.reused;
         self.unequal_stand_ins.extend(part.unequal_stand_ins);
         self.reached.extend(part.reached);
