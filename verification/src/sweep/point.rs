@@ -380,7 +380,8 @@ fn sift_power_loss(
         known
     });
     assert_eq!(hashes.len(), sifted.distinct, "sifting asks once per distinct image");
-    report.kept_power_losses += u64::from(known.is_some());
+    // Not enumerated again but for the check: a kept one that could not serve is not counted.
+    report.kept_power_losses += u64::from(known.is_some() && report.verify);
     if let Some(known) = &known
         && known.hashes != hashes
     {

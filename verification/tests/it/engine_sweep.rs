@@ -338,8 +338,8 @@ fn images_a_judged_one_stands_for_change_no_verdict() {
     // And each recovery of an image runs again where the same image was recovered for a run
     // that created the same sessions, and what follows must be judged as remembered.
     assert!(checked.recalled > 100, "recoveries compared: {}", checked.recalled);
-    // And each power loss whose images one enumerated before would serve is enumerated again,
-    // and must have left the same images in the same order.
+    // And each power loss with the digest of one enumerated before is enumerated again, and
+    // must have left the same images in the same order; without the check, some are served.
     assert!(
         checked.kept_power_losses > 100,
         "power losses compared: {}",
